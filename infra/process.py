@@ -1,0 +1,147 @@
+"""A child server process that cannot outlive the command that started it."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from infra.errors import InfraError
+
+_live: set[ServerProcess] = set()
+
+
+def _stop_all_at_exit() -> None:
+    for proc in list(_live):
+        proc.stop()
+
+
+atexit.register(_stop_all_at_exit)
+
+
+class ServerProcess:
+    """A server started in its own process group, with its output in a log file.
+
+    Why its own class: every backend needs the same start / wait-until-ready / stop
+    dance, and stopping must also happen on Ctrl-C, on an exception and at interpreter
+    exit, so no server outlives the command (a leaked server is a bug).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.cwd = cwd
+        self.env = env
+        self.user = user
+        self.popen: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def start(self, ready: Callable[[], bool], timeout: float = 30.0, detached: bool = False) -> None:
+        """Start and poll ``ready`` until it returns True; raise InfraError otherwise."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen
+        try:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.cwd,
+                env=self.env,
+                user=self.user,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise InfraError(f"cannot start {self.name}: {exc}") from exc
+        finally:
+            log.close()
+        if not detached:
+            _live.add(self)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise InfraError(f"{self.name} exited at start (code {self.popen.returncode}): {tail}")
+            try:
+                if ready():
+                    return
+            except Exception:  # noqa: BLE001 - not ready yet, whatever the client says
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise InfraError(f"{self.name} did not become ready within {timeout:.0f}s; see {self.log_path}")
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to the whole process group (faults use SIGKILL / SIGSTOP / SIGCONT)."""
+        if self.popen is not None and self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM the process group, then SIGKILL after ``grace`` seconds."""
+        _live.discard(self)
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.kill(signal.SIGCONT)  # a paused server cannot handle SIGTERM
+        self.kill(signal.SIGTERM)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            self.popen.wait(5)
+
+
+def stop_pid(pid: int, grace: float = 5.0) -> bool:
+    """Stop a detached server by pid (its process group); True when it was running."""
+    try:
+        os.killpg(pid, signal.SIGCONT)
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def require_alive(proc: ServerProcess) -> None:
+    if not proc.alive():
+        raise InfraError(f"{proc.name} is not running; see {proc.log_path}")

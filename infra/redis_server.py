@@ -1,0 +1,71 @@
+"""Throwaway redis-server instances on 127.0.0.1 (no persistence: a restart loses lock state)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+from infra.install import find_binary
+from infra.ports import free_port
+from infra.process import ServerProcess
+
+
+def _ping(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        s.sendall(b"PING\r\n")
+        return s.recv(64).startswith(b"+PONG")
+
+
+class RedisServer:
+    """One redis-server with its own port and directory, started and stopped by lockbench.
+
+    Why not a shared server: each case must start from empty lock state and its own
+    command statistics, and the resource must never share a server with the lock.
+    """
+
+    kind = "redis"
+
+    def __init__(self, workdir: Path, name: str = "redis", port: int | None = None) -> None:
+        self.binary = find_binary("redis-server", "redis-server")
+        self.port = port or free_port()
+        self.name = name
+        self.dir = workdir / f"{name}-{self.port}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            self.binary,
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.dir),
+            "--save", "",
+            "--appendonly", "no",
+            "--protected-mode", "yes",
+            "--daemonize", "no",
+            "--maxclients", "10000",
+        ]  # fmt: skip
+        self.process = ServerProcess(name, argv, self.dir / "server.log")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, detached: bool = False) -> RedisServer:
+        self.process.start(lambda: _ping(self.port), timeout=10, detached=detached)
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def restart(self) -> None:
+        """Kill (SIGKILL) and start again on the same port: all lock state is lost."""
+        self.process.kill()
+        if self.process.popen is not None:
+            self.process.popen.wait(5)
+        self.start()
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout
+        for part in out.split():
+            if part.startswith("v="):
+                return part[2:]
+        return out.strip()

@@ -1,0 +1,1 @@
+"""Lock algorithms behind one interface (lockimpls.base.Lock); knows nothing of Locust or bench."""

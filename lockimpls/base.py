@@ -1,0 +1,179 @@
+"""The Lock interface every algorithm implements, its Lease, errors and capabilities.
+
+A lock is built for one lock name on one backend. ``acquire`` either returns a
+:class:`Lease` or raises: :class:`LockTimeout` when the caller knows it does not hold
+the lock, :class:`LockOutcomeUnknown` when it cannot know (a request whose answer was
+lost may still have been applied), :class:`BackendUnavailable` when the server cannot
+be reached at all. ``release`` returns whether the caller still owned the lock when it
+let go; a lease that already expired, or was taken over, returns False.
+
+Subclasses implement ``_try_acquire`` (one attempt, no waiting) and ``_release``; the
+template method ``acquire`` owns the waiting policy, so every polling lock waits the
+same way and ``retry_interval`` means one thing across backends. Locks that are woken
+by the server (pub/sub, watches, server-side queues) override ``acquire`` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+WaitKind = Literal["poll", "notify", "server-queue"]
+
+#: Default pause between two attempts of a polling lock, in seconds (1 ms).
+#: Short enough that the handoff gap stays near a round trip, long enough that
+#: 50 waiters on a hot key do not turn the lock server into a busy loop.
+DEFAULT_RETRY_INTERVAL = 0.001
+
+#: Default lease (time to live) of locks that have one, in seconds.
+DEFAULT_TTL = 10.0
+
+
+class LockError(Exception):
+    """Root of every error a lock raises, so callers can catch lock trouble in one place."""
+
+
+class LockTimeout(LockError):
+    """acquire gave up: the caller certainly does not hold the lock (a ``fail``)."""
+
+
+class LockOutcomeUnknown(LockError):
+    """The server may or may not have applied the request (an ``info``, not a ``fail``)."""
+
+
+class BackendUnavailable(LockError):
+    """The lock server could not be reached; nothing was applied."""
+
+
+class LockConfigError(LockError):
+    """The lock was built with options it cannot honour (e.g. an unsupported URL)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an algorithm promises, so workloads run only where they make sense.
+
+    ``wait`` says how a blocked acquirer learns the lock is free: ``poll`` (it asks
+    again after ``retry_interval``), ``notify`` (the server or a channel wakes it) or
+    ``server-queue`` (the server parks the request until it is granted).
+    """
+
+    ttl: bool
+    fencing: bool
+    reentrant: bool = False
+    read_write: bool = False
+    wait: WaitKind = "poll"
+    multi_host: bool = True
+    notes: str = ""
+
+
+@dataclass
+class Lease:
+    """Proof of one successful acquire, handed back to ``release``.
+
+    ``acquired_at_ns`` and ``deadline_ns`` are ``time.monotonic_ns()`` readings of the
+    client: the deadline is when the client itself must assume the lock is gone (None
+    for locks without a lease). ``token`` is the fencing token (None when the algorithm
+    has none). ``lost`` is set by locks that learn they lost the lock while holding it.
+    """
+
+    name: str
+    owner: str
+    token: int | None
+    acquired_at_ns: int
+    deadline_ns: int | None
+    lost: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def remaining(self) -> float | None:
+        """Seconds left until the client-side deadline, None without a lease."""
+        if self.deadline_ns is None:
+            return None
+        return (self.deadline_ns - time.monotonic_ns()) / 1e9
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    """Tuning shared by all algorithms; each uses the fields that apply to it.
+
+    ``clock`` is the wall clock that algorithms trusting client time read (seconds since
+    the epoch); faults replace it to inject skew. ``fencing`` asks for a fencing token at
+    every grant when the algorithm can make one (it may cost a round trip, so it is off
+    by default and the seed algorithm is measured as written).
+    """
+
+    ttl: float = DEFAULT_TTL
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
+    fencing: bool = False
+    clock: Callable[[], float] = time.time
+    owner_prefix: str = ""
+    params: dict = field(default_factory=dict)
+
+
+def new_owner_id(prefix: str = "") -> str:
+    """A globally unique owner id: host pid plus a random part."""
+    return f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+class Lock(ABC):
+    """One named lock on one backend, used by one client at a time.
+
+    Why a class per (algorithm, name): the algorithms keep per-holder state (the owner
+    value written, a watchdog, a session) and the harness gives every simulated client
+    its own instance, exactly as two processes would each have their own.
+    """
+
+    id: ClassVar[str] = ""
+    backend: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities]
+    summary: ClassVar[str] = ""
+
+    def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
+        self.name = name
+        self.urls = tuple(urls)
+        self.options = options or LockOptions()
+
+    # template method ---------------------------------------------------------------
+    def acquire(self, timeout: float | None = None) -> Lease:
+        """Wait up to ``timeout`` seconds (None: forever, 0: one attempt) for the lock."""
+        start = time.monotonic()
+        interval = self.options.retry_interval
+        while True:
+            lease = self._try_acquire()
+            if lease is not None:
+                return lease
+            if timeout is not None and time.monotonic() - start + interval > timeout:
+                raise LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout:.3f}s")
+            time.sleep(interval)
+
+    def try_acquire(self) -> Lease | None:
+        """One attempt without waiting: a Lease, or None when the lock is held."""
+        try:
+            return self.acquire(timeout=0)
+        except LockTimeout:
+            return None
+
+    def release(self, lease: Lease) -> bool:
+        """Let go of the lock; True when the caller still owned it at that moment."""
+        return self._release(lease)
+
+    def close(self) -> None:
+        """Free per-instance resources (threads, sessions). Connections are shared."""
+
+    # to implement -------------------------------------------------------------------
+    def _try_acquire(self) -> Lease | None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _try_acquire or acquire")
+
+    @abstractmethod
+    def _release(self, lease: Lease) -> bool: ...
+
+    # helpers for subclasses ----------------------------------------------------------
+    def _new_lease(self, owner: str, token: int | None = None, ttl: float | None = None) -> Lease:
+        now = time.monotonic_ns()
+        deadline = None if ttl is None else now + int(ttl * 1e9)
+        return Lease(self.name, owner, token, now, deadline)

@@ -1,0 +1,100 @@
+"""Every lock algorithm by id, loaded lazily so a missing client library only hurts its own ids.
+
+Ids are ``backend.algorithm`` (DESIGN.md section 4). Third parties add theirs through the
+``lockbench.locks`` entry-point group or by naming ``package.module:Class`` directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from lockimpls.base import Capabilities, Lock, LockConfigError
+
+#: id -> "module:Class". Order is the order of the catalog, used for reports.
+BUILTIN: dict[str, str] = {
+    "redis.setnx-del": "lockimpls.redis_locks:SetnxDel",
+    "redis.setnx-expire": "lockimpls.redis_locks:SetnxExpire",
+    "redis.setnx-getset": "lockimpls.redis_locks:SetnxGetset",
+    "redis.set-nx-px": "lockimpls.redis_locks:SetNxPx",
+    "redis.set-nx-px-lua": "lockimpls.redis_locks:SetNxPxLua",
+}
+
+#: Impls that exist only to prove the checkers catch a broken lock; never in a backend's list.
+TEST_ONLY: dict[str, str] = {
+    "test.no-mutex": "lockimpls.broken:NoMutex",
+}
+
+ENTRY_POINT_GROUP = "lockbench.locks"
+
+
+def _entry_point_specs() -> dict[str, str]:
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_ids(include_test: bool = False) -> list[str]:
+    """All ids a user may pass to ``--impl`` (built-in, then entry points)."""
+    ids = list(BUILTIN) + [i for i in _entry_point_specs() if i not in BUILTIN]
+    if include_test:
+        ids += list(TEST_ONLY)
+    return ids
+
+
+def ids_for_backend(backend: str) -> list[str]:
+    """The built-in and entry-point ids whose backend prefix is ``backend``."""
+    return [i for i in known_ids() if i.split(".", 1)[0] == backend]
+
+
+def backends() -> list[str]:
+    """Backends that have at least one impl, in catalog order."""
+    seen: list[str] = []
+    for i in known_ids():
+        b = i.split(".", 1)[0]
+        if b not in seen:
+            seen.append(b)
+    return seen
+
+
+def _load_spec(spec: str) -> type:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise LockConfigError(f"{spec!r} is not of the form package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise LockConfigError(f"cannot import module {module_name!r} ({exc})") from exc
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise LockConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def validate_class(cls: object, spec: str) -> type[Lock]:
+    """Check that ``cls`` satisfies the Lock interface; say exactly what is missing."""
+    if not isinstance(cls, type):
+        raise LockConfigError(f"{spec} is not a class")
+    missing = [m for m in ("acquire", "release") if not callable(getattr(cls, m, None))]
+    if not isinstance(getattr(cls, "capabilities", None), Capabilities):
+        missing.append("capabilities (a lockimpls.base.Capabilities)")
+    if not getattr(cls, "id", ""):
+        missing.append("id (a 'backend.algorithm' string)")
+    if getattr(cls, "__abstractmethods__", None):
+        missing += sorted(cls.__abstractmethods__)
+    if missing:
+        raise LockConfigError(f"{spec} does not satisfy the Lock interface: missing {', '.join(missing)}")
+    return cls  # type: ignore[return-value]
+
+
+def resolve(id_or_spec: str) -> type[Lock]:
+    """The Lock class for a catalog id, an entry-point name, or ``package.module:Class``."""
+    table = {**TEST_ONLY, **_entry_point_specs(), **BUILTIN}
+    if id_or_spec in table:
+        spec = table[id_or_spec]
+    elif ":" in id_or_spec:
+        spec = id_or_spec
+    else:
+        raise LockConfigError(f"unknown impl {id_or_spec!r}; valid: {', '.join(known_ids())}")
+    return validate_class(_load_spec(spec), spec)

@@ -1,0 +1,45 @@
+"""Shared fixtures: real servers started by infra on 127.0.0.1, stopped after the session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.redis_server import RedisServer
+
+ARTIFACTS = Path(os.environ.get("LOCKBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+
+
+@pytest.fixture(scope="session")
+def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="session")
+def redis_server(server_dir: Path) -> Iterator[RedisServer]:
+    """A real redis-server for lock state, shared by the session's tests."""
+    server = RedisServer(server_dir, name="redis-lock").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def resource_server(server_dir: Path) -> Iterator[RedisServer]:
+    """A second real redis-server holding the protected resource (never the lock server)."""
+    server = RedisServer(server_dir, name="redis-resource").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The lock server's URL, flushed before each test so tests do not see each other's keys."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    yield redis_server.url
