@@ -1,0 +1,34 @@
+"""Which server class runs each backend, so bench and tests start servers by backend name.
+
+A server class takes ``(workdir: Path, name: str)``, has ``start(detached=False) -> self``,
+``stop()``, ``url`` (the URL a Lock receives) and ``version() -> str``.
+Backends mapped to None need no server (their impls get a URL from ``local_url``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+SERVERS: dict[str, str | None] = {
+    "redis": "infra.redis_server:RedisServer",
+}
+
+#: The resource (stock, ledger, witness) always lives on its own Redis.
+RESOURCE_SERVER = "infra.redis_server:RedisServer"
+
+
+def server_class(backend: str) -> type | None:
+    """The server class for ``backend`` (None when it needs no server)."""
+    spec = SERVERS[backend]
+    if spec is None:
+        return None
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def local_url(backend: str, workdir: Path) -> str:
+    """URL for a backend that needs no server (e.g. a directory for file locks)."""
+    path = workdir / backend
+    path.mkdir(parents=True, exist_ok=True)
+    return f"{backend}://{path}"
