@@ -12,6 +12,7 @@ from pathlib import Path
 
 SERVERS: dict[str, str | None] = {
     "redis": "infra.redis_server:RedisServer",
+    "test": None,  # lockimpls.broken: test-only locks that need no server
 }
 
 #: The resource (stock, ledger, witness) always lives on its own Redis.

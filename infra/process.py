@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
@@ -102,10 +103,8 @@ class ServerProcess:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send a signal to the whole process group (faults use SIGKILL / SIGSTOP / SIGCONT)."""
         if self.popen is not None and self.popen.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the process group, then SIGKILL after ``grace`` seconds."""
@@ -135,10 +134,8 @@ def stop_pid(pid: int, grace: float = 5.0) -> bool:
         except ProcessLookupError:
             return True
         time.sleep(0.05)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     return True
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 
 def state_dir() -> Path:
-    base = os.environ.get("LOCKBENCH_INFRA_DIR") or os.path.join(tempfile.gettempdir(), f"lockbench-infra-{os.getuid()}")
+    base = os.environ.get("LOCKBENCH_INFRA_DIR") or os.path.join(
+        tempfile.gettempdir(), f"lockbench-infra-{os.getuid()}"
+    )
     return Path(base)
 
 

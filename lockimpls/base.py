@@ -162,7 +162,7 @@ class Lock(ABC):
         """Let go of the lock; True when the caller still owned it at that moment."""
         return self._release(lease)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most locks hold nothing per instance
         """Free per-instance resources (threads, sessions). Connections are shared."""
 
     # to implement -------------------------------------------------------------------

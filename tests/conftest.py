@@ -10,7 +10,9 @@ import pytest
 
 from infra.redis_server import RedisServer
 
-ARTIFACTS = Path(os.environ.get("LOCKBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+ARTIFACTS = Path(
+    os.environ.get("LOCKBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,180 @@
+"""The ``bench`` command: run benchmarks, render reports, manage local servers.
+
+Results paths go to stdout, everything else (progress, logs) to stderr. A user's
+mistake is one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from bench import config
+from bench.errors import UserError
+
+try:  # typer >= 0.20 vendors click; older ones use the click package
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc
+
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    help="lockbench: which distributed lock should I use, what does it cost, and is it safe?",
+    context_settings={"default_map": config.default_map()},
+)
+infra_app = typer.Typer(no_args_is_help=True, help="Keep local servers up between runs (optional).")
+app.add_typer(infra_app, name="infra")
+
+
+def _env(name: str) -> str:
+    return f"LOCKBENCH_{name.upper()}"
+
+
+@app.command()
+def run(
+    backend: Annotated[
+        list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
+    ] = [],  # noqa: B006
+    impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
+    workload: Annotated[str, typer.Option(help="workload name", envvar=_env("workload"))] = "flash-sale",
+    duration: Annotated[float, typer.Option(help="seconds of load per case", envvar=_env("duration"))] = 10.0,
+    users: Annotated[int, typer.Option(help="simulated clients", envvar=_env("users"))] = 50,
+    spawn_rate: Annotated[
+        float | None, typer.Option(help="clients started per second (default: all in 1 s)")
+    ] = None,
+    processes: Annotated[int, typer.Option(help="Locust worker processes (1 = one local process)")] = 1,
+    trials: Annotated[int, typer.Option(help="repeat every case this many times, interleaved")] = 1,
+    items: Annotated[int, typer.Option(help="flash-sale: items, one lock each")] = 1,
+    skew: Annotated[float, typer.Option(help="flash-sale: Zipf exponent of item popularity")] = 1.0,
+    stock: Annotated[int, typer.Option(help="flash-sale: initial stock per item")] = 100_000,
+    max_qty: Annotated[int, typer.Option(help="flash-sale: a buyer wants 1..max-qty units")] = 3,
+    cs: Annotated[
+        str, typer.Option(help="critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, pareto:1ms:1.5")
+    ] = "1ms",
+    ttl: Annotated[float, typer.Option(help="lease (TTL) in seconds for locks that have one")] = 10.0,
+    retry_interval: Annotated[float, typer.Option(help="seconds between attempts of polling locks")] = 0.001,
+    acquire_timeout: Annotated[float, typer.Option(help="seconds an acquire may wait before it fails")] = 5.0,
+    fencing: Annotated[bool, typer.Option(help="ask impls for a fencing token at every grant")] = False,
+    redis_url: Annotated[
+        list[str],
+        typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
+    ] = [],  # noqa: B006
+    resource_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Redis for the protected resource (never a lock server)", envvar=_env("resource_url")
+        ),
+    ] = None,
+    results_dir: Annotated[
+        Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
+    ] = Path("results"),
+    report: Annotated[bool, typer.Option(help="render report.html at the end")] = True,
+) -> None:
+    """Run lock impls under a workload against real servers; print the report's path."""
+    from bench.commands import run_command
+
+    code = run_command(
+        backends=backend, impls=impl, workload=workload, duration=duration, users=users,
+        spawn_rate=spawn_rate, processes=processes, trials=trials,
+        workload_options={"items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs},
+        ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
+        user_urls={"redis": redis_url}, resource_url=resource_url, results_dir=results_dir,
+        render=report, argv=sys.argv, console=console,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+@app.command("report")
+def report_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="run folder(s); the first is the baseline")],
+    out: Annotated[
+        Path | None, typer.Option(help="output HTML file (default: <last run>/report.html)")
+    ] = None,
+    slo_us: Annotated[
+        float | None, typer.Option(help="draw an SLO line on the latency spectrum (microseconds)")
+    ] = None,
+) -> None:
+    """Render report.html from results folders alone (no server is contacted)."""
+    from dashboards import ReportInputError, render_report
+
+    try:
+        path = render_report(list(runs), out=out, slo_us=slo_us)
+    except ReportInputError as exc:
+        raise UserError(str(exc)) from None
+    print(path)
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List backends, impl ids and workloads."""
+    from lockimpls.registry import backends, ids_for_backend
+    from workloads.catalog import WORKLOADS
+
+    for b in backends():
+        print(f"{b}: {' '.join(ids_for_backend(b))}")
+    print(f"workloads: {' '.join(WORKLOADS)}")
+
+
+@infra_app.command("up")
+def infra_up(kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis")]) -> None:
+    """Start servers that stay up until `bench infra down`; `bench run` reuses them."""
+    from bench.infra_cmd import up
+
+    up(kinds, console)
+
+
+@infra_app.command("status")
+def infra_status() -> None:
+    """Show servers started by `bench infra up`."""
+    from bench.infra_cmd import status
+
+    status()
+
+
+@infra_app.command("down")
+def infra_down() -> None:
+    """Stop every server started by `bench infra up`."""
+    from bench.infra_cmd import down
+
+    down(console)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: map every user error to one line and exit 2; Ctrl-C to exit 130."""
+    from infra.errors import InfraError
+    from lockimpls.base import LockConfigError
+
+    # SIGTERM behaves like Ctrl-C so that servers and partial results are cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except click_exc.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
+        code = 2
+    except click_exc.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "bench"
+        print(f"bench: error: {_one_line(exc.format_message())} (see '{command} --help')", file=sys.stderr)
+        code = 2
+    except (UserError, InfraError, LockConfigError) as exc:
+        print(f"bench: error: {_one_line(str(exc))}", file=sys.stderr)
+        code = 2
+    except (KeyboardInterrupt, click_exc.Abort):
+        print("bench: interrupted", file=sys.stderr)
+        code = 130
+    except OSError as exc:
+        print(f"bench: error: {_one_line(str(exc))}", file=sys.stderr)
+        code = 2
+    sys.exit(code if isinstance(code, int) else 0)

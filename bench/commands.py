@@ -1,0 +1,198 @@
+"""``bench run``: validate the request, plan cases, bring servers up, run, write, render."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import meta
+from bench.errors import UserError
+from bench.redact import redact_text
+from bench.results import RunFolder
+from bench.runner import Case, RunSettings, endpoints_for_meta, run_plan
+from infra.stack import Stack
+from lockimpls import registry
+from lockimpls.base import LockConfigError
+from workloads.catalog import WORKLOADS, WorkloadInfo
+from workloads.distributions import SpecError, parse_distribution
+
+
+def _impl_backend(impl_id: str, cls: type) -> str:
+    return getattr(cls, "backend", "") or impl_id.split(".", 1)[0]
+
+
+def plan_impls(backends: list[str], impls: list[str]) -> list[tuple[str, str, type]]:
+    """[(impl id, backend, class)] for the requested backends and impls, validated."""
+    if not backends and not impls:
+        raise UserError(f"say what to run: --backend {{{','.join(registry.backends())},all}} or --impl ID")
+    chosen: list[str] = []
+    valid_backends = registry.backends()
+    for b in backends:
+        if b == "all":
+            chosen += registry.known_ids()
+        elif b in valid_backends:
+            chosen += registry.ids_for_backend(b)
+        else:
+            raise UserError(f"unknown backend {b!r}; valid: {', '.join(valid_backends)}, all")
+    if impls and backends:
+        # --impl narrows the backends' list; an impl of another backend is added
+        narrowed = [i for i in chosen if i in impls]
+        chosen = narrowed + [i for i in impls if i not in narrowed]
+    elif impls:
+        chosen = list(impls)
+    out: list[tuple[str, str, type]] = []
+    for impl_id in dict.fromkeys(chosen):
+        if impl_id not in registry.known_ids(include_test=True) and ":" not in impl_id:
+            raise UserError(
+                f"unknown impl {impl_id!r}; valid: {', '.join(registry.known_ids())} or package.module:Class"
+            )
+        try:
+            cls = registry.resolve(impl_id)
+        except LockConfigError as exc:
+            raise UserError(str(exc)) from None
+        out.append((impl_id, _impl_backend(impl_id, cls), cls))
+    return out
+
+
+def _check_numbers(**values: Any) -> None:
+    for name, (value, minimum) in values.items():
+        if value < minimum:
+            raise UserError(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+
+
+def run_command(
+    *,
+    backends: list[str],
+    impls: list[str],
+    workload: str,
+    duration: float,
+    users: int,
+    spawn_rate: float | None,
+    processes: int,
+    trials: int,
+    workload_options: dict[str, Any],
+    ttl: float,
+    retry_interval: float,
+    acquire_timeout: float,
+    fencing: bool,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    results_dir: Path,
+    render: bool,
+    argv: list[str],
+    console: Console,
+) -> int:
+    """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted)."""
+    if workload not in WORKLOADS:
+        raise UserError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
+    info: WorkloadInfo = WORKLOADS[workload]
+    _check_numbers(
+        duration=(duration, 1), users=(users, 1), processes=(processes, 1), trials=(trials, 1),
+        items=(workload_options["items"], 1), stock=(workload_options["stock"], 0),
+        max_qty=(workload_options["max_qty"], 1), ttl=(ttl, 0.001), retry_interval=(retry_interval, 0),
+        acquire_timeout=(acquire_timeout, 0),
+    )  # fmt: skip
+    try:
+        parse_distribution(workload_options["cs"])
+    except SpecError as exc:
+        raise UserError(f"--cs: {exc}") from None
+    planned = plan_impls(backends, impls)
+    runnable = []
+    for impl_id, backend, cls in planned:
+        if info.requires and not getattr(cls.capabilities, info.requires, False):
+            console.print(
+                f"skipping {impl_id}: workload {workload} needs {info.requires}, which it does not declare"
+            )
+            continue
+        runnable.append((impl_id, backend))
+    if not runnable:
+        raise UserError(f"no impl of those can run workload {workload}")
+
+    settings = RunSettings(
+        users=users, spawn_rate=spawn_rate or float(users), duration=duration, processes=processes, ttl=ttl,
+        retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
+        workload_options=workload_options,
+    )  # fmt: skip
+    params = {
+        "workload": workload, "duration_s": duration, "users": users, "spawn_rate": settings.spawn_rate,
+        "processes": processes, "trials": trials, "ttl_s": ttl, "retry_interval_s": retry_interval,
+        "acquire_timeout_s": acquire_timeout, "fencing": fencing, **workload_options,
+    }  # fmt: skip
+    cases = [
+        Case(impl=impl_id, backend=backend, workload=info, trial=t, params={"trials": trials})
+        for t in range(trials)
+        for impl_id, backend in runnable
+    ]
+    needed = list(dict.fromkeys(backend for _, backend in runnable))
+    started = datetime.now(UTC).isoformat()
+    console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
+    with Stack(needed, user_urls=user_urls, resource_url=resource_url) as stack:
+        folder = RunFolder(
+            results_dir,
+            {
+                "started_at": started,
+                "command": redact_text(" ".join(["bench", *argv[1:]])),
+                "git_commit": meta.git_commit(),
+                "host": meta.host_info(),
+                "versions": {"servers": stack.versions, "libraries": meta.library_versions()},
+                "params": params,
+                "impls": [i for i, _ in runnable],
+                "endpoints": endpoints_for_meta(stack),
+            },
+        )
+        console.print(f"lockbench: results in {folder.path}")
+        status = "complete"
+        failures: list[str] = []
+        try:
+            failures = run_plan(
+                cases, settings, stack, folder,
+                progress=lambda c, i, n: console.print(
+                    f"[{i + 1}/{n}] {c.impl} x {c.workload.name}"
+                    + (f" (trial {c.trial + 1})" if trials > 1 else "") + f": {duration:g}s, {users} users"
+                ),
+                on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
+            )  # fmt: skip
+            if failures:
+                status = "complete-with-failures"
+                folder.note("failures", failures)
+        except KeyboardInterrupt:
+            status = "incomplete"
+            console.print("lockbench: interrupted; keeping finished cases")
+        finally:
+            folder.finish(status)
+    _summary(folder, console)
+    report_path = folder.path / "report.html"
+    if render and folder.rows:
+        from dashboards import render_report
+
+        report_path = render_report([folder.path])
+    print(report_path if render and folder.rows else folder.path)
+    if status == "incomplete":
+        return 130
+    return 1 if failures else 0
+
+
+def _summary(folder: RunFolder, console: Console) -> None:
+    if not folder.rows:
+        return
+    table = Table(title=f"lockbench run {folder.run_id}", title_justify="left")
+    cols = [
+        ("impl", "impl"), ("acq/s", "throughput_acq_s"), ("acquire p50 us", "acquire_p50_us"),
+        ("acquire p99 us", "acquire_p99_us"), ("overlaps", "overlapping_holds"),
+        ("oversold", "oversold_units"), ("lost upd.", "lost_updates"), ("verdict", "verdict"),
+    ]  # fmt: skip
+    for title, _ in cols:
+        table.add_column(title, justify="left" if title in ("impl", "verdict") else "right", overflow="fold")
+    for row in folder.rows:
+        cells = []
+        for _, key in cols:
+            v = row.get(key, "")
+            cells.append(f"{v:,.0f}" if isinstance(v, float) else str(v))
+        if row.get("trial"):
+            cells[0] += f" #{row['trial'] + 1}"
+        table.add_row(*cells, style="red" if row.get("verdict") == "invalid" else None)
+    console.print(table)

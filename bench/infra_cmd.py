@@ -1,0 +1,50 @@
+"""``bench infra up|status|down``: servers that outlive one command, on purpose."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from bench.errors import UserError
+from infra import catalog, state
+from infra.process import stop_pid
+
+
+def up(kinds: list[str], console: Console) -> None:
+    current = state.load()
+    running = {s["kind"] for s in current["servers"] if state.pid_alive(s["pid"])}
+    current["servers"] = [s for s in current["servers"] if state.pid_alive(s["pid"])]
+    for kind in kinds:
+        if kind not in catalog.SERVERS or catalog.SERVERS[kind] is None:
+            valid = [k for k, v in catalog.SERVERS.items() if v]
+            raise UserError(f"unknown server kind {kind!r}; valid: {', '.join(valid)}")
+    for kind in kinds:
+        if kind in running:
+            console.print(f"{kind} is already up")
+            continue
+        workdir = state.state_dir() / kind
+        workdir.mkdir(parents=True, exist_ok=True)
+        server = catalog.server_class(kind)(workdir, name=kind)
+        server.start(detached=True)
+        current["servers"].append(
+            {"kind": kind, "name": kind, "url": server.url, "pid": server.process.pid, "dir": str(workdir)}
+        )
+        state.save(current)
+        print(f"{kind} {server.url}")
+
+
+def status() -> None:
+    servers = state.load()["servers"]
+    if not servers:
+        print("no servers up (start some with: bench infra up redis)")
+        return
+    for s in servers:
+        alive = "up" if state.pid_alive(s["pid"]) else "gone"
+        print(f"{s['kind']}\t{alive}\t{s['url']}\tpid {s['pid']}")
+
+
+def down(console: Console) -> None:
+    current = state.load()
+    for s in current["servers"]:
+        if stop_pid(s["pid"]):
+            console.print(f"stopped {s['kind']} (pid {s['pid']})")
+    state.save({"servers": []})

@@ -1,0 +1,212 @@
+"""The report's plotly figures and the pure computations behind them.
+
+Labels coming from files are HTML-escaped before they reach plotly: plotly.js renders a
+subset of HTML in text, and decodes entities, so escaped names display literally.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from hdrh.histogram import HdrHistogram
+from plotly.subplots import make_subplots
+
+from dashboards.load import RunData, num
+
+#: Percentile levels marked on the spectrum's x axis, as 1/(1-p).
+SPECTRUM_TICKS = [(1, "0%"), (2, "50%"), (10, "90%"), (100, "99%"), (1_000, "99.9%"), (10_000, "99.99%")]
+_EXTRA_TICKS = [(100_000, "99.999%"), (1_000_000, "99.9999%"), (10_000_000, "99.99999%")]
+_HISTORY_COLUMNS = ["client", "seq", "op", "type", "t_ns"]
+_LAYOUT = {"template": "plotly_white", "margin": {"l": 70, "r": 20, "t": 60, "b": 60}, "height": 440}
+
+
+def spectrum_points(hist: HdrHistogram, ticks_per_half_distance: int = 5) -> list[tuple[float, float, float]]:
+    """(x = 1/(1-p), value in us, percentile) from the HDR percentile iterator.
+
+    The final 100% step has no finite 1/(1-p); it is placed at the "1 in N" level (N = total
+    count) so the maximum still shows as the last point of the line.
+    """
+    total = hist.get_total_count()
+    points: list[tuple[float, float, float]] = []
+    if total == 0:
+        return points
+    for item in hist.get_percentile_iterator(ticks_per_half_distance):
+        pct = float(item.percentile_level_iterated_to)
+        value = float(hist.get_highest_equivalent_value(item.value_iterated_to))
+        last_x = points[-1][0] if points else 1.0
+        x = 1.0 / (1.0 - pct / 100.0) if pct < 100.0 else max(float(total), last_x)
+        points.append((x, value, pct))
+    return points
+
+
+def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
+    """Per-second acquire ok count and latency percentiles from acquire invoke/ok history rows.
+
+    Invoke and completion share (client, seq). A bucket is one second since the first
+    acquire event, by completion time; seconds without a completion count 0. The trailing
+    partial second is rated over its real width, or dropped when shorter than half a second
+    (a rate over a sliver of time is noise).
+    """
+    columns = ["second", "acq_per_s", "p50_us", "p99_us"]
+    acq = history[history["op"] == "acquire"]
+    if acq.empty:
+        return pd.DataFrame(columns=columns)
+    t0 = int(acq["t_ns"].min())
+    t_end = int(acq["t_ns"].max())
+    invokes = acq[acq["type"] == "invoke"][["client", "seq", "t_ns"]].drop_duplicates(["client", "seq"])
+    oks = acq[acq["type"] == "ok"][["client", "seq", "t_ns"]].drop_duplicates(["client", "seq"])
+    pairs = invokes.merge(oks, on=["client", "seq"], suffixes=("_inv", "_ok"))
+    if pairs.empty:
+        return pd.DataFrame(columns=columns)
+    pairs = pairs.assign(
+        latency_us=(pairs["t_ns_ok"] - pairs["t_ns_inv"]).astype("float64") / 1_000.0,
+        second=((pairs["t_ns_ok"] - t0) // 1_000_000_000).astype("int64"),
+    )
+    grouped = pairs.groupby("second")["latency_us"]
+    per_second = pd.DataFrame(
+        {"acq_per_s": grouped.size(), "p50_us": grouped.quantile(0.5), "p99_us": grouped.quantile(0.99)}
+    )
+    span_s = (t_end - t0) / 1e9
+    last = int(span_s)
+    per_second = per_second.reindex(range(0, last + 1))
+    per_second["acq_per_s"] = per_second["acq_per_s"].fillna(0).astype("float64")
+    last_width = span_s - last
+    if last > 0 and last_width < 0.5:
+        per_second = per_second.iloc[:-1]
+    elif last_width > 0:
+        per_second.loc[last, "acq_per_s"] /= last_width
+    return per_second.rename_axis("second").reset_index()[columns]
+
+
+def _no_data(fig: go.Figure, message: str) -> go.Figure:
+    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def throughput_figure(run: RunData, labels: dict[str, str]) -> go.Figure:
+    """Grouped bars per case: acquisitions/s and purchases/s from cases.csv."""
+    names, acq, ops = [], [], []
+    for _, row in run.cases.iterrows():
+        names.append(html.escape(labels[str(row["case"])]))
+        acq.append(num(row, "throughput_acq_s"))
+        ops_s = num(row, "throughput_ops_s")
+        purchases, duration = num(row, "purchases"), num(row, "duration_s")
+        if ops_s is None and purchases is not None and duration:
+            ops_s = purchases / duration
+        ops.append(ops_s)
+    fig = go.Figure()
+    fig.update_layout(**_LAYOUT, barmode="group", yaxis_title="operations per second", xaxis_title="case")
+    if not any(v is not None for v in acq + ops):
+        return _no_data(fig, "no throughput columns in cases.csv")
+    if any(v is not None for v in acq):
+        fig.add_bar(x=names, y=acq, name="acquisitions/s")
+    if any(v is not None for v in ops):
+        fig.add_bar(x=names, y=ops, name="purchases/s")
+    return fig
+
+
+def _axis_ticks(max_x: float) -> tuple[list[float], list[str]]:
+    ticks = SPECTRUM_TICKS + [t for t in _EXTRA_TICKS if t[0] <= max_x * 1.01]
+    return [t[0] for t in ticks], [t[1] for t in ticks]
+
+
+def spectrum_figure(run: RunData, labels: dict[str, str], slo_us: float | None) -> go.Figure:
+    """Acquire latency percentile spectrum, one line per case, overlaid, log-log."""
+    fig = go.Figure()
+    max_x = 10_000.0
+    for case in run.case_ids():
+        hist = run.histogram(case, "acquire_ok")
+        if hist is None:
+            continue
+        points = spectrum_points(hist)
+        max_x = max(max_x, points[-1][0])
+        fig.add_scatter(
+            x=[p[0] for p in points],
+            y=[p[1] for p in points],
+            customdata=[f"{p[2]:.5g}%" for p in points],
+            mode="lines",
+            name=html.escape(labels[case]),
+            hovertemplate="%{customdata}: %{y} us<extra>%{fullData.name}</extra>",
+        )
+    tickvals, ticktext = _axis_ticks(max_x)
+    fig.update_layout(**_LAYOUT)
+    fig.update_xaxes(
+        type="log", tickvals=tickvals, ticktext=ticktext, title="percentile (log scale of 1/(1-p))"
+    )
+    fig.update_yaxes(type="log", title="acquire latency (us, log)")
+    if not fig.data:
+        return _no_data(fig, "no acquire_ok samples in any histogram")
+    if slo_us is not None:
+        fig.add_scatter(
+            x=[1, max_x],
+            y=[slo_us, slo_us],
+            mode="lines",
+            name=f"SLO {slo_us:g} us",
+            line={"dash": "dash", "color": "#c0392b"},
+        )
+    return fig
+
+
+def over_time_figure(run: RunData, labels: dict[str, str], slo_us: float | None) -> go.Figure:
+    """Acquire p50/p99 latency (top) and acquisitions/s (bottom) per second, one colour per case."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    longest = 0.0
+    for i, case in enumerate(run.case_ids()):
+        history = run.history(case, _HISTORY_COLUMNS)
+        if history is None:
+            continue
+        series = acquire_timeseries(history)
+        if series.empty:
+            run.notes.append(f"case {case}: history has no completed acquires")
+            continue
+        name, colour = html.escape(labels[case]), palette[i % len(palette)]
+        longest = max(longest, float(series["second"].max()) + 1)
+        common = {"x": series["second"], "legendgroup": name, "mode": "lines+markers"}
+        fig.add_scatter(
+            **common, y=series["p50_us"], name=f"{name} p50", line={"color": colour}, row=1, col=1
+        )
+        fig.add_scatter(
+            **common,
+            y=series["p99_us"],
+            name=f"{name} p99",
+            line={"color": colour, "dash": "dot"},
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            **common, y=series["acq_per_s"], name=f"{name} acq/s", line={"color": colour}, row=2, col=1
+        )
+    fig.update_layout(**{**_LAYOUT, "height": 620})
+    fig.update_yaxes(type="log", title="acquire latency (us, log)", row=1, col=1)
+    fig.update_yaxes(title="acquisitions/s", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title="seconds since the case's first acquire", row=2, col=1)
+    if not fig.data:
+        return _no_data(fig, "no history files with completed acquires")
+    if slo_us is not None and longest > 0:
+        fig.add_scatter(
+            x=[0, longest],
+            y=[slo_us, slo_us],
+            mode="lines",
+            name=f"SLO {slo_us:g} us",
+            line={"dash": "dash", "color": "#c0392b"},
+            row=1,
+            col=1,
+        )
+    return fig
+
+
+def percentile_us(hist: HdrHistogram | None, pct: float) -> float | None:
+    """A percentile of a histogram in us, or None for an absent or empty histogram."""
+    if hist is None or hist.get_total_count() == 0:
+        return None
+    if pct >= 100.0:
+        return float(hist.get_max_value())
+    return float(hist.get_value_at_percentile(pct))
+
+
+def is_finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

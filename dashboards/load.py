@@ -1,0 +1,195 @@
+"""Reading one lockbench results folder (run.json, cases.csv, hist/, history/) for the report.
+
+Files only: the renderer never imports bench, workloads, infra or lockimpls, so a report can
+be rebuilt from a copied results folder on a machine that has none of the servers.
+Anything optional that is missing or unreadable becomes ``None`` plus a note shown on the
+page; only a folder that is not a results folder at all raises :class:`ReportInputError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hdrh.histogram import HdrHistogram
+
+SCHEMA = 1
+HISTOGRAMS = ("acquire_ok", "acquire_timeout", "release", "hold", "cs")
+#: Columns that tell cases apart; the ones that vary across a run go into case labels.
+DIMENSIONS = ("impl", "backend", "workload", "users", "processes", "trial")
+_TEXT_COLUMNS = ("case", "impl", "backend", "workload", "verdict")
+
+
+class ReportInputError(Exception):
+    """A folder the renderer cannot read as a lockbench run; the message is one line for the user."""
+
+
+@dataclass
+class RunData:
+    """One run as read from its folder, so every section of the page reads the files once."""
+
+    path: Path
+    meta: dict[str, Any]
+    cases: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    _hists: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def status(self) -> str:
+        return str(self.meta.get("status", "unknown"))
+
+    def case_ids(self) -> list[str]:
+        return [str(c) for c in self.cases["case"]]
+
+    def missing_cases(self) -> list[str]:
+        """Cases run.json planned that have no row in cases.csv (not finished)."""
+        planned = self.meta.get("cases")
+        if not isinstance(planned, list):
+            return []
+        done = set(self.case_ids())
+        return [str(c) for c in planned if str(c) not in done]
+
+    def _case_file(self, sub: str, case: str, suffix: str) -> Path | None:
+        base = (self.path / sub).resolve()
+        candidate = (base / f"{case}{suffix}").resolve()
+        # A case id is data from a file: never let it point outside the run folder.
+        if candidate.parent != base:
+            return None
+        return candidate if candidate.is_file() else None
+
+    def histograms(self, case: str) -> dict[str, HdrHistogram | None]:
+        """The decoded HDR histograms of a case by name; absent or undecodable ones are None."""
+        if case in self._hists:
+            return self._hists[case]
+        out: dict[str, HdrHistogram | None] = dict.fromkeys(HISTOGRAMS)
+        path = self._case_file("hist", case, ".json")
+        if path is None:
+            self.notes.append(f"case {case}: no hist/{case}.json, latency columns from cases.csv only")
+        else:
+            try:
+                encoded = json.loads(path.read_text(encoding="utf-8")).get("histograms", {})
+            except (OSError, ValueError, AttributeError) as exc:
+                self.notes.append(f"case {case}: hist/{case}.json unreadable ({exc})")
+                encoded = {}
+            for name, b64 in encoded.items() if isinstance(encoded, dict) else ():
+                try:
+                    out[str(name)] = HdrHistogram.decode(b64)
+                except Exception as exc:  # noqa: BLE001 - hdrh raises assorted errors on bad input
+                    self.notes.append(f"case {case}: histogram {name} undecodable ({type(exc).__name__})")
+        self._hists[case] = out
+        return out
+
+    def histogram(self, case: str, name: str) -> HdrHistogram | None:
+        """A non-empty histogram, or None when it is absent or holds no samples."""
+        hist = self.histograms(case).get(name)
+        return hist if hist is not None and hist.get_total_count() > 0 else None
+
+    def history(self, case: str, columns: list[str]) -> pd.DataFrame | None:
+        """The case's history restricted to ``columns`` (acquire rows only), or None with a note."""
+        path = self._case_file("history", case, ".parquet")
+        if path is None:
+            self.notes.append(f"case {case}: no history/{case}.parquet, not in the over-time chart")
+            return None
+        try:
+            import pyarrow.parquet as pq
+
+            present = set(pq.read_schema(path).names)
+            missing = [c for c in columns if c not in present]
+            if missing:
+                self.notes.append(f"case {case}: history lacks columns {', '.join(missing)}")
+                return None
+            return pd.read_parquet(path, columns=columns, filters=[("op", "==", "acquire")])
+        except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
+            self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
+            return None
+
+
+def load_run(path: Path) -> RunData:
+    """Read run.json and cases.csv of a results folder; raise ReportInputError if it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ReportInputError(f"results folder not found: {path}")
+    run_json = path / "run.json"
+    if not run_json.is_file():
+        raise ReportInputError(f"not a lockbench results folder (no run.json): {path}")
+    try:
+        meta = json.loads(run_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportInputError(f"{run_json} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ReportInputError(f"{run_json} is not a JSON object")
+    if meta.get("schema") != SCHEMA:
+        raise ReportInputError(
+            f"{run_json} has results schema {meta.get('schema')!r}; this renderer reads schema {SCHEMA}"
+        )
+    cases_csv = path / "cases.csv"
+    if not cases_csv.is_file():
+        raise ReportInputError(f"no cases.csv in results folder: {path}")
+    try:
+        cases = pd.read_csv(cases_csv, dtype={c: "string" for c in _TEXT_COLUMNS})
+    except pd.errors.EmptyDataError:
+        cases = pd.DataFrame({"case": pd.Series([], dtype="string")})
+    except (OSError, ValueError) as exc:
+        raise ReportInputError(f"{cases_csv} is unreadable: {exc}") from None
+    if "case" not in cases.columns:
+        raise ReportInputError(f"{cases_csv} has no 'case' column")
+    cases = cases[cases["case"].notna()].reset_index(drop=True)
+    return RunData(path=path, meta=meta, cases=cases)
+
+
+def num(row: pd.Series | dict[str, Any], column: str) -> float | None:
+    """A numeric cell as float, or None when the column is absent, empty or not a number."""
+    value = row.get(column) if hasattr(row, "get") else None
+    if value is None or value is pd.NA:
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(result) else result
+
+
+def text(row: pd.Series | dict[str, Any], column: str) -> str | None:
+    """A text cell as str, or None when absent or empty."""
+    value = row.get(column) if hasattr(row, "get") else None
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
+
+
+def case_labels(cases: pd.DataFrame) -> dict[str, str]:
+    """Short unique label per case: the impl plus whichever dimensions vary in this run."""
+    varying = [c for c in DIMENSIONS if c in cases.columns and cases[c].nunique(dropna=False) > 1]
+    if "impl" in cases.columns:
+        # Impl ids start with their backend ("redis.setnx"), so the backend adds nothing.
+        varying = ["impl"] + [c for c in varying if c not in ("impl", "backend")]
+    labels: dict[str, str] = {}
+    for _, row in cases.iterrows():
+        case = str(row["case"])
+        parts = []
+        for col in varying:
+            value = text(row, col)
+            if value is None:
+                continue
+            parts.append(value if col in ("impl", "backend", "workload") else f"{col}={_plain(value)}")
+        labels[case] = " ".join(parts) or case
+    if len(set(labels.values())) < len(labels):
+        return {case: f"{label} [{case}]" for case, label in labels.items()}
+    return labels
+
+
+def _plain(value: str) -> str:
+    """'10.0' -> '10' for integer dimensions that pandas read as floats."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return str(int(number)) if number.is_integer() else value

@@ -1,0 +1,57 @@
+"""Render one or more lockbench results folders into a single self-contained report.html.
+
+``render_report`` is what ``bench`` calls after a run; ``python -m dashboards RUN_DIR
+[RUN_DIR ...]`` does the same by hand (the first folder is the baseline when several are
+given, the report goes into the last one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from dashboards.load import ReportInputError, load_run
+from dashboards.page import build_page
+
+
+def render_report(run_dirs: list[Path], out: Path | None = None, slo_us: float | None = None) -> Path:
+    """Write the report for ``run_dirs[-1]`` (compared with ``run_dirs[0]`` when several) and return its path.
+
+    Raises ReportInputError for a missing folder, a folder without run.json or cases.csv,
+    or a results schema this renderer does not know.
+    """
+    if not run_dirs:
+        raise ReportInputError("no results folder given")
+    runs = [load_run(Path(d)) for d in run_dirs]
+    out = Path(out) if out is not None else Path(run_dirs[-1]) / "report.html"
+    if not out.parent.is_dir():
+        raise ReportInputError(f"output folder does not exist: {out.parent}")
+    page = build_page(runs, slo_us)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: exit 0 and print the report path, or exit 2 with one line on bad input."""
+    parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="results folders; the first is the baseline")
+    parser.add_argument("--out", type=Path, default=None, help="output file (default: LAST_RUN/report.html)")
+    parser.add_argument("--slo-us", type=float, default=None, help="draw an acquire latency SLO line (us)")
+    args = parser.parse_args(argv)
+    try:
+        path = render_report(args.run_dirs, args.out, args.slo_us)
+    except ReportInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0

@@ -1,0 +1,133 @@
+"""The servers one command needs: started on loopback, reused, or given by the user.
+
+For each backend the URL comes from, in order: the user's ``--<backend>-url`` (checked
+for reachability, nothing started), a server left up by ``bench infra up`` (reused),
+or a throwaway server started now and stopped when the stack closes, whatever happens.
+The protected resource always gets its own Redis, distinct from every lock server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from infra import catalog, state
+from infra.errors import InfraError
+from infra.ports import port_open
+
+
+def probe(url: str, timeout: float = 3.0) -> None:
+    """Raise InfraError unless something answers at the URL's host and port."""
+    parts = urlsplit(url)
+    if parts.scheme in ("file", ""):
+        return
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or {
+        "redis": 6379,
+        "postgresql": 5432,
+        "postgres": 5432,
+        "http": 2379,
+        "memcached": 11211,
+    }.get(parts.scheme, 0)
+    if not port_open(host, port, timeout=timeout):
+        safe = f"{parts.scheme}://{host}:{port}"
+        raise InfraError(f"cannot reach {safe} (nothing answers there); start the server or fix the URL")
+
+
+class Stack:
+    """Servers for a set of backends plus the resource, as a context manager.
+
+    Why a context manager: the only reliable way to stop what we started on every exit
+    path (normal end, exception, Ctrl-C); atexit in infra.process covers the rest.
+    """
+
+    def __init__(
+        self,
+        backends: list[str],
+        user_urls: dict[str, list[str]] | None = None,
+        resource_url: str | None = None,
+        workdir: Path | None = None,
+        reuse_infra_up: bool = True,
+    ) -> None:
+        self.backends = backends
+        self.user_urls = {k: v for k, v in (user_urls or {}).items() if v}
+        self.resource_url = resource_url
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="lockbench-"))
+        self.reuse = reuse_infra_up
+        self.urls: dict[str, list[str]] = {}
+        self.sources: dict[str, str] = {}
+        self.servers: dict[str, Any] = {}
+        self.versions: dict[str, str] = {}
+
+    def _from_infra_up(self, kind: str) -> str | None:
+        if not self.reuse:
+            return None
+        for server in state.load().get("servers", []):
+            if server.get("kind") == kind and state.pid_alive(server.get("pid", -1)):
+                return server["url"]
+        return None
+
+    def _start(self, key: str, backend: str) -> str:
+        cls = catalog.server_class(backend)
+        if cls is None:
+            return catalog.local_url(backend, self.workdir)
+        server = cls(self.workdir, name=key)
+        self.servers[key] = server
+        server.start()
+        try:
+            self.versions[key] = server.version()
+        except Exception:  # noqa: BLE001 - a version is a label, never a reason to fail
+            self.versions[key] = "unknown"
+        return server.url
+
+    def __enter__(self) -> Stack:
+        try:
+            for backend in self.backends:
+                if backend not in catalog.SERVERS:
+                    raise InfraError(f"no infra for backend {backend!r}; known: {', '.join(catalog.SERVERS)}")
+                if backend in self.user_urls:
+                    for url in self.user_urls[backend]:
+                        probe(url)
+                    self.urls[backend] = self.user_urls[backend]
+                    self.sources[backend] = "user"
+                elif (url := self._from_infra_up(backend)) is not None:
+                    self.urls[backend] = [url]
+                    self.sources[backend] = "infra-up"
+                else:
+                    self.urls[backend] = [self._start(f"{backend}-lock", backend)]
+                    self.sources[backend] = "started"
+            if self.resource_url:
+                probe(self.resource_url)
+                self.urls["resource"] = [self.resource_url]
+                self.sources["resource"] = "user"
+            else:
+                self.urls["resource"] = [self._start("resource", "redis")]
+                self.sources["resource"] = "started"
+            lock_urls = {u for b in self.backends for u in self.urls[b]}
+            if self.urls["resource"][0] in lock_urls:
+                raise InfraError(
+                    "the resource must not live on a lock server; give --resource-url another server"
+                )
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for server in reversed(list(self.servers.values())):
+            with contextlib.suppress(Exception):  # keep stopping the others
+                server.stop()
+        self.servers.clear()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,163 @@
+"""Redis clients for lock algorithms: one per (process, URL), and one way to read redis errors.
+
+Locust forks its worker processes, so a client (and its sockets) made before a fork must
+never be used after it: :func:`client_for` keys its cache by ``os.getpid()``.
+
+Errors are translated once, here, by :class:`RedisCall`, so that every algorithm reports
+the same thing for the same trouble:
+
+- the server could not be reached before anything was sent (connect refused or timed out,
+  no pooled connection) -> :class:`~lockimpls.base.BackendUnavailable`: nothing applied;
+- a request was sent but its answer was lost (timeout, connection dropped mid-request), or an
+  earlier command of the same attempt was already applied ->
+  :class:`~lockimpls.base.LockOutcomeUnknown`: the history records an ``info``, not a ``fail``.
+
+redis-py's own retries are switched off: a silently retried ``SET NX`` that was applied the
+first time would come back "not acquired" while the caller holds the lock.
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from lockimpls.base import BackendUnavailable, LockConfigError, LockOutcomeUnknown
+
+#: Seconds to wait for a TCP connect (an unreachable server fails fast).
+CONNECT_TIMEOUT = 2.0
+#: Seconds to wait for one reply before the outcome is declared unknown.
+SOCKET_TIMEOUT = 5.0
+#: Connections per (process, URL): room for ~100 greenlets each holding one mid-command,
+#: plus headroom; beyond it callers wait (up to SOCKET_TIMEOUT) instead of failing.
+MAX_CONNECTIONS = 256
+
+_clients: dict[tuple[int, str], redis.Redis] = {}
+_scripts: dict[tuple[int, str, str], Script] = {}
+
+
+class _NotSent(redis.ConnectionError):
+    """Raised instead of any error met while getting a connection: no command was sent."""
+
+
+class _Pool(redis.BlockingConnectionPool):
+    """A pool that marks errors raised before a command leaves the client.
+
+    redis-py raises the same ``ConnectionError`` for "connection refused" and for "the
+    connection dropped while I waited for the reply"; only the first means nothing was
+    applied, and it can only happen while a connection is being handed out.
+    """
+
+    def get_connection(self, *args: object, **kwargs: object) -> redis.connection.Connection:
+        try:
+            return super().get_connection(*args, **kwargs)
+        except (redis.RedisError, OSError) as exc:
+            raise _NotSent(str(exc)) from exc
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (userinfo and ``password=`` query)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable url>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}{':***' if sep else ''}@{hostport}"
+    query = parts.query
+    if "password=" in query:
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def client_for(url: str) -> redis.Redis:
+    """The shared client of this process for ``url`` (made on first use, never across a fork).
+
+    Replies are raw ``bytes`` (no decoding): compare against ``str.encode()`` values.
+    Raises :class:`LockConfigError` for a URL redis-py cannot use.
+    """
+    pid = os.getpid()
+    client = _clients.get((pid, url))
+    if client is not None:
+        return client
+    for key in [k for k in _clients if k[0] != pid]:
+        # Inherited from the parent: its sockets belong to the parent, never touch them.
+        del _clients[key]
+    try:
+        pool = _Pool.from_url(
+            url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=CONNECT_TIMEOUT,
+            socket_timeout=SOCKET_TIMEOUT,
+            health_check_interval=0,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except (ValueError, TypeError) as exc:
+        raise LockConfigError(f"invalid Redis URL {redact_url(url)}: {exc}") from None
+    client = redis.Redis(connection_pool=pool)
+    return _clients.setdefault((pid, url), client)
+
+
+def script_for(url: str, source: str) -> Script:
+    """A registered Lua script (EVALSHA, loaded on first NOSCRIPT) for this process and URL."""
+    key = (os.getpid(), url, source)
+    script = _scripts.get(key)
+    if script is None:
+        script = _scripts.setdefault(key, client_for(url).register_script(source))
+    return script
+
+
+def close_clients() -> None:
+    """Close this process's clients (tests and short-lived tools; workers just exit)."""
+    pid = os.getpid()
+    for key in [k for k in _clients if k[0] == pid]:
+        _clients.pop(key).close()
+    for key in [k for k in _scripts if k[0] == pid]:
+        del _scripts[key]
+
+
+class RedisCall:
+    """Context manager turning redis-py errors into the lock errors of ``lockimpls.base``.
+
+    Call :meth:`applied` right after a command that changed server state succeeded: from
+    then on, any failure of the same attempt means the outcome is unknown, even a failure
+    to connect for the next command (the first one already took effect).
+    """
+
+    def __init__(self, what: str, url: str) -> None:
+        self.what = what
+        self.url = url
+        self._applied = False
+
+    def applied(self) -> None:
+        """Mark that this attempt has changed server state."""
+        self._applied = True
+
+    def __enter__(self) -> RedisCall:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None or not isinstance(exc, redis.RedisError):
+            return
+        where = f"{self.what} on {redact_url(self.url)}"
+        cause = exc.__cause__ if isinstance(exc, _NotSent) else exc
+        if isinstance(cause, redis.AuthenticationError):
+            raise LockConfigError(f"{where}: authentication failed, check the URL's credentials") from exc
+        if isinstance(exc, _NotSent) and not self._applied:
+            raise BackendUnavailable(f"{where}: server unreachable ({exc})") from exc
+        if isinstance(exc, redis.BusyLoadingError | redis.ReadOnlyError) and not self._applied:
+            # The server refused the command (still loading, or a replica): nothing applied.
+            raise BackendUnavailable(f"{where}: server cannot serve writes ({exc})") from exc
+        if isinstance(exc, redis.TimeoutError | redis.ConnectionError | redis.ReadOnlyError):
+            raise LockOutcomeUnknown(f"{where}: outcome unknown ({exc})") from exc
+        # Anything else (WRONGTYPE, script errors) is a bug or a misused key: let it show.

@@ -1,0 +1,354 @@
+"""dashboards.render_report on synthetic results folders written the way bench writes them.
+
+The folders hold real HDR encodings and real parquet histories; nothing is mocked, the
+renderer only reads files.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from dashboards import ReportInputError, render_report
+from dashboards.charts import acquire_timeseries, spectrum_points
+from dashboards.report import main
+
+PLOTLY_SIGNATURE = "* plotly.js v"
+SEC = 1_000_000_000
+
+CASES = [
+    # impl, acquire median us, verdict, overlapping_holds, oversold_units
+    ("redis.setnx", 300, "valid", 0, 0),
+    ("redis.setnx-no-owner", 250, "invalid", 3, 2),
+    ("postgres.advisory", 900, "valid", 0, 0),
+    ("zookeeper.ephemeral", 2_000, "unknown", 0, 0),
+    ("file.flock", 40, "valid", 0, 0),
+]
+
+
+def _case_id(impl: str) -> str:
+    return re.sub(r"[^\w.-]", "_", impl) + "__flash-sale__u8__t1"
+
+
+def _hist(values: list[int]) -> str:
+    hist = HdrHistogram(1, 3_600_000_000, 3)
+    for v in values:
+        hist.record_value(v)
+    return hist.encode().decode("ascii")
+
+
+def _history(median_us: int, seconds: int = 3, clients: int = 2) -> pd.DataFrame:
+    rng = random.Random(median_us)
+    rows = []
+    for c in range(clients):
+        client, seq, t = f"100-u{c}", 0, c * 1_000_000
+        while t < seconds * SEC:
+            lat = int(rng.lognormvariate(0, 0.5) * median_us * 1_000)
+            rows.append((client, seq, "acquire", "invoke", "L", t, None, None, None))
+            rows.append((client, seq, "acquire", "ok", "L", t + lat, None, None, None))
+            t += lat + 200_000
+            rows.append((client, seq + 1, "release", "invoke", "L", t, None, None, None))
+            rows.append((client, seq + 1, "release", "ok", "L", t + 50_000, None, 1, None))
+            seq, t = seq + 2, t + 100_000_000
+    df = pd.DataFrame(
+        rows, columns=["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
+    )
+    return df.astype({"token": "Int64", "value": "Int64", "error": "string"})
+
+
+def make_run(
+    root: Path,
+    name: str = "20250101T000000Z-abc123",
+    *,
+    status: str = "complete",
+    schema: int = 1,
+    params: dict | None = None,
+    cases: list[tuple] = CASES,
+    planned_extra: list[str] = (),
+    drop_columns: tuple[str, ...] = (),
+    no_history: tuple[str, ...] = (),
+    no_hist: tuple[str, ...] = (),
+    empty_hist: tuple[str, ...] = (),
+    speedup: float = 1.0,
+) -> Path:
+    """A results folder as docs/architecture.md describes it, with real HDR and parquet files."""
+    run = root / name
+    (run / "hist").mkdir(parents=True)
+    (run / "history").mkdir()
+    rows = []
+    for impl, median, verdict, overlaps, oversold in cases:
+        case = _case_id(impl)
+        rng = random.Random(impl)
+        acquire = [max(1, int(rng.lognormvariate(0, 0.6) * median / speedup)) for _ in range(2_000)]
+        if impl not in no_hist:
+            hists = {
+                "acquire_ok": _hist([] if impl in empty_hist else acquire),
+                "acquire_timeout": _hist([]),
+                "release": _hist([max(1, v // 3) for v in acquire]),
+                "hold": _hist([v + 500 for v in acquire]),
+                "cs": _hist([400] * 10),
+            }
+            (run / "hist" / f"{case}.json").write_text(json.dumps({"unit": "us", "histograms": hists}))
+        if impl not in no_history:
+            _history(median).to_parquet(run / "history" / f"{case}.parquet", index=False)
+        acquire.sort()
+        rows.append(
+            {
+                "case": case,
+                "impl": impl,
+                "backend": impl.split(".")[0],
+                "workload": "flash-sale",
+                "trial": 1,
+                "users": 8,
+                "processes": 1,
+                "duration_s": 3.0,
+                "acquisitions": 2_000,
+                "acquire_timeouts": 0,
+                "acquire_unknown": 0,
+                "releases_not_owned": 1 if overlaps else 0,
+                "purchases": 1_500,
+                "units_sold": 1_500 + oversold,
+                "throughput_acq_s": 2_000 / 3 * speedup,
+                "throughput_ops_s": 500.0 * speedup,
+                "acquire_p50_us": acquire[1_000],
+                "acquire_p90_us": acquire[1_800],
+                "acquire_p99_us": acquire[1_980],
+                "acquire_p999_us": acquire[1_998],
+                "acquire_max_us": acquire[-1],
+                "release_p50_us": acquire[1_000] // 3,
+                "release_p99_us": acquire[1_980] // 3,
+                "hold_p50_us": acquire[1_000] + 500,
+                "hold_p99_us": acquire[1_980] + 500,
+                "handoff_p50_us": 120.0,
+                "handoff_p99_us": 900.0,
+                "utilization": 0.62,
+                "jain_index": 0.987,
+                "overlapping_holds": overlaps,
+                "max_concurrent_holders": 2 if overlaps else 1,
+                "witness_violations": overlaps,
+                "witness_max": 2 if overlaps else 1,
+                "oversold_units": oversold,
+                "lost_updates": 0,
+                "acquire_info": 0,
+                "verdict": verdict,
+            }
+        )
+    pd.DataFrame(rows).drop(columns=list(drop_columns)).to_csv(run / "cases.csv", index=False)
+    meta = {
+        "schema": schema,
+        "status": status,
+        "started_at": "2025-01-01T00:00:00Z",
+        "finished_at": None if status != "complete" else "2025-01-01T00:01:00Z",
+        "command": ["bench", "run", "--backend", "redis", "--workload", "flash-sale"],
+        "git_commit": "0123456789abcdef",
+        "host": {"hostname": "testhost", "cpus": 2, "platform": "linux", "python": "3.12"},
+        "versions": {"redis": "7.2.4", "locust": "2.31"},
+        "params": params if params is not None else {"users": 8, "duration_s": 3},
+        "endpoints": {"redis": "redis://127.0.0.1:6390/0"},
+        "cases": [r["case"] for r in rows] + list(planned_extra),
+    }
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+class _Cells(HTMLParser):
+    """Collects {row: {col: class}} from <tr data-row> / <td data-col> of one table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: dict[str, dict[str, str]] = {}
+        self._row: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr":
+            self._row = a.get("data-row")
+            if self._row is not None:
+                self.cells[self._row] = {}
+        elif tag == "td" and self._row is not None and a.get("data-col"):
+            self.cells[self._row][a["data-col"]] = a.get("class") or ""
+
+
+def _table(page: str, table_id: str) -> str:
+    start = page.index(f'<table id="{table_id}">')
+    return page[start : page.index("</table>", start)]
+
+
+def _verdict_cells(page: str) -> dict[str, dict[str, str]]:
+    parser = _Cells()
+    parser.feed(_table(page, "verdicts"))
+    return parser.cells
+
+
+def test_report_is_written_self_contained_with_plotly_once(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    out = render_report([run])
+    assert out == run / "report.html"
+    page = out.read_text(encoding="utf-8")
+    assert page.count(PLOTLY_SIGNATURE) == 1
+    assert page.count("Plotly.newPlot(") == 3
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
+    assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?(https?:)?//", page, re.I)
+    assert '<script src="http' not in page
+    assert [p.name for p in run.iterdir() if p.name.startswith(".")] == []
+    for case in [_case_id(c[0]) for c in CASES]:
+        assert case in page or case.split("__")[0] in page
+    assert "not Locust&#x27;s rounded stats" in page
+    assert "status-banner" not in page
+
+
+def test_text_from_files_is_escaped(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script>"
+    cases = [(f"redis.x{evil}", 300, "valid", 0, 0), *CASES[1:2]]
+    run = make_run(tmp_path, params={"note": evil, "nested": {"k": evil}}, cases=cases)
+    page = render_report([run]).read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert" not in page
+
+
+def test_invalid_case_counter_cells_are_red_valid_ones_are_not(tmp_path: Path) -> None:
+    page = render_report([make_run(tmp_path)]).read_text(encoding="utf-8")
+    cells = _verdict_cells(page)
+    bad, good = cells["redis.setnx-no-owner|flash-sale"], cells["redis.setnx|flash-sale"]
+    assert "bad" in bad["overlapping_holds"].split()
+    assert "bad" in bad["oversold_units"].split()
+    assert "bad" in bad["verdict"].split()
+    assert "bad" not in bad["lost_updates"].split()
+    assert "warn" in bad["releases_not_owned"].split()
+    assert all("bad" not in cls.split() for cls in good.values())
+    assert "good" in good["verdict"].split()
+    assert "unknown" in cells["zookeeper.ephemeral|flash-sale"]["verdict"].split()
+
+
+def test_incomplete_run_shows_banner_with_missing_cases(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path, status="incomplete", cases=CASES[:3], planned_extra=["etcd.lease__flash-sale__u8__t1"]
+    )
+    page = render_report([run]).read_text(encoding="utf-8")
+    banner = re.search(r'<div class="banner incomplete" id="status-banner">(.*?)</div>', page, re.S)
+    assert banner is not None
+    assert "incomplete" in banner.group(1)
+    assert "etcd.lease__flash-sale__u8__t1" in banner.group(1)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["no_folder", "no_cases_csv", "no_run_json", "schema_2", "bad_json"],
+)
+def test_unreadable_input_raises_one_line_error(tmp_path: Path, breakage: str) -> None:
+    run = make_run(tmp_path, schema=2 if breakage == "schema_2" else 1)
+    if breakage == "no_folder":
+        run = tmp_path / "nope"
+    elif breakage == "no_cases_csv":
+        (run / "cases.csv").unlink()
+    elif breakage == "no_run_json":
+        (run / "run.json").unlink()
+    elif breakage == "bad_json":
+        (run / "run.json").write_text("{not json")
+    with pytest.raises(ReportInputError) as info:
+        render_report([run])
+    assert "\n" not in str(info.value)
+    if breakage == "schema_2":
+        assert "schema 2" in str(info.value)
+    assert not (run / "report.html").exists()
+
+
+def test_cli_exits_2_with_one_line_on_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: results folder not found") and err.count("\n") == 1
+
+
+def test_two_runs_show_deltas_against_the_baseline(tmp_path: Path) -> None:
+    base = make_run(tmp_path, name="20250101T000000Z-aaaaaa")
+    new = make_run(tmp_path, name="20250102T000000Z-bbbbbb", speedup=2.0, cases=CASES[:4])
+    out = render_report([base, new])
+    assert out == new / "report.html"
+    page = out.read_text(encoding="utf-8")
+    assert 'id="comparison"' in page
+    deltas = page[page.index('id="comparison"') :]
+    assert "+100.0%" in deltas  # throughput doubled
+    assert re.search(r"-(49|50)\.\d%", deltas)  # acquire latencies halved
+    assert f'data-row="{_case_id("file.flock")}"' in deltas
+    assert "not in this run" in deltas
+    assert page.count(PLOTLY_SIGNATURE) == 1
+
+
+def test_missing_columns_history_and_empty_histograms_render_as_na(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path,
+        drop_columns=("jain_index", "utilization", "handoff_p50_us", "lost_updates", "release_p99_us"),
+        no_history=("file.flock",),
+        no_hist=("postgres.advisory",),
+        empty_hist=("zookeeper.ephemeral",),
+    )
+    out = render_report([run], out=tmp_path / "r.html", slo_us=1_000)
+    page = out.read_text(encoding="utf-8")
+    cells = _verdict_cells(page)
+    assert "na" in cells["redis.setnx|flash-sale"]["lost_updates"].split()
+    assert "no history/file.flock__flash-sale__u8__t1.parquet" in page
+    assert "no hist/postgres.advisory__flash-sale__u8__t1.json" in page
+    assert "SLO 1000 us" in page
+    latency = _table(page, "latency")
+    assert "n/a" in latency
+    # release p99 falls back to the case's HDR histogram where one exists: not n/a for redis.setnx.
+    row = latency[latency.index(f'data-row="{_case_id("redis.setnx")}"') :]
+    row = row[: row.index("</tr>")]
+    assert row.count("n/a") == 3  # handoff p50, utilization, Jain's index; no latency cell
+    assert page.count(PLOTLY_SIGNATURE) == 1
+
+
+def test_spectrum_points_follow_the_recorded_distribution() -> None:
+    hist = HdrHistogram(1, 3_600_000_000, 3)
+    for v in range(1, 1001):
+        hist.record_value(v)
+    points = spectrum_points(hist)
+    xs = [p[0] for p in points]
+    assert xs == sorted(xs)
+    for x, value, pct in points[:-1]:
+        assert x == pytest.approx(1 / (1 - pct / 100))
+        assert value == pytest.approx(10 * pct, abs=2 + value / 1000)  # uniform 1..1000, 3 digits
+    assert points[-1][1] == 1000 and points[-1][0] == max(1000.0, points[-2][0])  # max at "1 in N"
+    assert spectrum_points(HdrHistogram(1, 3_600_000_000, 3)) == []
+
+
+def test_acquire_timeseries_buckets_by_second_and_pairs_by_client_seq() -> None:
+    rows = [
+        # client, seq, op, type, t_ns: 3 acquires done in second 0, 2 in second 1, history ends at 1.5 s
+        ("a", 0, "acquire", "invoke", 0),
+        ("a", 0, "acquire", "ok", 100_000),
+        ("b", 0, "acquire", "invoke", 0),
+        ("b", 0, "acquire", "ok", 300_000),
+        ("a", 1, "acquire", "invoke", 500_000_000),
+        ("a", 1, "acquire", "ok", 500_200_000),
+        ("b", 1, "acquire", "invoke", 900_000_000),
+        ("b", 1, "acquire", "ok", 1_100_000_000),
+        ("a", 2, "acquire", "invoke", 1_000_000_000),
+        ("a", 2, "acquire", "fail", 1_200_000_000),
+        ("a", 3, "acquire", "invoke", 1_300_000_000),
+        ("a", 3, "acquire", "ok", 1_500_000_000),
+        ("a", 4, "release", "invoke", 1_400_000_000),
+    ]
+    history = pd.DataFrame(rows, columns=["client", "seq", "op", "type", "t_ns"])
+    series = acquire_timeseries(history)
+    assert list(series["second"]) == [0, 1]
+    assert series.loc[0, "acq_per_s"] == 3
+    assert series.loc[1, "acq_per_s"] == pytest.approx(2 / 0.5)
+    assert series.loc[0, "p50_us"] == pytest.approx(200)
+    assert series.loc[1, "p50_us"] == pytest.approx(200_000)
+
+
+def test_failed_run_without_cases_still_renders(tmp_path: Path) -> None:
+    run = make_run(tmp_path, status="failed", cases=[])
+    (run / "cases.csv").write_text("case\n")
+    page = render_report([run]).read_text(encoding="utf-8")
+    assert "Run status: failed" in page
+    assert "No cases." in page
+    assert page.count(PLOTLY_SIGNATURE) == 1

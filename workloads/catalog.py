@@ -1,0 +1,47 @@
+"""The workloads bench can run, by name, without importing Locust (which monkey-patches).
+
+Each entry names its locustfile, the capability an impl needs to run it, and the
+options it adds to ``bench run`` (passed through to the locustfile unchanged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What bench needs to know about a workload before launching Locust with it."""
+
+    name: str
+    module_file: str
+    summary: str
+    requires: str | None = None  # a Capabilities field that must be true, e.g. "read_write"
+    options: dict[str, str] = field(default_factory=dict)  # bench option -> locustfile flag
+
+    @property
+    def path(self) -> Path:
+        return HERE / self.module_file
+
+
+WORKLOADS: dict[str, WorkloadInfo] = {
+    "flash-sale": WorkloadInfo(
+        name="flash-sale",
+        module_file="flash_sale.py",
+        summary="contended inventory decrement: lock, read stock, think, write, order, unlock",
+        options={
+            "items": "--items",
+            "skew": "--skew",
+            "stock": "--stock",
+            "max_qty": "--max-qty",
+            "cs": "--cs",
+        },
+    ),
+}
+
+
+def names() -> list[str]:
+    return list(WORKLOADS)

@@ -1,0 +1,340 @@
+"""Checkers: pure functions that judge a history (and the resource's final state).
+
+A checker never does I/O and never trusts the lock: it looks only at what the clients
+recorded (docs/architecture.md, "History") and at the protected resource read back at
+the end. Each checker returns a :class:`CheckResult`; a workload combines them into
+one :class:`Verdict` whose counters become columns of ``cases.csv``.
+
+Everything here is vectorised with numpy/pandas so a history of a million events is
+judged in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+Status = Literal["valid", "invalid", "unknown"]
+
+#: Every counter the checkers here can report, in the order results tables show them.
+COUNTER_COLUMNS = [
+    "overlapping_holds",
+    "max_concurrent_holders",
+    "witness_violations",
+    "witness_max",
+    "oversold_units",
+    "lost_updates",
+    "acquire_info",
+]
+
+HOLD_COLUMNS = [
+    "client",
+    "lock",
+    "start_ns",
+    "end_ns",
+    "token",
+    "open",
+    "depth",
+    "acquire_seq",
+    "release_seq",
+]
+
+
+@dataclass
+class CheckResult:
+    """The finding of one checker: a status, the numbers behind it, and a sentence for humans."""
+
+    name: str
+    status: Status
+    counters: dict[str, int | float]
+    detail: str
+
+
+@dataclass
+class Verdict:
+    """What a workload's checkers say together; one per case, merged into one row of results."""
+
+    status: Status
+    counters: dict[str, int | float] = field(default_factory=dict)
+    results: list[CheckResult] = field(default_factory=list)
+
+    @classmethod
+    def combine(cls, results: list[CheckResult]) -> Verdict:
+        """invalid if any result is invalid, else unknown if any is unknown, else valid."""
+        statuses = {r.status for r in results}
+        status: Status = (
+            "invalid" if "invalid" in statuses else "unknown" if "unknown" in statuses else "valid"
+        )
+        counters: dict[str, int | float] = {}
+        for r in results:
+            counters.update(r.counters)
+        return cls(status=status, counters=counters, results=list(results))
+
+
+# holds -----------------------------------------------------------------------------------
+
+
+def _empty_holds() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "client": pd.Series([], dtype="string"),
+            "lock": pd.Series([], dtype="string"),
+            "start_ns": pd.Series([], dtype="int64"),
+            "end_ns": pd.Series([], dtype="int64"),
+            "token": pd.Series([], dtype="Int64"),
+            "open": pd.Series([], dtype="bool"),
+            "depth": pd.Series([], dtype="int64"),
+            "acquire_seq": pd.Series([], dtype="int64"),
+            "release_seq": pd.Series([], dtype="Int64"),
+        }
+    )
+
+
+def _group_starts(codes: np.ndarray) -> np.ndarray:
+    """Boolean mask of the first row of each run of equal codes (codes sorted)."""
+    first = np.ones(len(codes), dtype=bool)
+    first[1:] = codes[1:] != codes[:-1]
+    return first
+
+
+def holds(history: pd.DataFrame) -> pd.DataFrame:
+    """Every hold of the history: one row per ``acquire ok``.
+
+    A hold runs from a client's ``acquire ok`` to that client's matching ``release
+    invoke`` on the same lock. Matching is by nesting, so a reentrant client that
+    acquires twice and releases twice gets an inner hold inside an outer one (``depth``
+    1 is the outermost). A release with nothing to match (e.g. after an unknown
+    acquire) is ignored. An acquire never released (client killed) is ``open``: it
+    lasts until the last event of the history.
+
+    Columns: client, lock, start_ns, end_ns, token, open, depth, acquire_seq,
+    release_seq (nullable).
+    """
+    if history is None or history.empty:
+        return _empty_holds()
+    is_acq = (history["op"] == "acquire") & (history["type"] == "ok")
+    is_rel = (history["op"] == "release") & (history["type"] == "invoke")
+    ev = history.loc[(is_acq | is_rel).to_numpy(dtype=bool), ["client", "lock", "seq", "t_ns", "token", "op"]]
+    if ev.empty or not is_acq.any():
+        return _empty_holds()
+    history_end = int(history["t_ns"].max())
+
+    client_codes, clients = pd.factorize(ev["client"])
+    lock_codes, locks = pd.factorize(ev["lock"])
+    pair = client_codes.astype(np.int64) * (len(locks) + 1) + lock_codes
+    seq = ev["seq"].to_numpy(dtype=np.int64)
+    t = ev["t_ns"].to_numpy(dtype=np.int64)
+    order = np.lexsort((t, seq, pair))
+    pair, seq, t = pair[order], seq[order], t[order]
+    client_codes, lock_codes = client_codes[order], lock_codes[order]
+    acq = (ev["op"].to_numpy(dtype=object) == "acquire")[order]
+    tokens = ev["token"].array[order]
+    n = len(t)
+
+    first = _group_starts(pair)
+    gid = np.cumsum(first) - 1  # dense (client, lock) id, ascending along the rows
+    # Depth after each event: a running sum of +1 (acquire ok) / -1 (release invoke) per
+    # (client, lock), reflected at zero so an unmatched release cannot make a later
+    # acquire look like a release: depth_i = S_i - min(0, min_{k<=i} S_k).
+    step = np.where(acq, 1, -1).astype(np.int64)
+    run = np.cumsum(step)
+    start_row = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    s = run - np.where(start_row > 0, run[start_row - 1], 0)
+    # segmented running minimum: shift each group below all earlier ones (|s| <= n)
+    span = np.int64(2 * n + 2)
+    seg_min = np.minimum(np.minimum.accumulate(s - gid * span) + gid * span, 0)
+    depth = s - seg_min
+    pre = np.empty_like(depth)
+    pre[0] = 0
+    pre[1:] = depth[:-1]
+    pre[first] = 0
+    # an acquire opens level depth; a release closes level pre. An unmatched release
+    # closes level 0, which no acquire opens, so it pairs with nothing.
+    level = np.where(acq, depth, pre)
+
+    idx = np.lexsort((np.arange(n), level, gid))
+    g2, lv2, acq2 = gid[idx], level[idx], acq[idx]
+    # within one (client, lock, level), events alternate acquire, release, acquire, ...
+    closes = np.zeros(len(idx), dtype=bool)
+    closes[:-1] = (g2[1:] == g2[:-1]) & (lv2[1:] == lv2[:-1]) & ~acq2[1:]
+    a_pos = np.flatnonzero(acq2)
+    closed = closes[a_pos]
+    a_idx = idx[a_pos]
+    r_idx = idx[np.minimum(a_pos + 1, len(idx) - 1)]
+
+    end = np.where(closed, t[r_idx], history_end)
+    rel_seq = pd.array(seq[r_idx], dtype="Int64")
+    rel_seq[~closed] = pd.NA
+    out = pd.DataFrame(
+        {
+            "client": pd.array(np.asarray(clients, dtype=object)[client_codes[a_idx]], dtype="string"),
+            "lock": pd.array(np.asarray(locks, dtype=object)[lock_codes[a_idx]], dtype="string"),
+            "start_ns": t[a_idx],
+            "end_ns": np.maximum(end, t[a_idx]),
+            "token": pd.array(tokens[a_idx], dtype="Int64"),
+            "open": ~closed,
+            "depth": depth[a_idx],
+            "acquire_seq": seq[a_idx],
+            "release_seq": rel_seq,
+        }
+    )
+    return out.sort_values(["lock", "start_ns", "client"], kind="stable").reset_index(drop=True)
+
+
+# overlaps --------------------------------------------------------------------------------
+
+
+def _open_counts(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each interval, how many intervals of its group are open at its start.
+
+    Intervals are half-open [start, end): one that ends exactly when another starts does
+    not overlap it. The interval itself is included in its count.
+    """
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    # dense-rank every time so (group, time) packs into one int64 without overflow
+    times = np.concatenate([start, end])
+    _, ranks = np.unique(times, return_inverse=True)
+    m = np.int64(ranks.max() + 1)
+    skey = group.astype(np.int64) * m + ranks[: len(start)]
+    ekey = group.astype(np.int64) * m + ranks[len(start) :]
+    s_sorted = np.sort(skey)
+    e_sorted = np.sort(ekey)
+    # every earlier group contributes as many starts as ends, so they cancel
+    return np.searchsorted(s_sorted, skey, side="right") - np.searchsorted(e_sorted, skey, side="right")
+
+
+def check_overlaps(history: pd.DataFrame, hold_frame: pd.DataFrame | None = None) -> CheckResult:
+    """Mutual exclusion as the clients saw it: did two clients hold one lock at once?
+
+    ``overlapping_holds`` counts holds that begin while a hold of another client on the
+    same lock is open (a client nesting its own holds is reentrancy, not a violation);
+    ``max_concurrent_holders`` is the most distinct clients holding one lock at once.
+    """
+    h = holds(history) if hold_frame is None else hold_frame
+    if h.empty:
+        return CheckResult(
+            "overlaps", "valid", {"overlapping_holds": 0, "max_concurrent_holders": 0}, "no holds"
+        )
+    lock_codes, _ = pd.factorize(h["lock"])
+    client_codes, clients = pd.factorize(h["client"])
+    pair = lock_codes.astype(np.int64) * (len(clients) + 1) + client_codes
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    end = h["end_ns"].to_numpy(dtype=np.int64)
+
+    on_lock = _open_counts(lock_codes, start, end)
+    own = _open_counts(pair, start, end)
+    others = on_lock - own
+    overlapping = int((others > 0).sum())
+
+    # a client's outermost holds (nothing of its own open at their start) form the union
+    # of its holding time, so counting them counts distinct holders
+    outer = own == 1
+    max_holders = int(_open_counts(lock_codes[outer], start[outer], end[outer]).max()) if outer.any() else 0
+
+    status: Status = "invalid" if overlapping else "valid"
+    if overlapping:
+        per_lock = pd.Series(others > 0).groupby(np.asarray(h["lock"])).sum()
+        worst = per_lock.sort_values(ascending=False).head(3)
+        where = ", ".join(f"{k}: {int(v)}" for k, v in worst.items() if v)
+        detail = f"{overlapping} of {len(h)} holds began while another client held the lock ({where}); up to {max_holders} holders at once"
+    else:
+        detail = f"{len(h)} holds, never two clients at once"
+    return CheckResult(
+        "overlaps", status, {"overlapping_holds": overlapping, "max_concurrent_holders": max_holders}, detail
+    )
+
+
+# witness ---------------------------------------------------------------------------------
+
+
+def check_witness(history: pd.DataFrame) -> CheckResult:
+    """Mutual exclusion as the resource saw it, independent of client clocks.
+
+    Each client INCRs a counter on the resource right after entering and reports the
+    value (``witness ok``); any reading above 1 means someone else was inside.
+    """
+    if history is None or history.empty:
+        w = pd.Series([], dtype="Int64")
+    else:
+        mask = ((history["op"] == "witness") & (history["type"] == "ok")).to_numpy(dtype=bool)
+        w = history.loc[mask, "value"].dropna()
+    if w.empty:
+        return CheckResult(
+            "witness", "valid", {"witness_violations": 0, "witness_max": 0}, "no witness readings"
+        )
+    values = w.to_numpy(dtype=np.int64)
+    violations = int((values > 1).sum())
+    wmax = int(values.max())
+    status: Status = "invalid" if violations else "valid"
+    detail = (
+        f"{violations} of {len(values)} witness readings saw another client inside (max {wmax})"
+        if violations
+        else f"{len(values)} witness readings, all alone inside"
+    )
+    return CheckResult("witness", status, {"witness_violations": violations, "witness_max": wmax}, detail)
+
+
+# stock -----------------------------------------------------------------------------------
+
+
+def check_stock(final_state: dict[str, Any] | None) -> CheckResult:
+    """The resource invariant of flash-sale: units ordered = units taken from stock <= initial.
+
+    ``oversold_units`` are units ordered beyond the initial stock; ``lost_updates`` are
+    units the order ledger and the stock disagree on (two writers read the same stock and
+    one write was lost, or the reverse).
+    """
+    items = (final_state or {}).get("items") or {}
+    if not items:
+        return CheckResult(
+            "stock", "unknown", {"oversold_units": 0, "lost_updates": 0}, "no final state of the resource"
+        )
+    oversold = 0
+    lost = 0
+    bad: list[str] = []
+    for name, it in items.items():
+        initial, stock, units = int(it["initial"]), int(it["stock"]), int(it["orders_units"])
+        o = max(0, units - initial)
+        lu = abs(units - (initial - stock))
+        oversold += o
+        lost += lu
+        if o or lu:
+            bad.append(f"{name}: initial {initial}, stock {stock}, ordered {units}")
+    status: Status = "invalid" if oversold or lost else "valid"
+    if bad:
+        more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+        detail = f"oversold {oversold} units, {lost} units lost; " + "; ".join(bad[:3]) + more
+    else:
+        detail = f"{len(items)} items, ledger and stock agree, nothing oversold"
+    return CheckResult("stock", status, {"oversold_units": oversold, "lost_updates": lost}, detail)
+
+
+# unknown outcomes ------------------------------------------------------------------------
+
+
+def check_unknown(history: pd.DataFrame) -> CheckResult:
+    """Counts acquires whose outcome is unknown (``info``), so a valid verdict says how much it rests on.
+
+    Kept informational: an unknown acquire that did take the lock shows up anyway as an
+    overlap or a witness reading when it matters.
+    """
+    if history is None or history.empty:
+        n = 0
+    else:
+        n = int(((history["op"] == "acquire") & (history["type"] == "info")).sum())
+    detail = f"{n} acquires with unknown outcome" if n else "no unknown outcomes"
+    return CheckResult("unknown", "valid", {"acquire_info": n}, detail)
+
+
+# workloads -------------------------------------------------------------------------------
+
+
+def check_flash_sale(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
+    """The flash-sale verdict: overlaps, witness, stock invariant and unknown outcomes together."""
+    return Verdict.combine(
+        [check_overlaps(history), check_witness(history), check_stock(final_state), check_unknown(history)]
+    )

@@ -1,0 +1,156 @@
+"""flash-sale: buyers race for a few items' stock under a lock (a valid locustfile).
+
+Each buyer picks an item (``--items`` with Zipf popularity ``--skew``), acquires the
+item's lock, reads the stock from the resource server, spends the critical-section
+time (``--cs``), writes stock minus 1..``--max-qty`` units when enough is left, appends
+the order to a ledger and releases. An entry witness (INCR on entry, DECR on exit) on
+the resource server sees any second client inside. Run it alone with::
+
+    locust -f workloads/flash_sale.py --headless -u 50 -r 50 -t 10s \\
+        --lock-impl redis.set-nx-px-lua --lock-url redis://127.0.0.1:6379/0 \\
+        --resource-url redis://127.0.0.1:6380/0
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from typing import Any
+
+from locust import User, constant, events, task
+
+from workloads import harness
+from workloads.checkers import check_flash_sale
+from workloads.distributions import parse_distribution, zipf_weights
+from workloads.recording import RecordedLock
+from workloads.resource import FlashSaleResource
+
+
+def item_names(n: int) -> list[str]:
+    return [f"item-{i}" for i in range(n)]
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any) -> None:
+    g = parser.add_argument_group("flash-sale")
+    g.add_argument("--items", type=int, default=1, help="number of items (one lock each)")
+    g.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of item popularity (0 = uniform)")
+    g.add_argument("--stock", type=int, default=100_000, help="initial stock per item")
+    g.add_argument("--max-qty", type=int, default=3, help="a buyer wants 1..max-qty units")
+    g.add_argument("--cs", default="1ms", help="critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, ...")
+
+
+class FlashSale:
+    """The workload's server-side steps: reset the resource, read the final state, judge."""
+
+    name = "flash-sale"
+
+    def _resource(self, opts: Any) -> FlashSaleResource:
+        return FlashSaleResource(opts.resource_url)
+
+    def setup(self, opts: Any) -> None:
+        self._resource(opts).reset(item_names(opts.items), opts.stock)
+
+    def final_state(self, opts: Any) -> dict:
+        return self._resource(opts).final_state(item_names(opts.items))
+
+    def summarize(self, history: Any, final_state: dict) -> str:
+        verdict = check_flash_sale(history, final_state)
+        counters = ", ".join(f"{k}={v}" for k, v in verdict.counters.items())
+        return f"lockbench flash-sale verdict: {verdict.status} ({counters})"
+
+
+harness.use_workload(FlashSale())
+_resources: dict[tuple[int, str], FlashSaleResource] = {}
+
+
+def shared_resource(url: str) -> FlashSaleResource:
+    """One resource client (and connection pool) per process and URL."""
+    key = (os.getpid(), url)
+    if key not in _resources:
+        _resources[key] = FlashSaleResource(url)
+    return _resources[key]
+
+
+class FlashSaleUser(User):
+    """One buyer: a closed loop of lock, read, think, write, order, unlock."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        opts = self.environment.parsed_options
+        self.opts = opts
+        self.client_id = harness.RECORDER.new_client_id()
+        self.items = item_names(opts.items)
+        self.weights = zipf_weights(opts.items, opts.skew)
+        self.rng = random.Random()
+        self.cs = parse_distribution(opts.cs, self.rng)
+        self.resource = shared_resource(opts.resource_url)
+        cls = harness.lock_class(opts)
+        options = harness.lock_options(opts)
+        urls = harness.lock_urls(opts)
+        seq = itertools.count()
+        self.locks = {
+            item: RecordedLock(
+                cls(f"flash-sale:{item}", urls, options), harness.RECORDER, self.client_id, seq
+            )
+            for item in self.items
+        }
+
+    def on_stop(self) -> None:
+        for lock in getattr(self, "locks", {}).values():
+            lock.lock.close()
+
+    def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:
+        # Locust's own stats (rounded to ms) feed only its live UI; the measurement is ours.
+        self.environment.events.request.fire(
+            request_type="lock",
+            name=name,
+            response_time=(time.monotonic_ns() - started_ns) / 1e6,
+            response_length=0,
+            exception=exc,
+            context={},
+        )
+
+    @task
+    def buy(self) -> None:
+        item = self.rng.choices(self.items, self.weights)[0] if len(self.items) > 1 else self.items[0]
+        lock = self.locks[item]
+        started = time.monotonic_ns()
+        lease, error = lock.acquire(timeout=self.opts.acquire_timeout)
+        if lease is None:
+            self._fire("acquire", started, RuntimeError(error))
+            return
+        self._fire("acquire", started)
+        try:
+            self._critical_section(lock, item)
+        finally:
+            started = time.monotonic_ns()
+            lock.release(lease)
+            self._fire("release", started)
+
+    def _critical_section(self, lock: RecordedLock, item: str) -> None:
+        rec, res = harness.RECORDER, self.resource
+        entered = time.monotonic_ns()
+        seq = lock.next_seq()
+        inside = res.witness_enter(item)
+        rec.event(self.client_id, seq, "witness", "ok", lock.lock.name, time.monotonic_ns(), value=inside)
+        try:
+            seq = lock.next_seq()
+            rec.event(self.client_id, seq, "purchase", "invoke", lock.lock.name, time.monotonic_ns())
+            stock = res.read_stock(item)
+            time.sleep(self.cs())
+            qty = self.rng.randint(1, self.opts.max_qty)
+            bought = 0
+            if stock >= qty:
+                res.write_stock(item, stock - qty)
+                res.append_order(item, self.client_id, qty)
+                bought = qty
+            rec.event(
+                self.client_id, seq, "purchase", "ok", lock.lock.name, time.monotonic_ns(), value=bought
+            )
+        finally:
+            res.witness_exit(item)
+            rec.record("cs", time.monotonic_ns() - entered)

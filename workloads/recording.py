@@ -1,0 +1,209 @@
+"""What each client records: HDR histograms in microseconds and a history of lock events.
+
+A process has one :class:`Recorder`. Clients (Locust users) talk to it through
+:class:`RecordedLock`, which wraps a ``lockimpls`` Lock so that every operation is
+timed with ``time.monotonic_ns()`` and written to the history as invoke then
+ok / fail / info. Recordings travel between processes as plain chunks (lists and
+strings, safe for Locust's msgpack) and merge without loss: histograms add, events
+concatenate, and every chunk carries its own counts so the receiver can prove it got
+everything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+from hdrh.histogram import HdrHistogram
+
+from lockimpls.base import BackendUnavailable, Lease, Lock, LockError, LockOutcomeUnknown, LockTimeout
+
+HIST_NAMES = ("acquire_ok", "acquire_timeout", "release", "hold", "cs")
+HIST_LOWEST_US = 1
+HIST_HIGHEST_US = 3_600_000_000  # one hour
+HIST_DIGITS = 3
+
+HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
+
+
+def new_histogram() -> HdrHistogram:
+    """An empty histogram with lockbench's range: 1 us .. 1 h, 3 significant digits."""
+    return HdrHistogram(HIST_LOWEST_US, HIST_HIGHEST_US, HIST_DIGITS)
+
+
+def encode_histogram(hist: HdrHistogram) -> str:
+    return hist.encode().decode("ascii")
+
+
+def decode_histogram(text: str) -> HdrHistogram:
+    hist = new_histogram()
+    if text:
+        hist.decode_and_add(text.encode("ascii") if isinstance(text, str) else text)
+    return hist
+
+
+def _clamp_us(ns: int) -> int:
+    us = ns // 1000
+    return min(max(us, HIST_LOWEST_US), HIST_HIGHEST_US)
+
+
+class Recorder:
+    """One process's recording: histograms plus the event history.
+
+    Why one per process rather than per client: histograms merge cheaply only when few,
+    and a single drain point lets the process ship its recording to the master in
+    chunks without stopping the clients.
+    """
+
+    def __init__(self) -> None:
+        self.hists = {name: new_histogram() for name in HIST_NAMES}
+        self.events: list[tuple] = []
+        self.totals = {"events": 0, **{name: 0 for name in HIST_NAMES}}
+        self._client_ids = itertools.count()
+
+    def new_client_id(self) -> str:
+        return f"{os.getpid()}-u{next(self._client_ids)}"
+
+    def record(self, hist: str, duration_ns: int) -> None:
+        self.hists[hist].record_value(_clamp_us(duration_ns))
+        self.totals[hist] += 1
+
+    def event(
+        self,
+        client: str,
+        seq: int,
+        op: str,
+        type_: str,
+        lock: str,
+        t_ns: int,
+        token: int | None = None,
+        value: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.events.append((client, seq, op, type_, lock, t_ns, token, value, error))
+        self.totals["events"] += 1
+
+    # transport -----------------------------------------------------------------------
+    def drain(self) -> dict[str, Any]:
+        """Hand over what was recorded since the last drain, and forget it."""
+        hists = {}
+        counts = {}
+        for name, hist in self.hists.items():
+            counts[name] = hist.get_total_count()
+            if counts[name]:
+                hists[name] = encode_histogram(hist)
+                hist.reset()
+        events, self.events = self.events, []
+        return {
+            "events": [list(e) for e in events],
+            "hists": hists,
+            "counts": counts,
+            "n_events": len(events),
+        }
+
+    def absorb(self, chunk: dict[str, Any]) -> None:
+        """Add a chunk drained elsewhere (a worker's) into this recording."""
+        for name, text in chunk.get("hists", {}).items():
+            self.hists[name].decode_and_add(text.encode("ascii") if isinstance(text, str) else text)
+            self.totals[name] += chunk["counts"][name]
+        events = chunk.get("events", [])
+        self.events.extend(tuple(e) for e in events)
+        self.totals["events"] += len(events)
+
+    # output ------------------------------------------------------------------------
+    def history_frame(self) -> pd.DataFrame:
+        return history_frame(self.events)
+
+    def encoded_histograms(self) -> dict[str, str]:
+        return {name: encode_histogram(h) for name, h in self.hists.items()}
+
+
+def history_frame(events: Iterable[tuple]) -> pd.DataFrame:
+    """Events as the history DataFrame of docs/architecture.md, sorted by time."""
+    df = pd.DataFrame(list(events), columns=HISTORY_COLUMNS)
+    df = df.astype(
+        {
+            "client": "string",
+            "seq": "int64",
+            "op": "string",
+            "type": "string",
+            "lock": "string",
+            "t_ns": "int64",
+            "token": "Int64",
+            "value": "Int64",
+            "error": "string",
+        }
+    )
+    return df.sort_values("t_ns", kind="stable").reset_index(drop=True)
+
+
+class RecordedLock:
+    """A Lock whose every operation lands in the history and the histograms.
+
+    Why a wrapper: algorithms stay free of measurement code, and every algorithm is
+    measured by the same few lines, so no impl can flatter itself.
+    """
+
+    def __init__(self, lock: Lock, recorder: Recorder, client: str, seq: itertools.count) -> None:
+        self.lock = lock
+        self.recorder = recorder
+        self.client = client
+        self._seq = seq
+        self._held_since: dict[int, int] = {}
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def acquire(self, timeout: float | None) -> tuple[Lease | None, str | None]:
+        """(lease, None) on success; (None, error) on fail or unknown outcome."""
+        rec, name = self.recorder, self.lock.name
+        seq = self.next_seq()
+        t0 = time.monotonic_ns()
+        rec.event(self.client, seq, "acquire", "invoke", name, t0)
+        try:
+            lease = self.lock.acquire(timeout=timeout)
+        except LockTimeout as exc:
+            t1 = time.monotonic_ns()
+            rec.event(self.client, seq, "acquire", "fail", name, t1, error=str(exc)[:200])
+            rec.record("acquire_timeout", t1 - t0)
+            return None, "timeout"
+        except (LockOutcomeUnknown, BackendUnavailable, LockError, OSError) as exc:
+            t1 = time.monotonic_ns()
+            # BackendUnavailable means nothing was applied, so it is a fail; anything
+            # else may have been applied and is an unknown outcome.
+            type_ = "fail" if isinstance(exc, BackendUnavailable) else "info"
+            rec.event(
+                self.client, seq, "acquire", type_, name, t1, error=f"{type(exc).__name__}: {exc}"[:200]
+            )
+            return None, type(exc).__name__
+        t1 = time.monotonic_ns()
+        rec.event(self.client, seq, "acquire", "ok", name, t1, token=lease.token)
+        rec.record("acquire_ok", t1 - t0)
+        self._held_since[id(lease)] = t1
+        return lease, None
+
+    def release(self, lease: Lease) -> bool | None:
+        """True / False as the lock says (still owned or not); None when unknown."""
+        rec, name = self.recorder, self.lock.name
+        seq = self.next_seq()
+        t0 = time.monotonic_ns()
+        since = self._held_since.pop(id(lease), None)
+        if since is not None:
+            rec.record("hold", t0 - since)
+        rec.event(self.client, seq, "release", "invoke", name, t0)
+        try:
+            owned = self.lock.release(lease)
+        except (LockError, OSError) as exc:
+            t1 = time.monotonic_ns()
+            rec.event(
+                self.client, seq, "release", "info", name, t1, error=f"{type(exc).__name__}: {exc}"[:200]
+            )
+            return None
+        t1 = time.monotonic_ns()
+        rec.event(self.client, seq, "release", "ok", name, t1, value=int(bool(owned)))
+        rec.record("release", t1 - t0)
+        return bool(owned)
