@@ -68,6 +68,26 @@ def run(
         list[str],
         typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
     ] = [],  # noqa: B006
+    pg_dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="use this PostgreSQL (postgresql://...) instead of starting one", envvar=_env("pg_dsn")
+        ),
+    ] = None,
+    zk_hosts: Annotated[
+        str | None,
+        typer.Option(help="use this ZooKeeper ensemble (host:port,host:port)", envvar=_env("zk_hosts")),
+    ] = None,
+    etcd_url: Annotated[
+        list[str],
+        typer.Option(
+            help="use this etcd (http://host:port) instead of starting one", envvar=_env("etcd_url")
+        ),
+    ] = [],  # noqa: B006
+    memcached_url: Annotated[
+        str | None,
+        typer.Option(help="use this memcached (memcached://host:port)", envvar=_env("memcached_url")),
+    ] = None,
     resource_url: Annotated[
         str | None,
         typer.Option(
@@ -87,7 +107,13 @@ def run(
         spawn_rate=spawn_rate, processes=processes, trials=trials,
         workload_options={"items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs},
         ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
-        user_urls={"redis": redis_url}, resource_url=resource_url, results_dir=results_dir,
+        user_urls={
+            "redis": redis_url,
+            "postgres": [pg_dsn] if pg_dsn else [],
+            "zookeeper": [f"zookeeper://{zk_hosts}"] if zk_hosts else [],
+            "etcd": etcd_url,
+            "memcached": [memcached_url] if memcached_url else [],
+        }, resource_url=resource_url, results_dir=results_dir,
         render=report, argv=sys.argv, console=console,
     )  # fmt: skip
     raise typer.Exit(code)

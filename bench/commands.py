@@ -101,6 +101,9 @@ def run_command(
     except SpecError as exc:
         raise UserError(f"--cs: {exc}") from None
     planned = plan_impls(backends, impls)
+    servers_needed: dict[str, int] = {}
+    for _, backend, cls in planned:
+        servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
     runnable = []
     for impl_id, backend, cls in planned:
         if info.requires and not getattr(cls.capabilities, info.requires, False):
@@ -130,7 +133,9 @@ def run_command(
     needed = list(dict.fromkeys(backend for _, backend in runnable))
     started = datetime.now(UTC).isoformat()
     console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
-    with Stack(needed, user_urls=user_urls, resource_url=resource_url) as stack:
+    with Stack(
+        needed, user_urls=user_urls, resource_url=resource_url, servers_per_backend=servers_needed
+    ) as stack:
         folder = RunFolder(
             results_dir,
             {

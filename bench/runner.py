@@ -25,10 +25,10 @@ import pandas as pd
 from bench import analysis
 from bench.redact import redact_text, redact_url
 from bench.results import RunFolder
+from infra import server_stats
 from infra.ports import free_port
 from infra.stack import Stack
 from workloads.catalog import WorkloadInfo
-from workloads.checkers import check_flash_sale
 from workloads.recording import decode_histogram
 
 
@@ -144,7 +144,9 @@ def run_case(case: Case, settings: RunSettings, stack: Stack, scratch: Path) -> 
     lock_urls = stack.urls[case.backend]
     argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out)
     log_path = out / "locust.log"
+    before = server_stats.snapshot(case.backend, lock_urls)
     code = _run_locust(argv, log_path, timeout=settings.duration + 120)
+    commands = server_stats.delta(before, server_stats.snapshot(case.backend, lock_urls))
     rec_path = out / "recording.json"
     if not rec_path.exists():
         raise CaseFailed(
@@ -152,6 +154,7 @@ def run_case(case: Case, settings: RunSettings, stack: Stack, scratch: Path) -> 
         )
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
+    recording["server_commands"] = commands
     return judge(case, settings, recording, history, out / "history.parquet")
 
 
@@ -159,7 +162,7 @@ def judge(
     case: Case, settings: RunSettings, recording: dict[str, Any], history: pd.DataFrame, history_file: Path
 ) -> dict[str, Any]:
     """Checkers and metrics for one recorded case."""
-    verdict = check_flash_sale(history, recording["final_state"])
+    verdict = case.workload.check_function()(history, recording["final_state"])
     hists = {name: decode_histogram(text) for name, text in recording["histograms"].items()}
     window = analysis.steady_window(history)
     params = {**case.params, "trial": case.trial, "users": settings.users, "processes": settings.processes}
@@ -168,6 +171,13 @@ def judge(
     )
     if not recording.get("complete", True):
         row["verdict"] = "unknown"
+    commands = recording.get("server_commands") or {}
+    acquisitions = row.get("acquisitions") or 0
+    row["server_cmds_per_acquire"] = (
+        sum(commands.values()) / acquisitions if commands and acquisitions else None
+    )
+    for key, value in sorted((recording.get("lock_stats") or {}).items()):
+        row[f"lockstat_{key}"] = value
     return {
         "row": row,
         "histograms": recording["histograms"],
@@ -178,6 +188,8 @@ def judge(
             "workers": recording.get("workers", {}),
             "merged_totals": recording.get("merged_totals", {}),
             "final_state": recording.get("final_state", {}),
+            "server_commands": recording.get("server_commands", {}),
+            "lock_stats": recording.get("lock_stats", {}),
             "checks": [
                 {"name": r.name, "status": r.status, "counters": r.counters, "detail": r.detail}
                 for r in verdict.results

@@ -53,8 +53,10 @@ class Stack:
         resource_url: str | None = None,
         workdir: Path | None = None,
         reuse_infra_up: bool = True,
+        servers_per_backend: dict[str, int] | None = None,
     ) -> None:
         self.backends = backends
+        self.counts = servers_per_backend or {}
         self.user_urls = {k: v for k, v in (user_urls or {}).items() if v}
         self.resource_url = resource_url
         self._own_workdir = workdir is None
@@ -96,11 +98,13 @@ class Stack:
                         probe(url)
                     self.urls[backend] = self.user_urls[backend]
                     self.sources[backend] = "user"
-                elif (url := self._from_infra_up(backend)) is not None:
+                elif self.counts.get(backend, 1) == 1 and (url := self._from_infra_up(backend)) is not None:
                     self.urls[backend] = [url]
                     self.sources[backend] = "infra-up"
                 else:
-                    self.urls[backend] = [self._start(f"{backend}-lock", backend)]
+                    n = self.counts.get(backend, 1)
+                    names = [f"{backend}-lock"] if n == 1 else [f"{backend}-lock-{i}" for i in range(n)]
+                    self.urls[backend] = [self._start(name, backend) for name in names]
                     self.sources[backend] = "started"
             if self.resource_url:
                 probe(self.resource_url)

@@ -132,6 +132,8 @@ class Lock(ABC):
     backend: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities]
     summary: ClassVar[str] = ""
+    #: How many independent servers of its backend the algorithm wants (RedLock: 5).
+    servers: ClassVar[int] = 1
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         self.name = name
@@ -161,6 +163,13 @@ class Lock(ABC):
     def release(self, lease: Lease) -> bool:
         """Let go of the lock; True when the caller still owned it at that moment."""
         return self._release(lease)
+
+    def stats(self) -> dict[str, int]:
+        """Counters the algorithm keeps about itself (conflicts, retries, notifications).
+
+        The harness sums them over all clients of a case into ``lockstat_<name>`` columns.
+        """
+        return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook, most locks hold nothing per instance
         """Free per-instance resources (threads, sessions). Connections are shared."""

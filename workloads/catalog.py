@@ -6,6 +6,8 @@ options it adds to ``bench run`` (passed through to the locustfile unchanged).
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +22,16 @@ class WorkloadInfo:
     module_file: str
     summary: str
     requires: str | None = None  # a Capabilities field that must be true, e.g. "read_write"
+    checker: str = "workloads.checkers:check_flash_sale"  # pure (history, final_state) -> Verdict
     options: dict[str, str] = field(default_factory=dict)  # bench option -> locustfile flag
 
     @property
     def path(self) -> Path:
         return HERE / self.module_file
+
+    def check_function(self) -> Callable:
+        module, _, name = self.checker.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 WORKLOADS: dict[str, WorkloadInfo] = {

@@ -101,6 +101,7 @@ class FlashSaleUser(User):
 
     def on_stop(self) -> None:
         for lock in getattr(self, "locks", {}).values():
+            harness.RECORDER.add_lock_stats(lock.lock.stats())
             lock.lock.close()
 
     def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:

@@ -225,6 +225,7 @@ def _write_output(environment: Any, complete: bool, problems: list[str]) -> None
         "t_stop_ns": STATE.t_stop_ns,
         "workers": workers,
         "merged_totals": totals,
+        "lock_stats": dict(RECORDER.lock_stats),
         "final_state": final_state,
         "histograms": RECORDER.encoded_histograms(),
     }

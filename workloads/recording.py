@@ -63,10 +63,16 @@ class Recorder:
         self.hists = {name: new_histogram() for name in HIST_NAMES}
         self.events: list[tuple] = []
         self.totals = {"events": 0, **{name: 0 for name in HIST_NAMES}}
+        self.lock_stats: dict[str, int] = {}
         self._client_ids = itertools.count()
 
     def new_client_id(self) -> str:
         return f"{os.getpid()}-u{next(self._client_ids)}"
+
+    def add_lock_stats(self, stats: dict[str, int]) -> None:
+        """Fold one lock instance's own counters (``Lock.stats()``) into this recording."""
+        for key, value in stats.items():
+            self.lock_stats[key] = self.lock_stats.get(key, 0) + int(value)
 
     def record(self, hist: str, duration_ns: int) -> None:
         self.hists[hist].record_value(_clamp_us(duration_ns))
@@ -110,6 +116,7 @@ class Recorder:
         for name, text in chunk.get("hists", {}).items():
             self.hists[name].decode_and_add(text.encode("ascii") if isinstance(text, str) else text)
             self.totals[name] += chunk["counts"][name]
+        self.add_lock_stats(chunk.get("lock_stats", {}))
         events = chunk.get("events", [])
         self.events.extend(tuple(e) for e in events)
         self.totals["events"] += len(events)
