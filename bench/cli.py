@@ -16,6 +16,7 @@ from rich.console import Console
 
 from bench import config
 from bench.errors import UserError
+from lockimpls.base import DEFAULT_RETRY_INTERVAL
 
 try:  # typer >= 0.20 vendors click; older ones use the click package
     from typer._click import exceptions as click_exc
@@ -57,11 +58,16 @@ def run(
     skew: Annotated[float, typer.Option(help="flash-sale: Zipf exponent of item popularity")] = 1.0,
     stock: Annotated[int, typer.Option(help="flash-sale: initial stock per item")] = 100_000,
     max_qty: Annotated[int, typer.Option(help="flash-sale: a buyer wants 1..max-qty units")] = 3,
+    shared_keys: Annotated[
+        int, typer.Option(help="lock-pairs: 0 = each user its own lock; N = users share N locks")
+    ] = 0,
     cs: Annotated[
         str, typer.Option(help="critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, pareto:1ms:1.5")
     ] = "1ms",
     ttl: Annotated[float, typer.Option(help="lease (TTL) in seconds for locks that have one")] = 10.0,
-    retry_interval: Annotated[float, typer.Option(help="seconds between attempts of polling locks")] = 0.001,
+    retry_interval: Annotated[
+        float, typer.Option(help="seconds between attempts of polling locks")
+    ] = DEFAULT_RETRY_INTERVAL,
     acquire_timeout: Annotated[float, typer.Option(help="seconds an acquire may wait before it fails")] = 5.0,
     fencing: Annotated[bool, typer.Option(help="ask impls for a fencing token at every grant")] = False,
     redis_url: Annotated[
@@ -105,7 +111,7 @@ def run(
     code = run_command(
         backends=backend, impls=impl, workload=workload, duration=duration, users=users,
         spawn_rate=spawn_rate, processes=processes, trials=trials,
-        workload_options={"items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs},
+        workload_options={"items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs, "shared_keys": shared_keys},
         ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
         user_urls={
             "redis": redis_url,

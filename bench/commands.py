@@ -196,7 +196,10 @@ def _summary(folder: RunFolder, console: Console) -> None:
         cells = []
         for _, key in cols:
             v = row.get(key, "")
-            cells.append(f"{v:,.0f}" if isinstance(v, float) else str(v))
+            if isinstance(v, float):
+                cells.append("-" if v != v else f"{v:,.0f}")  # NaN: no data for this column
+            else:
+                cells.append(str(v))
         if row.get("trial"):
             cells[0] += f" #{row['trial'] + 1}"
         table.add_row(*cells, style="red" if row.get("verdict") == "invalid" else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 from datetime import UTC, datetime
@@ -110,3 +111,76 @@ class RunFolder:
         self.meta["status"] = status
         self.meta["finished_at"] = datetime.now(UTC).isoformat()
         self._write_meta()
+
+
+# trials merged per impl x workload ----------------------------------------------------------
+
+_TRIAL_SUFFIX = re.compile(r"__t\d+$")
+
+#: Per-trial figures copied next to the merged histograms (from cases.csv).
+TRIAL_FIGURES = (
+    "trial", "acquisitions", "throughput_acq_s", "throughput_ops_s", "acquire_p50_us", "acquire_p90_us",
+    "acquire_p99_us", "acquire_p999_us", "acquire_max_us", "release_p50_us", "release_p99_us",
+    "handoff_p50_us", "handoff_p99_us", "utilization", "jain_index", "server_cmds_per_acquire", "verdict",
+)  # fmt: skip
+
+
+def trial_group(case_id: str) -> str:
+    """The case id without its trial suffix: ``redis.x__flash-sale__t3`` -> ``redis.x__flash-sale``."""
+    return _TRIAL_SUFFIX.sub("", case_id)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def write_merged_histograms(run_path: Path) -> list[Path]:
+    """Merge every trial's histograms per impl x workload into ``hist/<group>.merged.json``.
+
+    HDR histograms of one range add exactly, so the merged percentiles are those of all
+    trials' samples together. The file also lists each trial's figures from cases.csv,
+    which is what the gate tests (one number per trial). Returns the files written.
+    """
+    from workloads.recording import decode_histogram, encode_histogram
+
+    try:
+        cases = pd.read_csv(run_path / "cases.csv")
+    except (OSError, pd.errors.EmptyDataError):
+        return []
+    if cases.empty or "case" not in cases.columns:
+        return []
+    cases["_group"] = cases["case"].astype(str).map(trial_group)
+    written: list[Path] = []
+    for group, rows in cases.groupby("_group", sort=False):
+        merged: dict[str, Any] = {}
+        trials = []
+        for _, row in rows.iterrows():
+            trials.append(
+                {"case": str(row["case"]), **{k: _plain(row[k]) for k in TRIAL_FIGURES if k in row}}
+            )
+            try:
+                data = json.loads((run_path / "hist" / f"{row['case']}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            for name, text in (data.get("histograms") or {}).items():
+                hist = decode_histogram(text)
+                if name in merged:
+                    merged[name].add(hist)
+                else:
+                    merged[name] = hist
+        first = rows.iloc[0]
+        out = run_path / "hist" / f"{group}.merged.json"
+        payload = {
+            "unit": "us",
+            "group": group,
+            "impl": _plain(first.get("impl")),
+            "workload": _plain(first.get("workload")),
+            "cases": [t["case"] for t in trials],
+            "histograms": {name: encode_histogram(h) for name, h in merged.items()},
+            "trials": trials,
+        }
+        atomic_write_text(out, json.dumps(payload, default=str))
+        written.append(out)
+    return written

@@ -28,8 +28,12 @@ from bench.results import RunFolder
 from infra import server_stats
 from infra.ports import free_port
 from infra.stack import Stack
+from lockimpls.base import DEFAULT_RETRY_INTERVAL
 from workloads.catalog import WorkloadInfo
 from workloads.recording import decode_histogram
+
+#: CPU share of one core above which a Locust process is taken to be the bottleneck.
+GENERATOR_BOUND_SHARE = 0.9
 
 
 class CaseFailed(Exception):
@@ -62,7 +66,7 @@ class RunSettings:
     duration: float = 10.0
     processes: int = 1
     ttl: float = 10.0
-    retry_interval: float = 0.001
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
     acquire_timeout: float = 5.0
     fencing: bool = False
     lock_params: dict[str, Any] = field(default_factory=dict)
@@ -171,6 +175,13 @@ def judge(
     )
     if not recording.get("complete", True):
         row["verdict"] = "unknown"
+    shares = [
+        w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
+    ]
+    row["harness_cpu_max"] = max(shares) if shares else None
+    # A load generator at ~one full core cannot issue requests any faster: its figures
+    # measure the harness as much as the lock, and the report says so.
+    row["generator_bound"] = bool(shares) and max(shares) >= GENERATOR_BOUND_SHARE
     commands = recording.get("server_commands") or {}
     acquisitions = row.get("acquisitions") or 0
     row["server_cmds_per_acquire"] = (

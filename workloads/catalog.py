@@ -47,6 +47,13 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             "cs": "--cs",
         },
     ),
+    "lock-pairs": WorkloadInfo(
+        name="lock-pairs",
+        module_file="lock_pairs.py",
+        summary="acquire+release in a closed loop, each user its own lock: the cost of the lock alone",
+        checker="workloads.checkers:check_lock_pairs",
+        options={"shared_keys": "--shared-keys"},
+    ),
 }
 
 

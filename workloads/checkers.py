@@ -338,3 +338,8 @@ def check_flash_sale(history: pd.DataFrame, final_state: dict[str, Any] | None) 
     return Verdict.combine(
         [check_overlaps(history), check_witness(history), check_stock(final_state), check_unknown(history)]
     )
+
+
+def check_lock_pairs(history: pd.DataFrame, final_state: dict[str, Any] | None = None) -> Verdict:
+    """The lock-pairs verdict: only the history can speak (there is no resource)."""
+    return Verdict.combine([check_overlaps(history), check_unknown(history)])

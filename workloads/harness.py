@@ -26,7 +26,7 @@ import gevent
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from lockimpls.base import LockOptions
+from lockimpls.base import DEFAULT_RETRY_INTERVAL, LockOptions
 from lockimpls.registry import resolve
 from workloads.recording import HIST_NAMES, Recorder
 
@@ -45,6 +45,7 @@ class _State:
         self.received: dict[str, dict[str, int]] = {}
         self.sent_final = False
         self.t_start_ns: int | None = None
+        self.cpu_start: tuple[float, int] | None = None
         self.t_spawned_ns: int | None = None
         self.t_stop_ns: int | None = None
         self.written = False
@@ -63,7 +64,12 @@ def _add_options(parser: Any) -> None:
     g.add_argument("--lock-url", action="append", default=None, help="lock server URL (repeatable)")
     g.add_argument("--resource-url", default=None, help="Redis URL of the protected resource")
     g.add_argument("--lock-ttl", type=float, default=10.0, help="lease (TTL) seconds")
-    g.add_argument("--retry-interval", type=float, default=0.001, help="seconds between polling attempts")
+    g.add_argument(
+        "--retry-interval",
+        type=float,
+        default=DEFAULT_RETRY_INTERVAL,
+        help="seconds between polling attempts",
+    )
     g.add_argument("--fencing", action="store_true", default=False, help="ask for fencing tokens")
     g.add_argument("--acquire-timeout", type=float, default=5.0, help="seconds an acquire may wait")
     g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
@@ -113,9 +119,23 @@ def _on_report_to_master(client_id: str, data: dict) -> None:
         data["lockbench"] = RECORDER.drain()
 
 
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _cpu_share() -> float | None:
+    """CPU time this process used since test start, as a fraction of one core."""
+    if STATE.cpu_start is None:
+        return None
+    cpu0, t0 = STATE.cpu_start
+    wall = (time.monotonic_ns() - t0) / 1e9
+    return (_cpu_seconds() - cpu0) / wall if wall > 0 else None
+
+
 def _send_final(environment: Any) -> None:
     chunk = RECORDER.drain()
-    chunk["totals"] = dict(RECORDER.totals)
+    chunk["totals"] = {**RECORDER.totals, "cpu_share": _cpu_share()}
     chunk["pid"] = os.getpid()
     STATE.sent_final = True
     environment.runner.send_message("lockbench_final", chunk)
@@ -159,6 +179,7 @@ def _on_final(environment: Any, msg: Any, **_: Any) -> None:
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.t_start_ns = time.monotonic_ns()
+    STATE.cpu_start = (_cpu_seconds(), STATE.t_start_ns)
     STATE.sent_final = False
     if isinstance(environment.runner, WorkerRunner):
         return
@@ -199,7 +220,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         for worker, totals in STATE.finals.items():
             got = STATE.received.get(worker, {})
             for key, value in totals.items():
-                if got.get(key, 0) != value:
+                if key != "cpu_share" and got.get(key, 0) != value:
                     complete = False
                     problems.append(f"{worker}: {key} recorded {value}, received {got.get(key, 0)}")
     elif not isinstance(runner, LocalRunner):
@@ -213,7 +234,10 @@ def _write_output(environment: Any, complete: bool, problems: list[str]) -> None
     final_state = workload.final_state(opts) if workload is not None else {}
     history = RECORDER.history_frame()
     totals = dict(RECORDER.totals)
-    workers = {str(os.getpid()): totals} if isinstance(environment.runner, LocalRunner) else STATE.finals
+    if isinstance(environment.runner, LocalRunner):
+        workers = {str(os.getpid()): {**totals, "cpu_share": _cpu_share()}}
+    else:
+        workers = STATE.finals
     recording = {
         "case": opts.lockbench_case,
         "impl": opts.lock_impl,
