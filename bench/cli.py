@@ -34,6 +34,8 @@ app = typer.Typer(
 )
 infra_app = typer.Typer(no_args_is_help=True, help="Keep local servers up between runs (optional).")
 app.add_typer(infra_app, name="infra")
+baseline_app = typer.Typer(no_args_is_help=True, help="Committed baselines for bench gate.")
+app.add_typer(baseline_app, name="baseline")
 
 
 def _env(name: str) -> str:
@@ -42,6 +44,7 @@ def _env(name: str) -> str:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     backend: Annotated[
         list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
     ] = [],  # noqa: B006
@@ -104,10 +107,23 @@ def run(
         Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
     ] = Path("results"),
     report: Annotated[bool, typer.Option(help="render report.html at the end")] = True,
+    suite: Annotated[
+        str | None, typer.Option(help="a named option set (e.g. ci); flags you give still win")
+    ] = None,
+    lock_params: Annotated[
+        str | None, typer.Option(help="JSON object of impl-specific options, e.g. '{\"delay_s\": 0.001}'")
+    ] = None,
 ) -> None:
     """Run lock impls under a workload against real servers; print the report's path."""
     from bench.commands import run_command
+    from bench.suites import apply_suite
 
+    if suite:
+        given = {n for n in ctx.params if _given(ctx, n)}
+        v = apply_suite(suite, ctx.params, given)
+        impl, workload, duration, users, trials, cs = (
+            v["impl"], v["workload"], v["duration"], v["users"], v["trials"], v["cs"]
+        )  # fmt: skip
     code = run_command(
         backends=backend, impls=impl, workload=workload, duration=duration, users=users,
         spawn_rate=spawn_rate, processes=processes, trials=trials,
@@ -121,8 +137,31 @@ def run(
             "memcached": [memcached_url] if memcached_url else [],
         }, resource_url=resource_url, results_dir=results_dir,
         render=report, argv=sys.argv, console=console,
+        lock_params=_lock_params(lock_params), suite=suite,
     )  # fmt: skip
     raise typer.Exit(code)
+
+
+def _lock_params(text: str | None) -> dict:
+    import json
+
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UserError(
+            f"--lock-params is not valid JSON ({exc.args[0]}); e.g. '{{\"delay_s\": 0.001}}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise UserError("--lock-params must be a JSON object, e.g. '{\"delay_s\": 0.001}'")
+    return value
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """True when the user set the option (command line or environment), not a default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 @app.command("report")
@@ -143,6 +182,61 @@ def report_cmd(
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
     print(path)
+
+
+@app.command("gate")
+def gate_cmd(
+    baseline: Annotated[Path, typer.Argument(help="baseline run or results/baselines/<name> folder")],
+    candidate: Annotated[Path, typer.Argument(help="candidate run folder")],
+    rule: Annotated[
+        list[str],
+        typer.Option(
+            help="METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-5% "
+            "acquire.p99:+10% violations:0; violations:0 always applies)"
+        ),
+    ] = [],  # noqa: B006
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print JSON instead of the Markdown table")
+    ] = False,
+    alpha: Annotated[
+        float, typer.Option(help="significance level, Holm-corrected over all comparisons")
+    ] = 0.05,
+    allow_other_machine: Annotated[
+        bool, typer.Option(help="compare even when the machine classes differ (timings may not compare)")
+    ] = False,
+) -> None:
+    """Exit 0 pass, 1 regression, 2 unusable input or not enough data to decide."""
+    from bench.gate import append_step_summary, run_gate, to_json, to_markdown
+
+    result = run_gate(baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine)
+    markdown = to_markdown(result)
+    print(to_json(result) if json_out else markdown, end="" if not json_out else "\n")
+    append_step_summary(markdown)
+    if result.exit_code == 2:
+        print(
+            "bench gate: NOT ENOUGH DATA to decide (exit 2): see the verdicts above; this is not a pass",
+            file=sys.stderr,
+        )
+    elif result.exit_code == 1:
+        print("bench gate: REGRESSION (exit 1)", file=sys.stderr)
+    raise typer.Exit(result.exit_code)
+
+
+@baseline_app.command("update")
+def baseline_update(
+    run: Annotated[Path | None, typer.Argument(help="run folder (default: the newest finished run)")] = None,
+    name: Annotated[str, typer.Option(help="baseline name: results/baselines/<name>")] = "ci",
+    results_dir: Annotated[
+        Path, typer.Option(help="where run folders are", envvar=_env("results_dir"))
+    ] = Path("results"),
+    baselines_dir: Annotated[Path, typer.Option(help="where baselines go")] = Path("results/baselines"),
+) -> None:
+    """Copy a run's summary (run.json, cases.csv, histograms) into a committable baseline folder."""
+    from bench.baseline import folder_size, update_baseline
+
+    dest = update_baseline(run, name, baselines_dir, results_dir)
+    console.print(f"lockbench: baseline {name!r} from {run or 'the newest run'}: {folder_size(dest):,} bytes")
+    print(dest)
 
 
 @app.command("list")

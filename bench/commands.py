@@ -12,8 +12,8 @@ from rich.table import Table
 from bench import meta
 from bench.errors import UserError
 from bench.redact import redact_text
-from bench.results import RunFolder
-from bench.runner import Case, RunSettings, endpoints_for_meta, run_plan
+from bench.results import RunFolder, write_merged_histograms
+from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan
 from infra.stack import Stack
 from lockimpls import registry
 from lockimpls.base import LockConfigError
@@ -85,6 +85,8 @@ def run_command(
     render: bool,
     argv: list[str],
     console: Console,
+    lock_params: dict[str, Any] | None = None,
+    suite: str | None = None,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted)."""
     if workload not in WORKLOADS:
@@ -118,12 +120,13 @@ def run_command(
     settings = RunSettings(
         users=users, spawn_rate=spawn_rate or float(users), duration=duration, processes=processes, ttl=ttl,
         retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
-        workload_options=workload_options,
+        workload_options=workload_options, lock_params=dict(lock_params or {}),
     )  # fmt: skip
     params = {
         "workload": workload, "duration_s": duration, "users": users, "spawn_rate": settings.spawn_rate,
         "processes": processes, "trials": trials, "ttl_s": ttl, "retry_interval_s": retry_interval,
         "acquire_timeout_s": acquire_timeout, "fencing": fencing, **workload_options,
+        **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
     }  # fmt: skip
     cases = [
         Case(impl=impl_id, backend=backend, workload=info, trial=t, params={"trials": trials})
@@ -167,8 +170,14 @@ def run_command(
         except KeyboardInterrupt:
             status = "incomplete"
             console.print("lockbench: interrupted; keeping finished cases")
+        except ServerDied as exc:
+            status = "incomplete"
+            failures = [str(exc)]
+            folder.note("failures", failures)
+            console.print(f"lockbench: {exc}")
         finally:
             folder.finish(status)
+    _write_trial_summaries(folder, console)
     _summary(folder, console)
     report_path = folder.path / "report.html"
     if render and folder.rows:
@@ -177,7 +186,7 @@ def run_command(
         report_path = render_report([folder.path])
     print(report_path if render and folder.rows else folder.path)
     if status == "incomplete":
-        return 130
+        return 1 if failures else 130
     return 1 if failures else 0
 
 
@@ -204,3 +213,13 @@ def _summary(folder: RunFolder, console: Console) -> None:
             cells[0] += f" #{row['trial'] + 1}"
         table.add_row(*cells, style="red" if row.get("verdict") == "invalid" else None)
     console.print(table)
+
+
+def _write_trial_summaries(folder: RunFolder, console: Console) -> None:
+    """Merged histograms and per-trial figures per impl x workload (hist/<group>.merged.json)."""
+    if not folder.rows:
+        return
+    try:
+        write_merged_histograms(folder.path)
+    except (OSError, ValueError) as exc:  # the per-trial files are all there; only the merge is lost
+        console.print(f"lockbench: could not merge trial histograms: {exc}")

@@ -61,7 +61,9 @@ METRICS: dict[str, MetricInfo] = {
 
 SAFETY = "violations"
 
-_RULE = re.compile(r"^(?P<metric>[a-z][a-z0-9.\-]*):(?P<sign>[+-])?(?P<num>\d+(?:\.\d+)?)(?P<unit>%|us|ms|s)?$")
+_RULE = re.compile(
+    r"^(?P<metric>[a-z][a-z0-9.\-]*):(?P<sign>[+-])?(?P<num>\d+(?:\.\d+)?)(?P<unit>%|us|ms|s)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,9 @@ def parse_rule(text: str) -> Rule | None:
         return Rule(raw, metric, info, number / 100.0, relative=True)
     if unit in _UNITS_US:
         if not info.latency:
-            raise _fail(raw, f"{metric} is not a latency; use % or a bare number in {info.unit or 'its unit'}")
+            raise _fail(
+                raw, f"{metric} is not a latency; use % or a bare number in {info.unit or 'its unit'}"
+            )
         return Rule(raw, metric, info, number * _UNITS_US[unit], relative=False)
     if info.latency:
         raise _fail(raw, "a latency threshold needs a unit: %, us, ms or s")

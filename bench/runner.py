@@ -36,6 +36,10 @@ from workloads.recording import decode_histogram
 GENERATOR_BOUND_SHARE = 0.9
 
 
+class ServerDied(Exception):
+    """A server the run started is gone: the remaining cases would measure nothing."""
+
+
 class CaseFailed(Exception):
     """A case produced no usable recording (Locust crashed, a server died)."""
 
@@ -231,6 +235,11 @@ def run_plan(
                     on_failure(case, str(exc))
                 continue
             folder.add_case(result["row"], result["histograms"], result["history_file"], result["extra"])
+            dead = stack.dead()
+            if dead:
+                raise ServerDied(
+                    f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"
+                )
     return failures
 
 

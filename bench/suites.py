@@ -12,6 +12,9 @@ from typing import Any
 
 from bench.errors import UserError
 
+#: The ``bench run`` options a suite may set (bench/cli.py applies exactly these).
+SUITE_KEYS = frozenset({"impl", "workload", "duration", "users", "trials", "cs"})
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -53,6 +56,9 @@ def get_suite(name: str) -> Suite:
 def apply_suite(name: str, values: dict[str, Any], user_given: set[str]) -> dict[str, Any]:
     """``values`` with the suite's options filled in wherever the user did not set the option."""
     suite = get_suite(name)
+    unknown = set(suite.options) - SUITE_KEYS
+    if unknown:
+        raise UserError(f"suite {name!r} sets options bench cannot apply: {', '.join(sorted(unknown))}")
     out = dict(values)
     for key, value in suite.options.items():
         if key not in user_given:

@@ -123,6 +123,14 @@ class Stack:
             raise
         return self
 
+    def dead(self) -> list[str]:
+        """Names of servers this stack started that are no longer running."""
+        return [
+            name
+            for name, server in self.servers.items()
+            if getattr(server, "process", None) is not None and not server.process.alive()
+        ]
+
     def close(self) -> None:
         for server in reversed(list(self.servers.values())):
             with contextlib.suppress(Exception):  # keep stopping the others

@@ -93,3 +93,109 @@ def test_report_rerenders_from_files_alone(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()) == run / "report.html"
     assert (run / "report.html").stat().st_size > 100_000
+
+
+def _children_running(pid: int, name: str) -> list[int]:
+    """Pids of processes named ``name`` whose parent is ``pid`` (read from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and name in cmdline:
+            out.append(int(entry.name))
+    return out
+
+
+def test_ctrl_c_keeps_finished_cases_and_leaves_no_server(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from infra.state import pid_alive
+    from tests.helpers import PROJECT
+
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--impl", "redis.set-nx-px-lua", "--impl", "redis.set-nx-px",
+         "--impl", "redis.setnx-expire", *SHORT, "--results-dir", str(results)],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    servers: list[int] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            servers = servers or _children_running(proc.pid, "redis-server")
+            runs = list(results.glob("*/run.json")) if results.exists() else []
+            if runs and json.loads(runs[0].read_text())["cases"]:
+                break
+            time.sleep(0.1)
+        assert len(servers) == 2, "a lock server and a resource server were running"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    run = _only_run(results)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "incomplete"
+    finished = pd.read_csv(run / "cases.csv")
+    assert len(finished) >= 1 and list(finished["case"]) == meta["cases"]
+    assert "redis.set-nx-px-lua__flash-sale" in meta["cases"]
+    assert not any(pid_alive(p) for p in servers), "a server outlived the interrupted command"
+
+
+def test_a_dead_lock_server_stops_the_run_and_keeps_results(tmp_path: Path) -> None:
+    """Kill the lock server during the first case: the run ends, says so, keeps what finished."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import PROJECT
+
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--impl", "redis.set-nx-px-lua", "--impl", "redis.set-nx-px",
+         "--duration", "4", "--users", "5", "--acquire-timeout", "0.5", "--results-dir", str(results)],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        lock_server = None
+        deadline = time.monotonic() + 60
+        while lock_server is None and time.monotonic() < deadline:
+            metas = list(results.glob("*/run.json")) if results.exists() else []
+            if metas:
+                port = (
+                    json.loads(metas[0].read_text())["endpoints"]["redis"]["urls"][0]
+                    .split(":")[-1]
+                    .split("/")[0]
+                )
+                for pid in _children_running(proc.pid, "redis-server"):
+                    if f":{port}" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                        lock_server = pid
+            time.sleep(0.05)
+        assert lock_server is not None
+        time.sleep(2)  # mid-case
+        os.kill(lock_server, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err
+    assert "died" in err and "Traceback" not in err
+    meta = json.loads((_only_run(results) / "run.json").read_text())
+    assert meta["status"] == "incomplete"
+    assert meta["cases"] == [
+        "redis.set-nx-px-lua__flash-sale"
+    ]  # the case in flight is kept, the next not run
