@@ -72,7 +72,27 @@ def run(
         float, typer.Option(help="seconds between attempts of polling locks")
     ] = DEFAULT_RETRY_INTERVAL,
     acquire_timeout: Annotated[float, typer.Option(help="seconds an acquire may wait before it fails")] = 5.0,
-    fencing: Annotated[bool, typer.Option(help="ask impls for a fencing token at every grant")] = False,
+    fencing: Annotated[
+        str,
+        typer.Option(
+            help="off | observe (tokens; the resource counts stale writes) | enforce (it refuses them) | both"
+        ),
+    ] = "off",
+    fault: Annotated[
+        str | None,
+        typer.Option(help="server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader"),
+    ] = None,
+    clock_skew: Annotated[float, typer.Option(help="seconds added to the clock of skewed clients")] = 0.0,
+    skewed_clients: Annotated[float, typer.Option(help="fraction of clients whose clock is skewed")] = 0.0,
+    pause: Annotated[float, typer.Option(help="lease-expiry: seconds a holder pauses")] = 2.0,
+    pause_every: Annotated[int, typer.Option(help="lease-expiry: pause at every n-th critical section")] = 20,
+    pause_kind: Annotated[
+        str, typer.Option(help="lease-expiry: task (holder only) or world (whole process)")
+    ] = "task",
+    crash_after: Annotated[int, typer.Option(help="crash: worker 0 dies at its n-th critical section")] = 20,
+    stuck_bound: Annotated[
+        float, typer.Option(help="crash: seconds after which a lock counts as stuck")
+    ] = 5.0,
     redis_url: Annotated[
         list[str],
         typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
@@ -117,7 +137,21 @@ def run(
     """Run lock impls under a workload against real servers; print the report's path."""
     from bench.commands import run_command
     from bench.suites import apply_suite
+    from workloads.catalog import WORKLOADS
 
+    if workload in WORKLOADS:
+        # a workload's own defaults (e.g. long-cs: a 0.5 s lease) apply where the user set nothing
+        for name, value in WORKLOADS[workload].defaults.items():
+            if (
+                ctx.get_parameter_source(name) is not None
+                and ctx.get_parameter_source(name).name == "DEFAULT"
+            ):
+                ctx.params[name] = value
+        ttl, cs, fencing, duration, users, processes = (
+            ctx.params[k] for k in ("ttl", "cs", "fencing", "duration", "users", "processes")
+        )
+    if pause_kind not in ("task", "world"):
+        raise UserError(f"--pause-kind must be task or world, got {pause_kind!r}")
     if suite:
         given = {n for n in ctx.params if _given(ctx, n)}
         v = apply_suite(suite, ctx.params, given)
@@ -127,7 +161,11 @@ def run(
     code = run_command(
         backends=backend, impls=impl, workload=workload, duration=duration, users=users,
         spawn_rate=spawn_rate, processes=processes, trials=trials,
-        workload_options={"items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs, "shared_keys": shared_keys},
+        workload_options={
+            "items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs, "shared_keys": shared_keys,
+            "pause": pause, "pause_every": pause_every, "pause_kind": pause_kind, "crash_after": crash_after,
+            "stuck_bound": stuck_bound,
+        },
         ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
         user_urls={
             "redis": redis_url,
@@ -137,7 +175,8 @@ def run(
             "memcached": [memcached_url] if memcached_url else [],
         }, resource_url=resource_url, results_dir=results_dir,
         render=report, argv=sys.argv, console=console,
-        lock_params=_lock_params(lock_params), suite=suite,
+        lock_params=_lock_params(lock_params), suite=suite, fault=fault, clock_skew=clock_skew,
+        skewed_clients=skewed_clients,
     )  # fmt: skip
     raise typer.Exit(code)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from bench import meta
 from bench.errors import UserError
+from bench.faults import parse_fault
 from bench.redact import redact_text
 from bench.results import RunFolder, write_merged_histograms
 from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan
@@ -58,6 +59,21 @@ def plan_impls(backends: list[str], impls: list[str]) -> list[tuple[str, str, ty
     return out
 
 
+FENCING_CHOICES = ("off", "observe", "enforce", "both")
+
+#: Workloads whose fault takes down a whole Locust process: someone else must carry on.
+NEEDS_PROCESSES = ("crash", "lease-expiry")
+
+
+def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console) -> list[str]:
+    """The fencing modes to run an impl in; an impl without tokens runs unfenced and says so."""
+    modes = ["observe", "enforce"] if fencing == "both" else [fencing]
+    if modes != ["off"] and not cls.capabilities.fencing:
+        console.print(f"lockbench: {impl_id} has no fencing tokens: it runs unfenced only")
+        return ["off"]
+    return modes
+
+
 def _check_numbers(**values: Any) -> None:
     for name, (value, minimum) in values.items():
         if value < minimum:
@@ -78,7 +94,7 @@ def run_command(
     ttl: float,
     retry_interval: float,
     acquire_timeout: float,
-    fencing: bool,
+    fencing: str,
     user_urls: dict[str, list[str]],
     resource_url: str | None,
     results_dir: Path,
@@ -87,6 +103,9 @@ def run_command(
     console: Console,
     lock_params: dict[str, Any] | None = None,
     suite: str | None = None,
+    fault: str | None = None,
+    clock_skew: float = 0.0,
+    skewed_clients: float = 0.0,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted)."""
     if workload not in WORKLOADS:
@@ -102,7 +121,20 @@ def run_command(
         parse_distribution(workload_options["cs"])
     except SpecError as exc:
         raise UserError(f"--cs: {exc}") from None
+    if fencing not in FENCING_CHOICES:
+        raise UserError(f"--fencing must be one of {', '.join(FENCING_CHOICES)}, got {fencing!r}")
+    fault_spec = parse_fault(fault) if fault else None
+    world_pause = workload != "lease-expiry" or workload_options.get("pause_kind") == "world"
+    if workload in NEEDS_PROCESSES and processes < 2 and world_pause:
+        console.print(
+            f"lockbench: {workload} needs a second Locust process to survive it: using --processes 2"
+        )
+        processes = 2
     planned = plan_impls(backends, impls)
+    if fault_spec is not None:
+        for impl_id, backend, _ in planned:
+            if not fault_spec.applies_to(backend):
+                raise UserError(f"--fault {fault_spec.kind} does not apply to {impl_id} ({backend})")
     servers_needed: dict[str, int] = {}
     for _, backend, cls in planned:
         servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
@@ -119,25 +151,34 @@ def run_command(
 
     settings = RunSettings(
         users=users, spawn_rate=spawn_rate or float(users), duration=duration, processes=processes, ttl=ttl,
-        retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
-        workload_options=workload_options, lock_params=dict(lock_params or {}),
+        retry_interval=retry_interval, acquire_timeout=acquire_timeout, clock_skew=clock_skew,
+        skewed_clients=skewed_clients, workload_options=workload_options, lock_params=dict(lock_params or {}),
     )  # fmt: skip
     params = {
         "workload": workload, "duration_s": duration, "users": users, "spawn_rate": settings.spawn_rate,
         "processes": processes, "trials": trials, "ttl_s": ttl, "retry_interval_s": retry_interval,
-        "acquire_timeout_s": acquire_timeout, "fencing": fencing, **workload_options,
+        "acquire_timeout_s": acquire_timeout, "fencing": fencing, "fault": fault or "",
+        "clock_skew_s": clock_skew, "skewed_clients": skewed_clients, **workload_options,
         **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
     }  # fmt: skip
+    fencing_of = {impl_id: fencing_modes(fencing, cls, impl_id, console) for impl_id, _, cls in planned}
     cases = [
-        Case(impl=impl_id, backend=backend, workload=info, trial=t, params={"trials": trials})
+        Case(impl=impl_id, backend=backend, workload=info, trial=t, params={"trials": trials}, fencing=mode,
+             fault=fault_spec)
         for t in range(trials)
         for impl_id, backend in runnable
-    ]
+        for mode in fencing_of[impl_id]
+    ]  # fmt: skip
     needed = list(dict.fromkeys(backend for _, backend in runnable))
     started = datetime.now(UTC).isoformat()
     console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
+    topology = {b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {}
     with Stack(
-        needed, user_urls=user_urls, resource_url=resource_url, servers_per_backend=servers_needed
+        needed,
+        user_urls=user_urls,
+        resource_url=resource_url,
+        servers_per_backend=servers_needed,
+        topology=topology,
     ) as stack:
         folder = RunFolder(
             results_dir,
@@ -159,7 +200,7 @@ def run_command(
             failures = run_plan(
                 cases, settings, stack, folder,
                 progress=lambda c, i, n: console.print(
-                    f"[{i + 1}/{n}] {c.impl} x {c.workload.name}"
+                    f"[{i + 1}/{n}] {c.impl} x {c.scenario}"
                     + (f" (trial {c.trial + 1})" if trials > 1 else "") + f": {duration:g}s, {users} users"
                 ),
                 on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
@@ -209,6 +250,8 @@ def _summary(folder: RunFolder, console: Console) -> None:
                 cells.append("-" if v != v else f"{v:,.0f}")  # NaN: no data for this column
             else:
                 cells.append(str(v))
+        if row.get("scenario") and row["scenario"] != row.get("workload"):
+            cells[0] += f" {row['scenario'].split('+', 1)[-1]}"
         if row.get("trial"):
             cells[0] += f" #{row['trial'] + 1}"
         table.add_row(*cells, style="red" if row.get("verdict") == "invalid" else None)

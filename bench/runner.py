@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from bench import analysis
+from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
 from bench.redact import redact_text, redact_url
 from bench.results import RunFolder
 from infra import server_stats
@@ -53,11 +54,23 @@ class Case:
     workload: WorkloadInfo
     trial: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    fencing: str = "off"  # off | observe (unfenced, stale writes counted) | enforce (fenced)
+    fault: FaultSpec | None = None
+
+    @property
+    def scenario(self) -> str:
+        """What the case puts the lock through: workload, fault and fencing, e.g. ``long-cs+fenced``."""
+        parts = [self.workload.name]
+        if self.fault:
+            parts.append(self.fault.label)
+        if self.fencing != "off":
+            parts.append("fenced" if self.fencing == "enforce" else "unfenced")
+        return "+".join(parts)
 
     @property
     def case_id(self) -> str:
         safe = self.impl.replace(":", "_").replace("/", "_")
-        base = f"{safe}__{self.workload.name}"
+        base = f"{safe}__{self.scenario.replace('+', '__').replace('@', '-')}"
         return f"{base}__t{self.trial}" if self.params.get("trials", 1) > 1 else base
 
 
@@ -72,7 +85,8 @@ class RunSettings:
     ttl: float = 10.0
     retry_interval: float = DEFAULT_RETRY_INTERVAL
     acquire_timeout: float = 5.0
-    fencing: bool = False
+    clock_skew: float = 0.0
+    skewed_clients: float = 0.0
     lock_params: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
 
@@ -102,8 +116,11 @@ def locust_argv(
     ]  # fmt: skip
     for url in lock_urls:
         argv += ["--lock-url", url]
-    if settings.fencing:
-        argv.append("--fencing")
+    argv += ["--fencing-mode", case.fencing]
+    if settings.clock_skew:
+        argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
+    if case.fault is not None and case.fault.at_seconds is None:
+        argv += ["--fault-signal", "--fault-hold", str(HOLD_FOR[case.fault.kind])]
     for key, flag in case.workload.options.items():
         value = settings.workload_options.get(key)
         if value is not None:
@@ -153,7 +170,17 @@ def run_case(case: Case, settings: RunSettings, stack: Stack, scratch: Path) -> 
     argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out)
     log_path = out / "locust.log"
     before = server_stats.snapshot(case.backend, lock_urls)
-    code = _run_locust(argv, log_path, timeout=settings.duration + 120)
+    fault = None
+    if case.fault is not None:
+        server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
+        fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
+        fault.start()
+    try:
+        code = _run_locust(argv, log_path, timeout=settings.duration + 120)
+    finally:
+        if fault is not None:
+            fault.stop()
+            fault.join(60)
     commands = server_stats.delta(before, server_stats.snapshot(case.backend, lock_urls))
     rec_path = out / "recording.json"
     if not rec_path.exists():
@@ -162,8 +189,34 @@ def run_case(case: Case, settings: RunSettings, stack: Stack, scratch: Path) -> 
         )
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
+    if fault is not None:
+        recording["fault"] = {"spec": case.fault.label, "error": fault.error}
+        if fault.window is not None:
+            w = fault.window
+            recording["fault"].update({"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail})
+            history = with_fault_window(history, w)
+            history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
     return judge(case, settings, recording, history, out / "history.parquet")
+
+
+def with_fault_window(history: pd.DataFrame, window: FaultWindow) -> pd.DataFrame:
+    """The history plus the fault as an invoke/ok pair of op ``fault`` by client ``bench``."""
+    rows = pd.DataFrame(
+        {
+            "client": ["bench", "bench"],
+            "seq": [0, 0],
+            "op": ["fault", "fault"],
+            "type": ["invoke", "ok"],
+            "lock": [window.kind, window.kind],
+            "t_ns": [window.start_ns, window.end_ns],
+            "token": pd.array([None, None], dtype="Int64"),
+            "value": pd.array([None, None], dtype="Int64"),
+            "error": [window.detail, window.detail],
+        }
+    )
+    merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
+    return merged.sort_values("t_ns", kind="stable").reset_index(drop=True)
 
 
 def judge(
@@ -177,6 +230,15 @@ def judge(
     row = analysis.case_row(
         case.case_id, case.impl, case.workload.name, params, history, hists, verdict, window
     )
+    row["scenario"] = case.scenario
+    row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")
+    row["fault"] = case.fault.label if case.fault else ""
+    # The lock may fail (overlaps) while the data stays right (fencing refused the stale writes).
+    damage = [row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted")]
+    row["data_safe"] = not any(v and v == v for v in damage)
+    fault_info = recording.get("fault") or {}
+    if fault_info.get("start_ns") is not None:
+        row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
     if not recording.get("complete", True):
         row["verdict"] = "unknown"
     shares = [
@@ -205,6 +267,7 @@ def judge(
             "final_state": recording.get("final_state", {}),
             "server_commands": recording.get("server_commands", {}),
             "lock_stats": recording.get("lock_stats", {}),
+            "fault": recording.get("fault"),
             "checks": [
                 {"name": r.name, "status": r.status, "counters": r.counters, "detail": r.detail}
                 for r in verdict.results

@@ -54,9 +54,11 @@ class Stack:
         workdir: Path | None = None,
         reuse_infra_up: bool = True,
         servers_per_backend: dict[str, int] | None = None,
+        topology: dict[str, str] | None = None,
     ) -> None:
         self.backends = backends
         self.counts = servers_per_backend or {}
+        self.topology = {k: v for k, v in (topology or {}).items() if v}
         self.user_urls = {k: v for k, v in (user_urls or {}).items() if v}
         self.resource_url = resource_url
         self._own_workdir = workdir is None
@@ -76,7 +78,7 @@ class Stack:
         return None
 
     def _start(self, key: str, backend: str) -> str:
-        cls = catalog.server_class(backend)
+        cls = catalog.server_class(backend, self.topology.get(backend))
         if cls is None:
             return catalog.local_url(backend, self.workdir)
         server = cls(self.workdir, name=key)
@@ -98,7 +100,11 @@ class Stack:
                         probe(url)
                     self.urls[backend] = self.user_urls[backend]
                     self.sources[backend] = "user"
-                elif self.counts.get(backend, 1) == 1 and (url := self._from_infra_up(backend)) is not None:
+                elif (
+                    self.counts.get(backend, 1) == 1
+                    and backend not in self.topology
+                    and (url := self._from_infra_up(backend)) is not None
+                ):
                     self.urls[backend] = [url]
                     self.sources[backend] = "infra-up"
                 else:

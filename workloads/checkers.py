@@ -108,7 +108,8 @@ def holds(history: pd.DataFrame) -> pd.DataFrame:
     acquires twice and releases twice gets an inner hold inside an outer one (``depth``
     1 is the outermost). A release with nothing to match (e.g. after an unknown
     acquire) is ignored. An acquire never released (client killed) is ``open``: it
-    lasts until the last event of the history.
+    lasts until the last event of the history, or until a ``crash`` event of a client
+    of the same process (client ids are ``<pid>-u<n>``).
 
     Columns: client, lock, start_ns, end_ns, token, open, depth, acquire_seq,
     release_seq (nullable).
@@ -181,6 +182,17 @@ def holds(history: pd.DataFrame) -> pd.DataFrame:
             "release_seq": rel_seq,
         }
     )
+    crashes = history.loc[(history["op"] == "crash").to_numpy(dtype=bool), ["client", "t_ns"]]
+    if not crashes.empty and out["open"].any():
+        # a dead process holds nothing, whatever the lock server still believes
+        died = (
+            crashes.assign(proc=crashes["client"].str.rsplit("-u", n=1).str[0]).groupby("proc")["t_ns"].min()
+        )
+        death = out["client"].str.rsplit("-u", n=1).str[0].map(died)
+        cut = out["open"].to_numpy(dtype=bool) & death.notna().to_numpy(dtype=bool)
+        if cut.any():
+            ends = death[cut].astype("int64").to_numpy()
+            out.loc[cut, "end_ns"] = np.maximum(out.loc[cut, "start_ns"].to_numpy(), ends)
     return out.sort_values(["lock", "start_ns", "client"], kind="stable").reset_index(drop=True)
 
 
@@ -334,10 +346,101 @@ def check_unknown(history: pd.DataFrame) -> CheckResult:
 
 
 def check_flash_sale(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
-    """The flash-sale verdict: overlaps, witness, stock invariant and unknown outcomes together."""
+    """The flash-sale verdict: overlaps, witness, stock invariant, fencing and unknown outcomes."""
     return Verdict.combine(
-        [check_overlaps(history), check_witness(history), check_stock(final_state), check_unknown(history)]
+        [
+            check_overlaps(history),
+            check_witness(history),
+            check_stock(final_state),
+            check_fencing(final_state),
+            check_unknown(history),
+        ]
     )
+
+
+# fencing, pauses, crashes ----------------------------------------------------------------
+
+
+def check_fencing(final_state: dict[str, Any] | None) -> CheckResult:
+    """Stale accesses the resource saw: a token older than the newest it had already seen.
+
+    In ``observe`` mode the resource accepted them (a holder that had lost the lock
+    wrote anyway: invalid); in ``enforce`` mode it refused them (fencing did its job:
+    valid, and the refusals are counted). ``off``: no tokens, nothing to count.
+    """
+    fencing = (final_state or {}).get("fencing") or {}
+    mode = fencing.get("mode", "off")
+    if mode == "off":
+        return CheckResult("fencing", "valid", {}, "unfenced: no tokens were used")
+    writes, reads = int(fencing.get("stale_writes", 0)), int(fencing.get("stale_reads", 0))
+    if mode == "observe":
+        counters = {"stale_writes_accepted": writes, "stale_writes_refused": 0, "stale_reads": reads}
+        status: Status = "invalid" if writes else "valid"
+        detail = f"{writes} writes carried a stale token and were accepted (fencing observed, not enforced)"
+    else:
+        counters = {"stale_writes_accepted": 0, "stale_writes_refused": writes, "stale_reads": reads}
+        status = "valid"
+        detail = f"fencing refused {writes} stale writes and {reads} stale reads"
+    return CheckResult("fencing", status, counters, detail)
+
+
+def check_pauses(history: pd.DataFrame) -> CheckResult:
+    """How many holders paused (lease-expiry) and for how long in total; counts only."""
+    mask = ((history["op"] == "pause") & (history["type"] == "ok")).to_numpy(dtype=bool)
+    values = history.loc[mask, "value"].dropna().to_numpy(dtype=np.int64) if mask.any() else np.array([])
+    counters = {"pauses": int(mask.sum()), "pause_ms_total": int(values.sum()) if len(values) else 0}
+    return CheckResult("pauses", "valid", counters, f"{counters['pauses']} holders paused while holding")
+
+
+def check_crashes(history: pd.DataFrame, final_state: dict[str, Any] | None) -> CheckResult:
+    """Recovery after a holder was killed: kill -> next successful acquisition of that lock.
+
+    A lock is *stuck* when nobody acquired it within ``stuck_bound_s`` (from the final
+    state, default 5 s) of the kill, including never before the history ends: the
+    guarantee "a crashed holder does not block everyone forever" failed.
+    """
+    bound_ns = int(float((final_state or {}).get("stuck_bound_s", 5.0)) * 1e9)
+    crash_mask = ((history["op"] == "crash") & (history["type"] == "info")).to_numpy(dtype=bool)
+    crashes = history.loc[crash_mask, ["lock", "t_ns"]]
+    if crashes.empty:
+        return CheckResult("crash", "unknown", {"crashes": 0, "stuck_locks": 0}, "no holder was killed")
+    ok = history[(history["op"] == "acquire") & (history["type"] == "ok")]
+    end_ns = int(history["t_ns"].max())
+    recoveries: list[float] = []
+    stuck = 0
+    for lock, t in crashes.itertuples(index=False):
+        after = ok.loc[(ok["lock"] == lock) & (ok["t_ns"] > t), "t_ns"]
+        if not after.empty:
+            recovery_ns = int(after.min()) - t
+            recoveries.append(recovery_ns / 1e6)
+            stuck += recovery_ns > bound_ns
+        elif end_ns - t >= bound_ns:  # never acquired again, and the run lasted past the bound
+            stuck += 1
+    counters: dict[str, int | float] = {
+        "crashes": len(crashes),
+        "stuck_locks": stuck,
+        "recovery_ms_p50": float(np.median(recoveries)) if recoveries else float("nan"),
+        "recovery_ms_max": float(max(recoveries)) if recoveries else float("nan"),
+    }
+    status: Status = "invalid" if stuck else "valid"
+    detail = (
+        f"{stuck} of {len(crashes)} locks stayed stuck longer than {bound_ns / 1e9:g}s after their holder was killed"
+        if stuck
+        else f"every crashed holder's lock was acquired again (p50 {counters['recovery_ms_p50']:.0f} ms)"
+    )
+    return CheckResult("crash", status, counters, detail)
+
+
+def check_lease_expiry(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
+    """flash-sale's checkers plus the pause counts."""
+    base = check_flash_sale(history, final_state)
+    return Verdict.combine([*base.results, check_pauses(history)])
+
+
+def check_crash(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
+    """flash-sale's checkers plus stuck locks and recovery time after a killed holder."""
+    base = check_flash_sale(history, final_state)
+    return Verdict.combine([*base.results, check_crashes(history, final_state)])
 
 
 def check_lock_pairs(history: pd.DataFrame, final_state: dict[str, Any] | None = None) -> Verdict:

@@ -25,7 +25,7 @@ from workloads import harness
 from workloads.checkers import check_flash_sale
 from workloads.distributions import parse_distribution, zipf_weights
 from workloads.recording import RecordedLock
-from workloads.resource import FlashSaleResource
+from workloads.resource import FlashSaleResource, StaleToken
 
 
 def item_names(n: int) -> list[str]:
@@ -54,16 +54,17 @@ class FlashSale:
         self._resource(opts).reset(item_names(opts.items), opts.stock)
 
     def final_state(self, opts: Any) -> dict:
-        return self._resource(opts).final_state(item_names(opts.items))
+        return self._resource(opts).final_state(item_names(opts.items), harness.fencing_mode(opts))
 
     def summarize(self, history: Any, final_state: dict) -> str:
         verdict = check_flash_sale(history, final_state)
         counters = ", ".join(f"{k}={v}" for k, v in verdict.counters.items())
-        return f"lockbench flash-sale verdict: {verdict.status} ({counters})"
+        return f"lockbench {self.name} verdict: {verdict.status} ({counters})"
 
 
 harness.use_workload(FlashSale())
 _resources: dict[tuple[int, str], FlashSaleResource] = {}
+_client_numbers = itertools.count()
 
 
 def shared_resource(url: str) -> FlashSaleResource:
@@ -75,7 +76,12 @@ def shared_resource(url: str) -> FlashSaleResource:
 
 
 class FlashSaleUser(User):
-    """One buyer: a closed loop of lock, read, think, write, order, unlock."""
+    """One buyer: a closed loop of lock, read, think, write, order, unlock.
+
+    Fault workloads subclass it and override :meth:`think` (what happens between the
+    read and the write while the lock is held); everything else stays identical, so
+    their figures compare with flash-sale's.
+    """
 
     wait_time = constant(0)
 
@@ -88,8 +94,9 @@ class FlashSaleUser(User):
         self.rng = random.Random()
         self.cs = parse_distribution(opts.cs, self.rng)
         self.resource = shared_resource(opts.resource_url)
+        self.fencing = harness.fencing_mode(opts)
         cls = harness.lock_class(opts)
-        options = harness.lock_options(opts)
+        options = harness.lock_options(opts, next(_client_numbers))
         urls = harness.lock_urls(opts)
         seq = itertools.count()
         self.locks = {
@@ -126,29 +133,80 @@ class FlashSaleUser(User):
             return
         self._fire("acquire", started)
         try:
-            self._critical_section(lock, item)
+            self._critical_section(lock, item, lease)
         finally:
             started = time.monotonic_ns()
             lock.release(lease)
             self._fire("release", started)
 
-    def _critical_section(self, lock: RecordedLock, item: str) -> None:
+    def think(self, lock: RecordedLock, item: str) -> None:
+        """The work done while holding the lock, between reading and writing the stock."""
+        time.sleep(self.cs())
+
+    def mark(
+        self, lock: RecordedLock, op: str, type_: str, seq: int | None = None, value: int | None = None
+    ) -> int:
+        """Record a workload event (a pause, a crash, a fault signal) in the history."""
+        seq = lock.next_seq() if seq is None else seq
+        harness.RECORDER.event(
+            self.client_id, seq, op, type_, lock.lock.name, time.monotonic_ns(), value=value
+        )
+        return seq
+
+    def _answer_fault(self, lock: RecordedLock) -> None:
+        # bench's fault thread armed a fault "while a lock is held": the first holder to see
+        # it claims it, tells bench, and keeps the lock while the fault happens.
+        if self.opts.fault_signal and self.resource.armed() and self.resource.signal_held(self.client_id):
+            seq = self.mark(lock, "fault-hold", "invoke")
+            time.sleep(self.opts.fault_hold)
+            self.mark(lock, "fault-hold", "ok", seq)
+
+    def _critical_section(self, lock: RecordedLock, item: str, lease: Any) -> None:
         rec, res = harness.RECORDER, self.resource
+        token = lease.token if self.fencing != "off" else None
+        enforce = self.fencing == "enforce"
         entered = time.monotonic_ns()
         seq = lock.next_seq()
         inside = res.witness_enter(item)
         rec.event(self.client_id, seq, "witness", "ok", lock.lock.name, time.monotonic_ns(), value=inside)
         try:
+            self._answer_fault(lock)
             seq = lock.next_seq()
             rec.event(self.client_id, seq, "purchase", "invoke", lock.lock.name, time.monotonic_ns())
-            stock = res.read_stock(item)
-            time.sleep(self.cs())
+            try:
+                stock = res.read_stock(item, token, enforce)
+            except StaleToken:
+                rec.event(
+                    self.client_id,
+                    seq,
+                    "purchase",
+                    "fail",
+                    lock.lock.name,
+                    time.monotonic_ns(),
+                    error="stale",
+                )
+                return
+            self.think(lock, item)
             qty = self.rng.randint(1, self.opts.max_qty)
             bought = 0
             if stock >= qty:
-                res.write_stock(item, stock - qty)
-                res.append_order(item, self.client_id, qty)
-                bought = qty
+                if token is None:
+                    res.write_stock(item, stock - qty)
+                    res.append_order(item, self.client_id, qty)
+                    bought = qty
+                elif res.fenced_sale(item, token, stock - qty, self.client_id, qty, enforce):
+                    bought = qty
+                else:
+                    rec.event(
+                        self.client_id,
+                        seq,
+                        "purchase",
+                        "fail",
+                        lock.lock.name,
+                        time.monotonic_ns(),
+                        error="stale",
+                    )
+                    return
             rec.event(
                 self.client_id, seq, "purchase", "ok", lock.lock.name, time.monotonic_ns(), value=bought
             )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+from gevent import monkey
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
@@ -70,18 +71,51 @@ def _add_options(parser: Any) -> None:
         default=DEFAULT_RETRY_INTERVAL,
         help="seconds between polling attempts",
     )
-    g.add_argument("--fencing", action="store_true", default=False, help="ask for fencing tokens")
+    g.add_argument(
+        "--fencing-mode",
+        choices=("off", "observe", "enforce"),
+        default="off",
+        help="off: no tokens; observe: tokens, the resource counts stale ones; enforce: it refuses them",
+    )
+    g.add_argument("--clock-skew", type=float, default=0.0, help="seconds added to skewed clients' clocks")
+    g.add_argument(
+        "--skewed-clients", type=float, default=0.0, help="fraction of clients with a skewed clock"
+    )
+    g.add_argument("--fault-signal", action="store_true", default=False, help="holders answer armed faults")
+    g.add_argument("--fault-hold", type=float, default=3.0, help="seconds a signalling holder keeps the lock")
     g.add_argument("--acquire-timeout", type=float, default=5.0, help="seconds an acquire may wait")
     g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
     g.add_argument("--lockbench-out", default="", help="directory for the merged recording")
     g.add_argument("--lockbench-case", default="", help="case id (labels only)")
 
 
-def lock_options(opts: Any) -> LockOptions:
+def fencing_mode(opts: Any) -> str:
+    """The mode in force: an impl without fencing tokens always runs unfenced ("off")."""
+    if opts.fencing_mode != "off" and not lock_class(opts).capabilities.fencing:
+        return "off"
+    return opts.fencing_mode
+
+
+def lock_options(opts: Any, client_number: int = 0) -> LockOptions:
+    """Options for one client; a share of clients get a clock ``--clock-skew`` seconds off.
+
+    The skew is injected into the lock's own clock (``LockOptions.clock``), never into the
+    machine's: only algorithms that trust client time can be hurt by it.
+    """
+    clock = time.time
+    if opts.clock_skew and opts.skewed_clients > 0:
+        every = max(1, round(1 / min(opts.skewed_clients, 1.0)))
+        if client_number % every == 0:
+            skew = opts.clock_skew
+
+            def clock() -> float:
+                return time.time() + skew
+
     return LockOptions(
         ttl=opts.lock_ttl,
         retry_interval=opts.retry_interval,
-        fencing=opts.fencing,
+        fencing=fencing_mode(opts) != "off",
+        clock=clock,
         params=json.loads(opts.lock_params or "{}"),
     )
 
@@ -133,12 +167,28 @@ def _cpu_share() -> float | None:
     return (_cpu_seconds() - cpu0) / wall if wall > 0 else None
 
 
-def _send_final(environment: Any) -> None:
+def _send_final(environment: Any, crashed: bool = False) -> None:
     chunk = RECORDER.drain()
+    chunk["crashed"] = crashed
     chunk["totals"] = {**RECORDER.totals, "cpu_share": _cpu_share()}
     chunk["pid"] = os.getpid()
     STATE.sent_final = True
     environment.runner.send_message("lockbench_final", chunk)
+
+
+def crash_process(environment: Any) -> None:
+    """Die now, like a crashed client, after handing the recording so far to the master.
+
+    The final chunk is queued on the master socket, then a sleep that gevent cannot switch
+    away from lets libzmq's own thread send it while no other task here runs; SIGKILL
+    follows, so nothing (no ``finally``, no release) runs after it.
+    """
+    import signal
+
+    if isinstance(environment.runner, WorkerRunner):
+        _send_final(environment, crashed=True)
+        monkey.get_original("time", "sleep")(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _on_flush_request(environment: Any, msg: Any, **_: Any) -> None:

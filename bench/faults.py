@@ -1,0 +1,162 @@
+"""Server faults during a case: what to break, when, and the window it was broken in.
+
+Grammar of ``--fault``: ``KIND[@WHEN]``. KIND is ``restart`` (SIGKILL the lock server and
+start it again: Redis has no persistence here, so every lock is forgotten),
+``failover`` (Redis behind Sentinel: the master dies and the replica takes over, with
+the newest writes not yet replicated), ``kill-member`` / ``kill-leader`` (one node of a
+ZooKeeper or etcd ensemble). WHEN is ``held`` (default: the moment a client holds a lock;
+the holder is told and keeps the lock while the fault runs) or a time like ``3s`` after
+the load starts.
+
+Event-triggered faults use the resource server as a mailbox: bench sets an ``armed``
+key, the first holder that sees it claims it and pushes its id to a ``signal`` list,
+bench's fault thread pops it (BLPOP) and strikes. Faults therefore happen while a lock
+is held on purpose, not by luck.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from bench.errors import UserError
+
+#: fault kind -> (backends it applies to, the topology it needs from infra)
+KINDS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "restart": (("redis", "postgres", "etcd", "memcached", "zookeeper"), None),
+    "failover": (("redis",), "sentinel"),
+    "kill-member": (("zookeeper", "etcd"), "ensemble"),
+    "kill-leader": (("zookeeper", "etcd"), "ensemble"),
+}
+
+#: How long a signalling holder keeps its lock while the fault runs (seconds).
+HOLD_FOR = {"restart": 2.0, "failover": 6.0, "kill-member": 3.0, "kill-leader": 6.0}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A parsed ``--fault`` value."""
+
+    kind: str
+    when: str  # "held" or "<seconds>s"
+
+    @property
+    def at_seconds(self) -> float | None:
+        return None if self.when == "held" else float(self.when[:-1])
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}@{self.when}"
+
+    def topology(self) -> str | None:
+        return KINDS[self.kind][1]
+
+    def applies_to(self, backend: str) -> bool:
+        return backend in KINDS[self.kind][0]
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """``restart``, ``restart@held``, ``failover@3s`` -> FaultSpec; UserError otherwise."""
+    m = re.fullmatch(r"([a-z-]+)(?:@(held|\d+(?:\.\d+)?s))?", text.strip())
+    if not m or m.group(1) not in KINDS:
+        kinds = ", ".join(KINDS)
+        raise UserError(f"bad --fault {text!r}; use KIND[@held|@<seconds>s] with KIND one of {kinds}")
+    return FaultSpec(m.group(1), m.group(2) or "held")
+
+
+@dataclass
+class FaultWindow:
+    """When a fault started and ended (monotonic ns, the clock of the history) and what it did."""
+
+    kind: str
+    start_ns: int
+    end_ns: int
+    detail: str
+
+
+def _restart(server: Any) -> str:
+    server.process.kill()
+    if server.process.popen is not None:
+        server.process.popen.wait(10)
+    server.start()
+    return f"killed (SIGKILL) and restarted {server.process.name}; its lock state is gone"
+
+
+class FaultThread(threading.Thread):
+    """Runs one fault during a case, from a thread of the bench process.
+
+    Why a thread in bench, not in Locust: the fault acts on servers that bench started
+    and owns (their processes and handles); Locust only signals when a lock is held.
+    """
+
+    def __init__(self, spec: FaultSpec, server: Any, resource_url: str, deadline_s: float) -> None:
+        super().__init__(name=f"fault-{spec.kind}", daemon=True)
+        self.spec = spec
+        self.server = server
+        self.resource = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
+        self.deadline_s = deadline_s
+        self.window: FaultWindow | None = None
+        self.error: str | None = None
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _wait_for_holder(self) -> bool:
+        """Arm the fault and wait until a holder claims it (True) or the case ends (False)."""
+        self.resource.set("lockbench:res:armed", "1")
+        end = time.monotonic() + self.deadline_s
+        while not self._stop.is_set() and time.monotonic() < end:
+            if self.resource.blpop(["lockbench:res:signal"], timeout=1):
+                return True
+        self.resource.delete("lockbench:res:armed")
+        return False
+
+    def _wait_until(self, seconds: float) -> bool:
+        return not self._stop.wait(seconds)
+
+    def run(self) -> None:
+        try:
+            self.window = self._strike()
+        except Exception as exc:  # noqa: BLE001 - reported in the case row, the run goes on
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _strike(self) -> FaultWindow | None:
+        spec = self.spec
+        trigger: Callable[[], bool]
+        if spec.at_seconds is None:
+            trigger = self._wait_for_holder
+        else:
+            at = spec.at_seconds
+            trigger = lambda: self._wait_until(at)  # noqa: E731
+        if spec.kind == "failover":
+            # The replica is paused before the trigger so that the holder's lock exists on
+            # the master only (loopback replication is sub-millisecond otherwise).
+            timings: dict[str, Any] = {}
+
+            def hold() -> None:
+                timings["triggered"] = trigger()
+                timings["start"] = time.monotonic_ns()
+
+            self.server.lose_writes_failover(hold)
+            if not timings.get("triggered"):
+                return None
+            return FaultWindow(
+                "failover", timings["start"], time.monotonic_ns(), "master killed with unreplicated writes"
+            )
+        if not trigger():
+            return None
+        start = time.monotonic_ns()
+        if spec.kind == "restart":
+            detail = _restart(self.server)
+        elif spec.kind == "kill-leader":
+            detail = self.server.kill_leader()
+        else:
+            detail = self.server.kill_member()
+        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail)

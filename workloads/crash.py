@@ -1,0 +1,63 @@
+"""crash: a worker process is killed (SIGKILL) while one of its buyers holds a lock.
+
+Worker 0 kills itself at its ``--crash-after``-th critical section (an event, not a
+timer), after handing its recording so far to the master, so the history shows the kill
+(op ``crash``) and every operation before it. Nothing releases the lock: a lock without
+expiry stays stuck; one with a lease comes back when the lease runs out. The checker
+counts locks stuck for longer than ``--stuck-bound`` seconds and the recovery time (kill
+to the next successful acquisition by anyone). Needs ``--processes 2`` or more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from locust import events
+
+from workloads import harness
+from workloads.flash_sale import FlashSale, FlashSaleUser
+from workloads.lease_expiry import worker_index
+from workloads.recording import RecordedLock
+
+DEFAULTS = {"lock_ttl": 1.0}
+_sections = itertools.count(1)
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any) -> None:
+    g = parser.add_argument_group("crash")
+    g.add_argument("--crash-after", type=int, default=20, help="worker 0 dies at its n-th critical section")
+    g.add_argument(
+        "--stuck-bound", type=float, default=5.0, help="seconds after which a lock counts as stuck"
+    )
+    parser.set_defaults(**DEFAULTS)
+
+
+class Crash(FlashSale):
+    """flash-sale plus a holder killed mid critical section."""
+
+    name = "crash"
+
+    def final_state(self, opts: Any) -> dict:
+        return {**super().final_state(opts), "stuck_bound_s": opts.stuck_bound}
+
+
+harness.use_workload(Crash())
+
+
+class CrashUser(FlashSaleUser):
+    """A buyer whose process may die while it holds the lock."""
+
+    def think(self, lock: RecordedLock, item: str) -> None:
+        if worker_index(self.environment) == 0 and next(_sections) == self.opts.crash_after:
+            self.resource.witness_exit(
+                item
+            )  # a dead client is inside nothing; the lock server still thinks so
+            self.mark(lock, "crash", "info")
+            harness.crash_process(self.environment)
+        time.sleep(self.cs())
+
+
+FlashSaleUser.abstract = True
