@@ -74,6 +74,19 @@ def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console) -> li
     return modes
 
 
+def _check_user_dsns(user_urls: dict[str, list[str]]) -> None:
+    """A PostgreSQL DSN must log in, not just answer TCP: check it now, in one line."""
+    from lockimpls.base import BackendUnavailable
+
+    for dsn in user_urls.get("postgres") or []:
+        from lockimpls.pg_conn import check_dsn
+
+        try:
+            check_dsn(dsn)
+        except (BackendUnavailable, LockConfigError) as exc:
+            raise UserError(f"--pg-dsn: {exc}") from None
+
+
 def _check_numbers(**values: Any) -> None:
     for name, (value, minimum) in values.items():
         if value < minimum:
@@ -131,6 +144,7 @@ def run_command(
         )
         processes = 2
     planned = plan_impls(backends, impls)
+    _check_user_dsns(user_urls)
     if fault_spec is not None:
         for impl_id, backend, _ in planned:
             if not fault_spec.applies_to(backend):

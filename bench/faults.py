@@ -85,7 +85,7 @@ def _restart(server: Any) -> str:
     if server.process.popen is not None:
         server.process.popen.wait(10)
     server.start()
-    return f"killed (SIGKILL) and restarted {server.process.name}; its lock state is gone"
+    return f"killed (SIGKILL) and restarted {server.process.name}"
 
 
 class FaultThread(threading.Thread):
@@ -103,23 +103,38 @@ class FaultThread(threading.Thread):
         self.deadline_s = deadline_s
         self.window: FaultWindow | None = None
         self.error: str | None = None
-        self._stop = threading.Event()
+        self._cancel = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._cancel.set()
+
+    def _load_started(self) -> bool:
+        """Wait until the workload has reset the resource (it would clear an earlier arming)."""
+        end = time.monotonic() + 60
+        while not self._cancel.is_set() and time.monotonic() < end:
+            if self.resource.get("lockbench:res:started"):
+                return True
+            time.sleep(0.05)
+        return False
 
     def _wait_for_holder(self) -> bool:
         """Arm the fault and wait until a holder claims it (True) or the case ends (False)."""
+        if not self._load_started():
+            return False
         self.resource.set("lockbench:res:armed", "1")
         end = time.monotonic() + self.deadline_s
-        while not self._stop.is_set() and time.monotonic() < end:
+        while not self._cancel.is_set() and time.monotonic() < end:
             if self.resource.blpop(["lockbench:res:signal"], timeout=1):
                 return True
         self.resource.delete("lockbench:res:armed")
         return False
 
     def _wait_until(self, seconds: float) -> bool:
-        return not self._stop.wait(seconds)
+        return self._load_started() and not self._cancel.wait(seconds)
+
+    def start(self) -> None:
+        self.resource.delete("lockbench:res:started", "lockbench:res:armed", "lockbench:res:signal")
+        super().start()
 
     def run(self) -> None:
         try:

@@ -25,8 +25,10 @@ def up(kinds: list[str], console: Console) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         server = catalog.server_class(kind)(workdir, name=kind)
         server.start(detached=True)
+        # ensembles and sentinel groups run several processes: remember every one
+        pids = [p.pid for p in getattr(server, "processes", None) or [server.process]]
         current["servers"].append(
-            {"kind": kind, "name": kind, "url": server.url, "pid": server.process.pid, "dir": str(workdir)}
+            {"kind": kind, "name": kind, "url": server.url, "pid": pids[0], "pids": pids, "dir": str(workdir)}
         )
         state.save(current)
         print(f"{kind} {server.url}")
@@ -45,6 +47,7 @@ def status() -> None:
 def down(console: Console) -> None:
     current = state.load()
     for s in current["servers"]:
-        if stop_pid(s["pid"]):
-            console.print(f"stopped {s['kind']} (pid {s['pid']})")
+        stopped = [pid for pid in s.get("pids", [s["pid"]]) if stop_pid(pid)]
+        if stopped:
+            console.print(f"stopped {s['kind']} (pid {', '.join(map(str, stopped))})")
     state.save({"servers": []})

@@ -25,9 +25,11 @@ import pandas as pd
 from bench import analysis
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
 from bench.redact import redact_text, redact_url
+from bench.reset import reset_lock_state
 from bench.results import RunFolder
 from infra import server_stats
 from infra.ports import free_port
+from infra.process import die_with_parent
 from infra.stack import Stack
 from lockimpls.base import DEFAULT_RETRY_INTERVAL
 from workloads.catalog import WorkloadInfo
@@ -139,7 +141,7 @@ def _run_locust(argv: list[str], log_path: Path, timeout: float) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)  # fmt: skip
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         try:
             return proc.wait(timeout)
         except BaseException:
@@ -169,6 +171,10 @@ def run_case(case: Case, settings: RunSettings, stack: Stack, scratch: Path) -> 
     lock_urls = stack.urls[case.backend]
     argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out)
     log_path = out / "locust.log"
+    try:
+        reset_lock_state(case.backend, lock_urls)
+    except Exception as exc:  # noqa: BLE001 - a server that cannot be cleaned cannot be measured
+        raise CaseFailed(f"{case.case_id}: could not clear lock state before the case: {exc}") from exc
     before = server_stats.snapshot(case.backend, lock_urls)
     fault = None
     if case.fault is not None:

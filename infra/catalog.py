@@ -12,15 +12,33 @@ from pathlib import Path
 
 SERVERS: dict[str, str | None] = {
     "redis": "infra.redis_server:RedisServer",
+    "postgres": "infra.postgres_server:PostgresServer",
     "test": None,  # lockimpls.broken: test-only locks that need no server
+    "etcd": "infra.etcd_server:EtcdServer",
+    "memcached": "infra.memcached_server:MemcachedServer",
+    "file": None,
+    "zookeeper": "infra.zookeeper_server:ZooKeeperServer",
 }
 
 #: The resource (stock, ledger, witness) always lives on its own Redis.
 RESOURCE_SERVER = "infra.redis_server:RedisServer"
 
 
-def server_class(backend: str) -> type | None:
-    """The server class for ``backend`` (None when it needs no server)."""
+#: (backend, topology) -> server class for the multi-node set-ups faults need.
+TOPOLOGIES: dict[tuple[str, str], str] = {
+    ("redis", "sentinel"): "infra.redis_sentinel:RedisSentinelGroup",
+    ("zookeeper", "ensemble"): "infra.zookeeper_server:ZooKeeperEnsemble",
+    ("etcd", "ensemble"): "infra.etcd_server:EtcdCluster",
+}
+
+
+def server_class(backend: str, topology: str | None = None) -> type | None:
+    """The server class for ``backend`` (None when it needs no server), or for a topology of it."""
+    if topology is not None:
+        if (backend, topology) not in TOPOLOGIES:
+            raise KeyError(f"no {topology} topology for {backend}")
+        module, _, cls = TOPOLOGIES[(backend, topology)].partition(":")
+        return getattr(importlib.import_module(module), cls)
     spec = SERVERS[backend]
     if spec is None:
         return None

@@ -7,6 +7,7 @@ clear failure when a package cannot be had.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from infra import catalog
 from infra.errors import InfraError
@@ -15,16 +16,33 @@ from infra.install import find_binary
 #: (binary, OS package, extra dirs to search) for every server kind in infra.catalog.
 BINARIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "redis": ("redis-server", "redis-server", ()),
+    "etcd": ("etcd", "etcd-server", ()),
+    "memcached": ("memcached", "memcached", ()),
+    # zookeeper: its jars go to /usr/share/java, and the package brings Java with it
+    "zookeeper": ("zkServer.sh", "zookeeper", ("/usr/share/zookeeper/bin",)),
 }
+
+
+def _postgres() -> None:
+    from infra.postgres_server import _find_server_binaries
+
+    _find_server_binaries()  # its binaries live in a versioned directory found after install
+
+
+#: Kinds whose binaries are found by their own module (paths known only after install).
+FINDERS: dict[str, Callable[[], object]] = {"postgres": _postgres}
 
 
 def main() -> int:
     for kind, spec in catalog.SERVERS.items():
-        if spec is None or kind not in BINARIES:
+        if spec is None or (kind not in BINARIES and kind not in FINDERS):
             continue
-        binary, package, extra = BINARIES[kind]
         try:
-            find_binary(binary, package, extra)
+            if kind in FINDERS:
+                FINDERS[kind]()
+            else:
+                binary, package, extra = BINARIES[kind]
+                find_binary(binary, package, extra)
         except InfraError as exc:
             print(f"lockbench: {exc}", file=sys.stderr)
             return 2

@@ -14,6 +14,21 @@ from pathlib import Path
 from infra.errors import InfraError
 
 _live: set[ServerProcess] = set()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the kernel SIGKILLs this child when the process that started it dies.
+
+    atexit and ``finally`` cover every exit of Python but SIGKILL; this covers that one,
+    so even ``kill -9`` of bench leaves no server behind.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def _stop_all_at_exit() -> None:
@@ -22,6 +37,12 @@ def _stop_all_at_exit() -> None:
 
 
 atexit.register(_stop_all_at_exit)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 class ServerProcess:
@@ -68,6 +89,9 @@ class ServerProcess:
                 env=self.env,
                 user=self.user,
                 start_new_session=True,
+                # PDEATHSIG follows the *thread* that forks: a server (re)started from a
+                # fault thread would die with that thread, so only the main thread asks.
+                preexec_fn=die_with_parent if not detached and _in_main_thread() else None,
             )
         except OSError as exc:
             raise InfraError(f"cannot start {self.name}: {exc}") from exc

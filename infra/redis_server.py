@@ -26,7 +26,9 @@ class RedisServer:
 
     kind = "redis"
 
-    def __init__(self, workdir: Path, name: str = "redis", port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, name: str = "redis", port: int | None = None, extra_args: list[str] | None = None
+    ) -> None:
         self.binary = find_binary("redis-server", "redis-server")
         self.port = port or free_port()
         self.name = name
@@ -42,6 +44,7 @@ class RedisServer:
             "--protected-mode", "yes",
             "--daemonize", "no",
             "--maxclients", "10000",
+            *(extra_args or []),
         ]  # fmt: skip
         self.process = ServerProcess(name, argv, self.dir / "server.log")
 

@@ -12,10 +12,22 @@ from collections.abc import Callable
 import redis
 
 
+def _redis_client(url: str) -> redis.Redis:
+    """A short-lived client; for ``redis+sentinel://h:p,h:p/service``, the current master."""
+    if url.startswith("redis+sentinel://"):
+        from redis.sentinel import Sentinel
+
+        netloc, _, service = url.removeprefix("redis+sentinel://").partition("/")
+        hosts = [(h, int(p)) for h, p in (part.rsplit(":", 1) for part in netloc.split(","))]
+        sentinel = Sentinel(hosts, socket_timeout=2, socket_connect_timeout=2)
+        return sentinel.master_for(service or "lockbench", socket_timeout=5, socket_connect_timeout=2)
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+
+
 def _redis(urls: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for url in urls:
-        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        client = _redis_client(url)
         try:
             stats = client.info("commandstats")
         finally:
@@ -26,7 +38,13 @@ def _redis(urls: list[str]) -> dict[str, int]:
     return out
 
 
-READERS: dict[str, Callable[[list[str]], dict[str, int]]] = {"redis": _redis}
+def _zookeeper(urls: list[str]) -> dict[str, int]:
+    from infra.zookeeper_server import stats_snapshot  # mntr: packets received, summed over servers
+
+    return stats_snapshot(urls)
+
+
+READERS: dict[str, Callable[[list[str]], dict[str, int]]] = {"redis": _redis, "zookeeper": _zookeeper}
 
 #: Commands the snapshot itself sends; subtracted so the count is the lock's alone.
 OWN_COMMANDS = {"info", "ping", "hello", "client|setinfo", "client|setname"}

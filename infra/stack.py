@@ -20,23 +20,37 @@ from infra import catalog, state
 from infra.errors import InfraError
 from infra.ports import port_open
 
+DEFAULT_PORTS = {
+    "redis": 6379,
+    "postgresql": 5432,
+    "postgres": 5432,
+    "http": 2379,
+    "memcached": 11211,
+    "zookeeper": 2181,
+}
+
 
 def probe(url: str, timeout: float = 3.0) -> None:
-    """Raise InfraError unless something answers at the URL's host and port."""
-    parts = urlsplit(url)
-    if parts.scheme in ("file", ""):
-        return
-    host = parts.hostname or "127.0.0.1"
-    port = parts.port or {
-        "redis": 6379,
-        "postgresql": 5432,
-        "postgres": 5432,
-        "http": 2379,
-        "memcached": 11211,
-    }.get(parts.scheme, 0)
-    if not port_open(host, port, timeout=timeout):
-        safe = f"{parts.scheme}://{host}:{port}"
-        raise InfraError(f"cannot reach {safe} (nothing answers there); start the server or fix the URL")
+    """Raise InfraError unless something answers at every host:port of the URL.
+
+    Accepts one host or a comma-separated list (``http://h1:2379,http://h2:2379``,
+    ``redis+sentinel://h1:p1,h2:p2/service``, ``zookeeper://h1:p1,h2:p2``).
+    """
+    for part in url.split(","):
+        if "://" not in part:
+            part = f"{urlsplit(url).scheme}://{part}"
+        try:
+            parts = urlsplit(part)
+            host, port = parts.hostname or "127.0.0.1", parts.port
+        except ValueError:
+            raise InfraError(f"cannot read host and port from {part.split('@')[-1]!r}; fix the URL") from None
+        if parts.scheme in ("file", ""):
+            continue
+        port = port or DEFAULT_PORTS.get(parts.scheme.split("+")[0], 0)
+        if not port_open(host, port, timeout=timeout):
+            raise InfraError(
+                f"cannot reach {parts.scheme}://{host}:{port} (nothing answers there); start the server or fix the URL"
+            )
 
 
 class Stack:
@@ -77,8 +91,8 @@ class Stack:
                 return server["url"]
         return None
 
-    def _start(self, key: str, backend: str) -> str:
-        cls = catalog.server_class(backend, self.topology.get(backend))
+    def _start(self, key: str, backend: str, plain: bool = False) -> str:
+        cls = catalog.server_class(backend, None if plain else self.topology.get(backend))
         if cls is None:
             return catalog.local_url(backend, self.workdir)
         server = cls(self.workdir, name=key)
@@ -117,7 +131,7 @@ class Stack:
                 self.urls["resource"] = [self.resource_url]
                 self.sources["resource"] = "user"
             else:
-                self.urls["resource"] = [self._start("resource", "redis")]
+                self.urls["resource"] = [self._start("resource", "redis", plain=True)]
                 self.sources["resource"] = "started"
             lock_urls = {u for b in self.backends for u in self.urls[b]}
             if self.urls["resource"][0] in lock_urls:

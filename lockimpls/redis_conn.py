@@ -26,6 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from lockimpls.base import BackendUnavailable, LockConfigError, LockOutcomeUnknown
 
@@ -60,6 +61,77 @@ class _Pool(redis.BlockingConnectionPool):
             raise _NotSent(str(exc)) from exc
 
 
+class _SentinelPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """:class:`_Pool` for a master found through Sentinel (``redis+sentinel://`` URLs).
+
+    The master's address is asked of the sentinels whenever a connection is (re)made, so
+    after a failover the next command reaches the promoted replica: a pooled connection to
+    the dead master reads as closed when it is handed out and is remade there. Asking the
+    sentinels is part of getting a connection, so "no master known" is "not sent" too.
+    Blocking like :class:`_Pool` (waits for a free connection instead of failing).
+    """
+
+    def get_connection(self, *args: object, **kwargs: object) -> redis.connection.Connection:
+        try:
+            return super().get_connection(*args, **kwargs)
+        except (redis.RedisError, OSError) as exc:
+            raise _NotSent(str(exc)) from exc
+
+
+class _SentinelConnection(SentinelManagedConnection):
+    """Keeps a demoted master's READONLY refusal a :class:`redis.ReadOnlyError`.
+
+    redis-py turns it into a plain ConnectionError ("the previous master is now a
+    slave"), which RedisCall would have to report as "outcome unknown"; the server
+    refused the command, so nothing was applied. The connection is still dropped, so the
+    next command asks the sentinels for the master again.
+    """
+
+    def read_response(self, *args: object, **kwargs: object) -> object:
+        try:
+            return redis.connection.Connection.read_response(self, *args, **kwargs)
+        except redis.ReadOnlyError:
+            self.disconnect()
+            raise
+
+
+def _sentinel_client(url: str) -> redis.Redis:
+    """Client for ``redis+sentinel://host:port,host:port/service``: the service's current master."""
+    parts = urlsplit(url)
+    service = parts.path.strip("/")
+    if parts.query or parts.fragment or "@" in parts.netloc or not service or "/" in service:
+        raise ValueError("expected redis+sentinel://host:port[,host:port...]/service")
+    sentinels = []
+    for item in filter(None, (h.strip() for h in parts.netloc.split(","))):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"sentinel address {item!r} is not host:port")
+        sentinels.append((host, int(port)))
+    if not sentinels:
+        raise ValueError("no sentinel address")
+    # Asking a sentinel is part of connecting: one that hangs gets the connect timeout,
+    # then the next sentinel is asked.
+    manager = Sentinel(
+        sentinels,
+        sentinel_kwargs={
+            "socket_timeout": CONNECT_TIMEOUT,
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            "retry": Retry(NoBackoff(), 0),
+        },
+    )
+    return manager.master_for(
+        service,
+        connection_pool_class=_SentinelPool,
+        connection_class=_SentinelConnection,
+        max_connections=MAX_CONNECTIONS,
+        timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=CONNECT_TIMEOUT,
+        socket_timeout=SOCKET_TIMEOUT,
+        health_check_interval=0,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (userinfo and ``password=`` query)."""
     try:
@@ -81,6 +153,8 @@ def client_for(url: str) -> redis.Redis:
     """The shared client of this process for ``url`` (made on first use, never across a fork).
 
     Replies are raw ``bytes`` (no decoding): compare against ``str.encode()`` values.
+    ``redis+sentinel://host:port[,host:port...]/service`` gives a client of whichever
+    node the sentinels name master of ``service`` (found again after a failover).
     Raises :class:`LockConfigError` for a URL redis-py cannot use.
     """
     pid = os.getpid()
@@ -90,6 +164,12 @@ def client_for(url: str) -> redis.Redis:
     for key in [k for k in _clients if k[0] != pid]:
         # Inherited from the parent: its sockets belong to the parent, never touch them.
         del _clients[key]
+    if url.startswith("redis+sentinel://"):
+        try:
+            client = _sentinel_client(url)
+        except (ValueError, TypeError) as exc:
+            raise LockConfigError(f"invalid Redis Sentinel URL {redact_url(url)}: {exc}") from None
+        return _clients.setdefault((pid, url), client)
     try:
         pool = _Pool.from_url(
             url,
@@ -119,7 +199,10 @@ def close_clients() -> None:
     """Close this process's clients (tests and short-lived tools; workers just exit)."""
     pid = os.getpid()
     for key in [k for k in _clients if k[0] == pid]:
-        _clients.pop(key).close()
+        client = _clients.pop(key)
+        client.close()
+        if isinstance(client.connection_pool, _SentinelPool):
+            client.connection_pool.sentinel_manager.close()
     for key in [k for k in _scripts if k[0] == pid]:
         del _scripts[key]
 

@@ -18,11 +18,33 @@ BUILTIN: dict[str, str] = {
     "redis.setnx-getset": "lockimpls.redis_locks:SetnxGetset",
     "redis.set-nx-px": "lockimpls.redis_locks:SetNxPx",
     "redis.set-nx-px-lua": "lockimpls.redis_locks:SetNxPxLua",
+    "redis.reentrant": "lockimpls.redis_reentrant:ReentrantLock",
+    "redis.redlock": "lockimpls.redlock:RedLock",
+    "redis.redis-py": "lockimpls.redis_adapters:RedisPyLock",
+    "redis.python-redis-lock": "lockimpls.redis_adapters:PythonRedisLock",
+    "redis.pottery-redlock": "lockimpls.redis_adapters:PotteryRedlock",
+    "postgres.unique-insert": "lockimpls.postgres_locks:UniqueInsert",
+    "postgres.unique-insert-expiry": "lockimpls.postgres_locks:UniqueInsertExpiry",
+    "postgres.version": "lockimpls.postgres_locks:Version",
+    "postgres.for-update": "lockimpls.postgres_locks:ForUpdate",
+    "postgres.advisory": "lockimpls.postgres_locks:Advisory",
+    "postgres.advisory-xact": "lockimpls.postgres_locks:AdvisoryXact",
+    "etcd.lease": "lockimpls.etcd_locks:EtcdLease",
+    "etcd.lock-api": "lockimpls.etcd_locks:EtcdLockApi",
+    "memcached.add": "lockimpls.memcached_locks:MemcachedAdd",
+    "memcached.add-cas": "lockimpls.memcached_locks:MemcachedAddCas",
+    "file.flock": "lockimpls.file_locks:FileFlock",
+    "zookeeper.ephemeral": "lockimpls.zk_locks:Ephemeral",
+    "zookeeper.sequential": "lockimpls.zk_locks:Sequential",
+    "zookeeper.rwlock": "lockimpls.zk_locks:ReadWrite",
+    "zookeeper.kazoo": "lockimpls.zk_locks:KazooLock",
+    "zookeeper.kazoo-rw": "lockimpls.zk_locks:KazooReadWrite",
 }
 
 #: Impls that exist only to prove the checkers catch a broken lock; never in a backend's list.
 TEST_ONLY: dict[str, str] = {
     "test.no-mutex": "lockimpls.broken:NoMutex",
+    "test.slowed": "lockimpls.broken:Slowed",
 }
 
 ENTRY_POINT_GROUP = "lockbench.locks"

@@ -45,3 +45,13 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     client.flushall()
     client.close()
     yield redis_server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_server(server_dir: Path) -> Iterator[object]:
+    """A real PostgreSQL cluster (initdb in a temp dir) for the session's PostgreSQL tests."""
+    from infra.postgres_server import PostgresServer
+
+    server = PostgresServer(server_dir, name="postgres-lock").start()
+    yield server
+    server.stop()

@@ -57,9 +57,9 @@ def test_servers_stop_when_the_command_is_killed_by_sigterm(tmp_path: Path) -> N
     """A process that started servers and is then terminated leaves none behind."""
     code = (
         "import sys, time; from pathlib import Path; from infra.stack import Stack\n"
+        "import signal; signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))\n"
         "s = Stack(['redis'], workdir=Path(sys.argv[1]), reuse_infra_up=False).__enter__()\n"
         "print(' '.join(str(x.process.pid) for x in s.servers.values()), flush=True)\n"
-        "import signal; signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))\n"
         "time.sleep(60)\n"
     )
     proc = subprocess.Popen(

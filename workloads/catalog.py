@@ -24,6 +24,8 @@ class WorkloadInfo:
     requires: str | None = None  # a Capabilities field that must be true, e.g. "read_write"
     checker: str = "workloads.checkers:check_flash_sale"  # pure (history, final_state) -> Verdict
     options: dict[str, str] = field(default_factory=dict)  # bench option -> locustfile flag
+    #: bench option defaults of this workload, used when the user did not give the flag
+    defaults: dict[str, object] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -33,6 +35,14 @@ class WorkloadInfo:
         module, _, name = self.checker.partition(":")
         return getattr(importlib.import_module(module), name)
 
+
+_FLASH_SALE_OPTIONS = {
+    "items": "--items",
+    "skew": "--skew",
+    "stock": "--stock",
+    "max_qty": "--max-qty",
+    "cs": "--cs",
+}
 
 WORKLOADS: dict[str, WorkloadInfo] = {
     "flash-sale": WorkloadInfo(
@@ -53,6 +63,57 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         summary="acquire+release in a closed loop, each user its own lock: the cost of the lock alone",
         checker="workloads.checkers:check_lock_pairs",
         options={"shared_keys": "--shared-keys"},
+    ),
+    "read-mostly": WorkloadInfo(
+        name="read-mostly",
+        module_file="read_mostly.py",
+        summary="readers share a document, writers exclude everyone (--read-ratio of reads)",
+        requires="read_write",
+        checker="workloads.rw_checks:check_read_mostly",
+        options={"items": "--items", "read_ratio": "--read-ratio", "cs": "--cs"},
+    ),
+    "reentrant": WorkloadInfo(
+        name="reentrant",
+        module_file="reentrant.py",
+        summary="nested acquires of one lock to --depth inside the critical section; free after the last release",
+        requires="reentrant",
+        checker="workloads.reentrant_checks:check_reentrant",
+        options={
+            "depth": "--depth",
+            "items": "--items",
+            "skew": "--skew",
+            "stock": "--stock",
+            "max_qty": "--max-qty",
+            "cs": "--cs",
+        },
+    ),
+    "long-cs": WorkloadInfo(
+        name="long-cs",
+        module_file="long_cs.py",
+        summary="flash-sale with heavy-tailed critical sections that outlast the lease",
+        options=_FLASH_SALE_OPTIONS,
+        defaults={"cs": "pareto:100ms:1.2", "ttl": 0.5, "fencing": "both", "duration": 8.0, "users": 10},
+    ),
+    "lease-expiry": WorkloadInfo(
+        name="lease-expiry",
+        module_file="lease_expiry.py",
+        summary="flash-sale where a holder pauses longer than its lease (--pause-kind task or world)",
+        checker="workloads.checkers:check_lease_expiry",
+        options={
+            **_FLASH_SALE_OPTIONS,
+            "pause": "--pause",
+            "pause_every": "--pause-every",
+            "pause_kind": "--pause-kind",
+        },
+        defaults={"ttl": 1.0, "cs": "5ms", "fencing": "both", "duration": 8.0, "users": 10},
+    ),
+    "crash": WorkloadInfo(
+        name="crash",
+        module_file="crash.py",
+        summary="flash-sale where worker 0 is killed (SIGKILL) while it holds a lock",
+        checker="workloads.checkers:check_crash",
+        options={**_FLASH_SALE_OPTIONS, "crash_after": "--crash-after", "stuck_bound": "--stuck-bound"},
+        defaults={"ttl": 1.0, "cs": "5ms", "duration": 10.0, "users": 10, "processes": 2},
     ),
 }
 

@@ -68,6 +68,7 @@ class FlashSaleResource:
             kinds = ("orders", "witness", "fence", "stale_reads", "stale_writes")
             pipe.delete(*(self._k(kind, item) for kind in kinds))
         pipe.delete(f"{self.ns}:signal", f"{self.ns}:armed")
+        pipe.set(f"{self.ns}:started", 1)  # a fault waiting for the load may arm now
         pipe.execute()
 
     def _fence_keys(self, item: str, counter: str) -> list[str]:

@@ -1,0 +1,277 @@
+"""Throwaway etcd members on 127.0.0.1: one node, or a 3-node cluster for fault cases.
+
+Debian 12 ships etcd 3.4 (package ``etcd-server``). Locks talk to it through its
+HTTP/JSON gateway on the client port (``/v3/...``), so the URL of a node is the plain
+``http://127.0.0.1:<client port>`` every etcd user knows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from infra.errors import InfraError
+from infra.install import find_binary
+from infra.ports import free_port
+from infra.process import ServerProcess
+
+#: Raft timing of a single node. A node elects itself at once, so short timings only
+#: make it ready sooner; they also lower etcd's minimum lease TTL to 1 s (the minimum is
+#: 1.5 election timeouts, rounded up), which the lease-expiry cases need.
+SINGLE_HEARTBEAT_MS = 50
+SINGLE_ELECTION_MS = 500
+#: A cluster keeps etcd's defaults: on 2 busy cores shorter timeouts make leaders flap.
+CLUSTER_HEARTBEAT_MS = 100
+CLUSTER_ELECTION_MS = 1000
+
+_GOARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
+           "s390x": "s390x", "armv7l": "arm", "i686": "386", "i386": "386", "riscv64": "riscv64"}  # fmt: skip
+
+
+def etcd_env() -> dict[str, str]:
+    """The environment for etcd: 3.4 refuses to start on other arches than amd64/ppc64le
+    unless ETCD_UNSUPPORTED_ARCH names the running arch (harmless where it is supported)."""
+    env = dict(os.environ)
+    machine = platform.machine().lower()
+    env.setdefault("ETCD_UNSUPPORTED_ARCH", _GOARCH.get(machine, machine))
+    return env
+
+
+def health(client_url: str, timeout: float = 0.5) -> bool:
+    """True when the member at ``client_url`` reports ``{"health": "true"}`` (it has a leader)."""
+    with urllib.request.urlopen(f"{client_url}/health", timeout=timeout) as resp:  # noqa: S310 - loopback http
+        return json.loads(resp.read()).get("health") in ("true", True)
+
+
+def binary() -> str:
+    """Path of the etcd binary, installing the OS package ``etcd-server`` when allowed."""
+    return find_binary("etcd", "etcd-server")
+
+
+def binary_version(path: str) -> str:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, env=etcd_env()).stdout
+    for line in out.splitlines():
+        if line.lower().startswith("etcd version:"):
+            return line.split(":", 1)[1].strip()
+    return out.strip().splitlines()[0] if out.strip() else "unknown"
+
+
+class EtcdServer:
+    """One etcd member with its own client port, peer port and data directory.
+
+    Why a fresh member per run: each case starts from an empty keyspace and revision 1,
+    so fencing tokens (create revisions) and timings do not depend on earlier runs.
+    The member also serves as a building block of :class:`EtcdCluster`.
+    """
+
+    kind = "etcd"
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "etcd",
+        *,
+        client_port: int | None = None,
+        peer_port: int | None = None,
+        initial_cluster: str | None = None,
+        cluster_token: str | None = None,
+        heartbeat_ms: int = SINGLE_HEARTBEAT_MS,
+        election_ms: int = SINGLE_ELECTION_MS,
+    ) -> None:
+        self.binary = binary()
+        self.name = name
+        self.client_port = client_port or free_port()
+        self.peer_port = peer_port or free_port()
+        self.dir = workdir / f"{name}-{self.client_port}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.dir / "data"
+        member = f"{name}=http://127.0.0.1:{self.peer_port}"
+        argv = [
+            self.binary,
+            "--name", name,
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.url,
+            "--advertise-client-urls", self.url,
+            "--listen-peer-urls", self.peer_url,
+            "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", initial_cluster or member,
+            "--initial-cluster-state", "new",
+            "--initial-cluster-token", cluster_token or f"lockbench-{name}-{self.client_port}",
+            "--heartbeat-interval", str(heartbeat_ms),
+            "--election-timeout", str(election_ms),
+            "--logger", "zap",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        self.process = ServerProcess(name, argv, self.dir / "server.log", cwd=self.dir, env=etcd_env())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def healthy(self) -> bool:
+        """True when the member answers /health with a leader; False on any error."""
+        try:
+            return health(self.url)
+        except Exception:  # noqa: BLE001 - down, starting, or no leader: all mean "not healthy"
+            return False
+
+    def start(self, detached: bool = False, wait: bool = True) -> EtcdServer:
+        """Start the member; with ``wait`` (the default) return once /health says healthy."""
+        ready = (lambda: health(self.url)) if wait else (lambda: True)
+        self.process.start(ready, timeout=30, detached=detached)
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the member (a crash); :meth:`start` brings it back with its data."""
+        self.process.kill()
+        if self.process.popen is not None:
+            self.process.popen.wait(5)
+
+    def restart(self) -> None:
+        """Kill and start again on the same ports and data directory (state survives)."""
+        self.kill()
+        self.start()
+
+    def wipe(self) -> None:
+        """Remove the data directory (only while stopped): the next start is a new member."""
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def version(self) -> str:
+        return binary_version(self.binary)
+
+
+class EtcdCluster:
+    """Three etcd members on loopback forming one cluster, for failover and partition cases.
+
+    Why separate from :class:`EtcdServer`: a member of a cluster is only healthy once a
+    quorum is up, so all members must be started before any is waited for.
+    """
+
+    kind = "etcd-cluster"
+
+    def __init__(self, workdir: Path, name: str = "etcd-cluster", size: int = 3) -> None:
+        if size < 1:
+            raise InfraError("an etcd cluster needs at least one member")
+        self.name = name
+        ports = [(free_port(), free_port()) for _ in range(size)]
+        names = [f"{name}-{i}" for i in range(size)]
+        initial = ",".join(f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True))
+        token = f"lockbench-{name}-{ports[0][0]}"
+        self.nodes = [
+            EtcdServer(
+                workdir,
+                n,
+                client_port=client,
+                peer_port=peer,
+                initial_cluster=initial,
+                cluster_token=token,
+                heartbeat_ms=CLUSTER_HEARTBEAT_MS,
+                election_ms=CLUSTER_ELECTION_MS,
+            )
+            for n, (client, peer) in zip(names, ports, strict=True)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        """Client URLs of all members (a Lock accepts them all and fails over between them)."""
+        return [n.url for n in self.nodes]
+
+    @property
+    def process(self) -> ServerProcess:
+        """The first member's process (callers that track one pid; see ``processes``)."""
+        return self.nodes[0].process
+
+    @property
+    def processes(self) -> list[ServerProcess]:
+        return [n.process for n in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """All client URLs comma-separated, the form ``--etcd-url`` accepts."""
+        return ",".join(self.urls)
+
+    def start(self, detached: bool = False, timeout: float = 30.0) -> EtcdCluster:
+        """Start every member, then wait until all of them report healthy."""
+        try:
+            for node in self.nodes:
+                node.start(detached=detached, wait=False)
+            self.wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0, nodes: list[EtcdServer] | None = None) -> None:
+        """Wait until the given members (default: all) report healthy; InfraError otherwise."""
+        pending = list(nodes or self.nodes)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for node in list(pending):
+                if not node.process.alive():
+                    raise InfraError(f"{node.name} exited at start: {node.process.log_tail()}")
+                if node.healthy():
+                    pending.remove(node)
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise InfraError(
+                f"etcd cluster {self.name} not healthy within {timeout:.0f}s; see {pending[0].process.log_path}"
+            )
+
+    def leader(self) -> EtcdServer | None:
+        """The member that is leader right now (None when there is none or it cannot be asked)."""
+        for node in self.nodes:
+            try:
+                req = urllib.request.Request(f"{node.url}/v3/maintenance/status", data=b"{}", method="POST")
+                with urllib.request.urlopen(req, timeout=0.5) as resp:  # noqa: S310 - loopback http
+                    status = json.loads(resp.read())
+            except Exception:  # noqa: BLE001 - a down member cannot say who leads
+                continue
+            leader_id = status.get("leader")
+            if leader_id and leader_id == status.get("header", {}).get("member_id"):
+                return node
+        return None
+
+    def kill_leader(self) -> str:
+        """SIGKILL the current leader (the others elect a new one); a line saying what was done."""
+        leader = self.leader()
+        if leader is None:
+            raise InfraError(f"etcd cluster {self.name} has no leader to kill")
+        leader.kill()
+        return f"killed (SIGKILL) etcd leader {leader.name}; {len(self.nodes) - 1} members keep quorum"
+
+    def kill_member(self) -> str:
+        """SIGKILL one member that is not the leader (no election follows)."""
+        leader = self.leader()
+        victim = next((n for n in reversed(self.nodes) if n is not leader and n.process.alive()), None)
+        if victim is None:
+            raise InfraError(f"etcd cluster {self.name} has no follower to kill")
+        victim.kill()
+        return f"killed (SIGKILL) etcd follower {victim.name}"
+
+    def heal(self, timeout: float = 30.0) -> None:
+        """Start again every member that is down (with its data) and wait until all are healthy."""
+        down = [n for n in self.nodes if not n.process.alive()]
+        for node in down:
+            node.start(wait=False)
+        self.wait_healthy(timeout, down or None)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def version(self) -> str:
+        return self.nodes[0].version()

@@ -1,0 +1,73 @@
+"""Throwaway memcached instances on 127.0.0.1 (OS package ``memcached``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from infra.install import find_binary
+from infra.ports import free_port
+from infra.process import ServerProcess
+
+
+def _version(port: int) -> str:
+    """The server's own version string (``VERSION 1.6.18`` -> ``1.6.18``); raises when down."""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        s.sendall(b"version\r\n")
+        reply = s.recv(128)
+    if not reply.startswith(b"VERSION "):
+        raise ConnectionError(f"unexpected reply {reply!r}")
+    return reply[8:].strip().decode()
+
+
+class MemcachedServer:
+    """One memcached with its own TCP port (UDP off), started and stopped by lockbench.
+
+    Why not a shared server: every case starts with no keys and fresh statistics, and a
+    memcached nobody else uses cannot evict a lock key to make room for other data.
+    """
+
+    kind = "memcached"
+
+    def __init__(self, workdir: Path, name: str = "memcached", port: int | None = None) -> None:
+        self.binary = find_binary("memcached", "memcached")
+        self.port = port or free_port()
+        self.name = name
+        self.dir = workdir / f"{name}-{self.port}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            self.binary,
+            "--listen=127.0.0.1",
+            f"--port={self.port}",
+            "--udp-port=0",
+            "--memory-limit=64",
+            "--conn-limit=4096",
+            "--threads=2",
+        ]
+        if os.geteuid() == 0:
+            argv.append("--user=root")  # memcached refuses to run as root unless told so
+        self.process = ServerProcess(name, argv, self.dir / "server.log", cwd=self.dir)
+
+    @property
+    def url(self) -> str:
+        return f"memcached://127.0.0.1:{self.port}"
+
+    def start(self, detached: bool = False) -> MemcachedServer:
+        self.process.start(lambda: bool(_version(self.port)), timeout=10, detached=detached)
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def restart(self) -> None:
+        """Kill (SIGKILL) and start again on the same port: every key is lost."""
+        self.process.kill()
+        if self.process.popen is not None:
+            self.process.popen.wait(5)
+        self.start()
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary, "-V"], capture_output=True, text=True).stdout.strip()
+        return out.split()[-1] if out else "unknown"

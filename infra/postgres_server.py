@@ -1,0 +1,283 @@
+"""Throwaway PostgreSQL clusters on 127.0.0.1: initdb into a temporary directory, one database.
+
+Durability choice, stated once here because it changes what a COMMIT costs:
+
+* ``fsync=off`` (default): the suite kills and pauses *processes* (clients, the server), it
+  never crashes the operating system. A killed postgres loses nothing the kernel already
+  holds, so flushing to the disk would only add the host disk's flush latency (tens of
+  microseconds on NVMe, milliseconds on network disks) to every commit: the figures would
+  measure the disk, not the lock. ``PostgresServer(..., fsync=True)`` turns it on.
+* ``synchronous_commit=on`` (always): a COMMIT is acknowledged only after its WAL record was
+  written to the kernel, so a SIGKILLed server comes back with every lock it acknowledged.
+  (``off`` would lose the last acknowledged commits on a server crash: a granted lock row
+  could vanish, a different algorithm from the one the seeds describe.)
+
+``settings()`` returns both values (read from the running server) for run.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from infra.errors import InfraError
+from infra.install import find_binary
+from infra.ports import free_port
+from infra.process import ServerProcess
+
+#: Where Debian (and Ubuntu) put the server binaries: not on PATH. Listed up front, newest
+#: first, because the directory only exists after the package is installed.
+_DEBIAN_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in range(20, 9, -1))
+
+#: The superuser initdb creates and the database lockbench uses.
+DB_USER = "lockbench"
+DB_NAME = "lockbench"
+
+#: The OS account the server runs as when lockbench runs as root (the package creates it).
+OS_USER = "postgres"
+
+
+def _bin_dirs() -> tuple[str, ...]:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
+    return tuple(dict.fromkeys([*found, *_DEBIAN_BIN_DIRS]))
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    m = re.search(r"/postgresql/([\d.]+)/", path)
+    return tuple(int(p) for p in m.group(1).split(".")) if m else (0,)
+
+
+def _find_server_binaries() -> tuple[str, str]:
+    """(initdb, postgres) from the same installation, installing the OS package when missing."""
+    initdb = find_binary("initdb", "postgresql", extra_dirs=_bin_dirs())
+    real = os.path.realpath(initdb)
+    postgres = os.path.join(os.path.dirname(real), "postgres")
+    if not os.access(postgres, os.X_OK):
+        postgres = find_binary("postgres", "postgresql", extra_dirs=_bin_dirs())
+    return real, os.path.realpath(postgres)
+
+
+def _traversable_by_others(path: Path) -> bool:
+    """True when every directory from / down to ``path`` lets other users through (o+x)."""
+    path = path.resolve()
+    for p in (path, *path.parents):
+        try:
+            if not os.stat(p).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+class _PostgresProcess(ServerProcess):
+    """The postmaster; stopping sends SIGINT first (PostgreSQL's "fast" shutdown).
+
+    Why: SIGTERM is a "smart" shutdown that waits for every client to disconnect, and
+    a benchmark's pooled connections would hold it up until the SIGKILL fallback. It also
+    deletes the private temp directory of a root run, also when stopped at exit.
+    """
+
+    cleanup_dir: Path | None = None
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.popen.pid, signal.SIGCONT)
+                os.kill(self.popen.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(grace)
+        super().stop(grace)
+        if self.cleanup_dir is not None and not self.alive():
+            shutil.rmtree(self.cleanup_dir, ignore_errors=True)
+            self.cleanup_dir = None
+
+
+class PostgresServer:
+    """One PostgreSQL cluster with its own data directory, port and socket directory.
+
+    Why a private cluster per run: every case must start without leftover lock rows or
+    sessions, the durability settings must be the ones run.json reports, and the suite
+    must never touch a database it did not create. PostgreSQL refuses to run as root, so
+    as root the cluster belongs to the unprivileged OS user ``postgres`` and lives in a
+    directory of its own under the system temp dir (``workdir`` may sit below a 0700
+    directory the ``postgres`` user cannot enter); the log stays in ``workdir``.
+    """
+
+    kind = "postgres"
+
+    def __init__(
+        self, workdir: Path, name: str = "postgres", port: int | None = None, *, fsync: bool = False
+    ) -> None:
+        self.initdb, self.binary = _find_server_binaries()
+        self.port = port or free_port()
+        self.name = name
+        self.fsync = fsync
+        self.password = secrets.token_urlsafe(12)
+        self.workdir = Path(workdir)
+        self.logdir = self.workdir / f"{name}-{self.port}"
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.run_as: str | None = None
+        self._own_tmp: Path | None = None
+        self.base = self.logdir
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(OS_USER)
+            except KeyError:
+                raise InfraError(
+                    f"PostgreSQL refuses to run as root and the OS user {OS_USER!r} does not exist; "
+                    "install the postgresql package or run lockbench as a normal user"
+                ) from None
+            self.run_as = OS_USER
+            if not _traversable_by_others(self.logdir):
+                self._own_tmp = Path(tempfile.mkdtemp(prefix=f"lockbench-{name}-"))
+                self.base = self._own_tmp
+        self.datadir = self.base / "data"
+        self.sockdir = self.base / "sock"
+        self._initialised = False
+        argv = [
+            self.binary,
+            "-D", str(self.datadir),
+            "-p", str(self.port),
+            "-c", "listen_addresses=127.0.0.1",
+            "-c", f"unix_socket_directories={self.sockdir}",
+            "-c", f"fsync={'on' if fsync else 'off'}",
+            "-c", "synchronous_commit=on",
+            "-c", "max_connections=400",
+            "-c", "shared_buffers=128MB",
+            "-c", "log_min_error_statement=panic",
+            "-c", "log_checkpoints=off",
+        ]  # fmt: skip
+        if len(str(self.sockdir)) > 90:  # a Unix socket path must fit in 107 bytes: TCP only
+            argv[argv.index(f"unix_socket_directories={self.sockdir}")] = "unix_socket_directories="
+        user = self.run_as
+        setpriv = shutil.which("setpriv")
+        if self.run_as and setpriv:
+            # setpriv also drops root's groups (Popen's user= keeps gid 0) and execs in place,
+            # so the pid ServerProcess signals is still the postmaster's.
+            entry = pwd.getpwnam(self.run_as)
+            ids = [f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"]
+            argv = [setpriv, *ids, "--", *argv]
+            user = None
+        self.process = _PostgresProcess(name, argv, self.logdir / "server.log", cwd=self.base, user=user)
+        self.process.cleanup_dir = self._own_tmp
+
+    # ---------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """DSN of the lockbench database (it carries the password: redact before printing)."""
+        return f"postgresql://{DB_USER}:{self.password}@127.0.0.1:{self.port}/{DB_NAME}"
+
+    def _admin_url(self) -> str:
+        return f"postgresql://{DB_USER}:{self.password}@127.0.0.1:{self.port}/postgres"
+
+    def _chown(self, path: Path) -> None:
+        if self.run_as:
+            entry = pwd.getpwnam(self.run_as)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _init_cluster(self) -> None:
+        if self.run_as:
+            print(
+                f"lockbench: running as root, so PostgreSQL runs as the OS user {self.run_as!r} in {self.base}",
+                file=sys.stderr,
+            )
+        self.base.mkdir(parents=True, exist_ok=True)
+        self._chown(self.base)
+        self.sockdir.mkdir(mode=0o700, exist_ok=True)
+        self._chown(self.sockdir)
+        pwfile = self.base / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o600)
+        self._chown(pwfile)
+        argv = [
+            self.initdb,
+            "-D", str(self.datadir),
+            "-U", DB_USER,
+            f"--pwfile={pwfile}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E", "UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+        ]  # fmt: skip
+        ids: dict = {}
+        if self.run_as:
+            entry = pwd.getpwnam(self.run_as)
+            ids = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=self.base, check=False, **ids)
+        pwfile.unlink(missing_ok=True)
+        if r.returncode != 0:
+            tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+            raise InfraError(f"initdb failed (code {r.returncode}): {tail}")
+        self._initialised = True
+
+    def _ready(self) -> bool:
+        import psycopg
+
+        with psycopg.connect(self._admin_url(), connect_timeout=2, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+        return True
+
+    def _create_database(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self._admin_url(), connect_timeout=5, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+    def start(self, detached: bool = False) -> PostgresServer:
+        """initdb (first time only), start the postmaster, wait for a connection, create the database."""
+        if not self._initialised:
+            self._init_cluster()
+        self.process.cleanup_dir = self._own_tmp
+        self.process.start(self._ready, timeout=30, detached=detached)
+        try:
+            self._create_database()
+        except Exception as exc:
+            self.stop()
+            raise InfraError(f"{self.name}: cannot create database {DB_NAME!r}: {exc}") from exc
+        return self
+
+    def stop(self) -> None:
+        """Fast shutdown; the data directory is deleted when it is lockbench's own temp dir."""
+        self.process.stop()
+        if self._own_tmp is not None and not self.process.alive():
+            self._initialised = False
+
+    def restart(self) -> None:
+        """Kill (SIGKILL) and start again on the same port: committed rows survive, sessions do not."""
+        self.process.kill()
+        if self.process.popen is not None:
+            self.process.popen.wait(5)
+        self.process.start(self._ready, timeout=30)
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout
+        m = re.search(r"(\d+(?:\.\d+)+)", out)
+        return m.group(1) if m else out.strip()
+
+    def settings(self) -> dict[str, str]:
+        """Durability settings for run.json, read from the running server (configured values otherwise)."""
+        configured = {"fsync": "on" if self.fsync else "off", "synchronous_commit": "on"}
+        if not self.process.alive():
+            return configured
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=5, autocommit=True) as conn:
+                return {k: str(conn.execute(f"SHOW {k}").fetchone()[0]) for k in configured}
+        except psycopg.Error:
+            return configured

@@ -1,0 +1,395 @@
+"""Throwaway ZooKeeper servers on 127.0.0.1: one standalone server, or a 3-node ensemble.
+
+Debian's ``zookeeper`` package puts its jars under /usr/share/java and its scripts expect
+/etc and /var, so lockbench starts the JVM itself: ``QuorumPeerMain`` with its own
+``zoo.cfg`` (client port on 127.0.0.1, its own data directory, the admin HTTP server off,
+the four-letter words ``ruok srvr mntr stat conf`` allowed). The package ships no logging
+backend, so slf4j-simple (``libslf4j-java``, a dependency of the package) goes on the
+classpath and the server's warnings and errors land in ``server.log``.
+
+A server is ready when ``srvr`` reports a mode; the JVM then answers its first requests
+slowly (class loading, JIT), so ``start`` also runs a short warm-up of creates and deletes
+before it returns. ``ZOOKEEPER_HOME`` (a tarball's directory) is used instead of the
+Debian jars when set.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+from infra.errors import InfraError
+from infra.install import find_binary
+from infra.ports import free_port
+from infra.process import ServerProcess
+
+DEBIAN_JARS = Path("/usr/share/java")
+DEBIAN_SCRIPTS = "/usr/share/zookeeper/bin"
+#: Four-letter words the servers answer (readiness, counters, diagnostics).
+FOUR_LETTER_WORDS = "ruok,srvr,mntr,stat,conf"
+#: ZooKeeper's tick. Session expiry is checked once a tick, so a short tick makes short
+#: session timeouts (tests, fault cases) expire on time; ensembles count limits in ticks.
+TICK_MS = 500
+MIN_SESSION_TIMEOUT_MS = 1000
+MAX_SESSION_TIMEOUT_MS = 60000
+WARMUP_OPS = 300
+JVM_OPTS = ["-Xms64m", "-Xmx512m", "-XX:+PerfDisableSharedMem", "-Djava.net.preferIPv4Stack=true"]
+
+
+def java_binary() -> str:
+    """Path of ``java``, installing the OS package default-jre-headless when allowed."""
+    return find_binary("java", "default-jre-headless")
+
+
+def classpath() -> str:
+    """The server's classpath: ZooKeeper's jars plus a logging backend.
+
+    Installs the OS package ``zookeeper`` when it is missing (root + apt-get); the error
+    otherwise says how to install it.
+    """
+    home = os.environ.get("ZOOKEEPER_HOME")
+    if home:
+        jars = sorted(glob.glob(os.path.join(home, "lib", "*.jar")) + glob.glob(os.path.join(home, "*.jar")))
+        if not jars:
+            raise InfraError(f"ZOOKEEPER_HOME={home} holds no jars (expected lib/*.jar)")
+        return ":".join(jars)
+    if not (DEBIAN_JARS / "zookeeper.jar").exists():
+        find_binary("zkServer.sh", "zookeeper", (DEBIAN_SCRIPTS,))
+    if not (DEBIAN_JARS / "zookeeper.jar").exists():
+        raise InfraError("ZooKeeper jars not found; install them with: sudo apt-get install zookeeper")
+    # zookeeper.jar's manifest names its own dependencies (netty, jute, slf4j-api ...).
+    parts = [DEBIAN_JARS / "zookeeper.jar", DEBIAN_JARS / "slf4j-simple.jar"]
+    return ":".join(str(p) for p in parts if p.exists())
+
+
+def four_letter(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a four-letter word (``srvr``, ``mntr``, ...) and return the whole answer."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word.encode())
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def mntr(host: str, port: int, timeout: float = 2.0) -> dict[str, float | str]:
+    """The server's ``mntr`` counters: numbers as int/float, the rest as text."""
+    out: dict[str, float | str] = {}
+    for line in four_letter(host, port, "mntr", timeout).splitlines():
+        key, _, value = line.partition("\t")
+        if not key:
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
+def parse_url_hosts(url: str) -> list[tuple[str, int]]:
+    """[(host, port)] of ``zookeeper://h:p,h:p[/chroot]`` (port 2181 when missing)."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    rest = rest.split("/", 1)[0]
+    out = []
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        host, colon, port = part.rpartition(":")
+        out.append((host, int(port)) if colon else (part, 2181))
+    return out
+
+
+def stats_snapshot(urls: list[str]) -> dict[str, int]:
+    """Cumulative request counters of every server behind ``urls`` (for infra.server_stats).
+
+    Only ``packets_received`` (requests the server got from clients, pings and this
+    query included): it is the one counter whose difference over a case means "requests
+    sent", so divided by acquisitions it is the round trips an acquire+release cost.
+    """
+    total = 0
+    for url in urls:
+        for host, port in parse_url_hosts(url):
+            total += int(mntr(host, port).get("zk_packets_received", 0))
+    return {"packets_received": total}
+
+
+def _mode(host: str, port: int) -> str | None:
+    for line in four_letter(host, port, "srvr", timeout=0.5).splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def warm_up(hosts: str, ops: int = WARMUP_OPS, timeout: float = 30.0) -> None:
+    """Creates and deletes ephemeral-sequential nodes until the JVM answers at full speed."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts, timeout=10.0)
+    try:
+        client.start(timeout=timeout)
+        client.ensure_path("/lockbench-warmup")
+        for _ in range(ops):
+            path = client.create("/lockbench-warmup/n-", b"x", ephemeral=True, sequence=True)
+            client.get_children("/lockbench-warmup")
+            client.delete(path)
+        client.delete("/lockbench-warmup")
+    finally:
+        client.stop()
+        client.close()
+
+
+class ZooKeeperServer:
+    """One ZooKeeper server (standalone, or a member of :class:`ZooKeeperEnsemble`).
+
+    Why lockbench's own: each case needs empty lock state, a fresh sequence counter and
+    its own ``mntr`` counters, on loopback, and it must be stopped afterwards whatever
+    happens. ``force_sync`` keeps ZooKeeper's default fsync of its transaction log.
+    """
+
+    kind = "zookeeper"
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "zookeeper",
+        port: int | None = None,
+        *,
+        server_id: int | None = None,
+        peers: list[tuple[int, int, int, int]] | None = None,
+        force_sync: bool = True,
+    ) -> None:
+        self.java = java_binary()
+        self.classpath = classpath()
+        self.name = name
+        self.port = port or free_port()
+        self.dir = workdir / f"{name}-{self.port}"
+        self.data_dir = self.dir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"tickTime={TICK_MS}",
+            f"dataDir={self.data_dir}",
+            f"clientPort={self.port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
+            "maxClientCnxns=0",
+            f"minSessionTimeout={MIN_SESSION_TIMEOUT_MS}",
+            f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}",
+            f"forceSync={'yes' if force_sync else 'no'}",
+            "autopurge.purgeInterval=0",
+        ]
+        if peers:
+            # initLimit/syncLimit in ticks: 10 s to join, 5 s to stay in sync (2 busy cores)
+            lines += ["initLimit=20", "syncLimit=10", "quorumListenOnAllIPs=false"]
+            lines += [f"server.{sid}=127.0.0.1:{quorum}:{election}" for sid, _, quorum, election in peers]
+            (self.data_dir / "myid").write_text(f"{server_id}\n")
+        self.config = self.dir / "zoo.cfg"
+        self.config.write_text("\n".join(lines) + "\n")
+        argv = [
+            self.java,
+            *JVM_OPTS,
+            "-cp", self.classpath,
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-Dzookeeper.admin.enableServer=false",
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(self.config),
+        ]  # fmt: skip
+        self.process = ServerProcess(name, argv, self.dir / "server.log", cwd=self.dir)
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"zookeeper://{self.hosts}"
+
+    def mode(self) -> str | None:
+        """``standalone``, ``leader`` or ``follower`` once serving; None before (or when down)."""
+        try:
+            return _mode("127.0.0.1", self.port)
+        except OSError:
+            return None
+
+    def serving(self) -> bool:
+        return self.mode() in ("standalone", "leader", "follower")
+
+    def start(self, detached: bool = False, wait: bool = True) -> ZooKeeperServer:
+        """Start the JVM; with ``wait`` return once it serves and has been warmed up."""
+        self.process.start(self.serving if wait else (lambda: True), timeout=60, detached=detached)
+        if wait:
+            self._warm()
+        return self
+
+    def _warm(self) -> None:
+        try:
+            warm_up(self.hosts)
+        except Exception as exc:
+            self.stop()
+            raise InfraError(
+                f"{self.name} did not answer its warm-up ({exc!r}); see {self.process.log_path}"
+            ) from exc
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash); :meth:`start` brings it back with its data."""
+        self.process.kill()
+        if self.process.popen is not None:
+            self.process.popen.wait(5)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering (clients time out) without closing sockets."""
+        self.process.kill(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.kill(signal.SIGCONT)
+
+    def restart(self) -> None:
+        """Kill and start again on the same port and data (sessions may survive it)."""
+        self.kill()
+        self.start()
+
+    def wipe(self) -> None:
+        """Remove the data (only while stopped): the next start has no nodes and no sessions."""
+        for child in self.data_dir.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            elif child.name != "myid":
+                child.unlink()
+
+    def mntr(self) -> dict[str, float | str]:
+        return mntr("127.0.0.1", self.port)
+
+    def version(self) -> str:
+        """The server's version as ``srvr`` reports it (from the jar's name when it is down)."""
+        try:
+            first = four_letter("127.0.0.1", self.port, "srvr", timeout=0.5).splitlines()[0]
+            if first.startswith("Zookeeper version:"):
+                return first.split(":", 1)[1].split("-", 1)[0].split(",")[0].strip()
+        except (OSError, IndexError):
+            pass
+        for part in self.classpath.split(":"):
+            base = os.path.basename(os.path.realpath(part))
+            if base.startswith("zookeeper-") and base[10:11].isdigit():
+                return base[len("zookeeper-") : -len(".jar")]
+        return "unknown"
+
+
+class ZooKeeperEnsemble:
+    """Three ZooKeeper servers on loopback forming one ensemble, for failover and partition cases.
+
+    Why separate from :class:`ZooKeeperServer`: a member serves only once a quorum has
+    elected a leader, so all members start before any is waited for.
+    """
+
+    kind = "zookeeper-ensemble"
+
+    def __init__(self, workdir: Path, name: str = "zookeeper-ensemble", size: int = 3) -> None:
+        if size < 1:
+            raise InfraError("a ZooKeeper ensemble needs at least one server")
+        self.name = name
+        peers = [(i + 1, free_port(), free_port(), free_port()) for i in range(size)]
+        self.nodes = [
+            ZooKeeperServer(workdir, f"{name}-{sid}", client, server_id=sid, peers=peers)
+            for sid, client, _, _ in peers
+        ]
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(n.hosts for n in self.nodes)
+
+    @property
+    def urls(self) -> list[str]:
+        """One URL naming every member (a ZooKeeper client fails over between them itself)."""
+        return [self.url]
+
+    @property
+    def url(self) -> str:
+        """All members in one URL, ``zookeeper://h:p,h:p,h:p`` (what ``--zk-hosts`` gives)."""
+        return f"zookeeper://{self.hosts}"
+
+    @property
+    def process(self) -> ServerProcess:
+        """The first member's process (callers that track one pid; see ``processes``)."""
+        return self.nodes[0].process
+
+    @property
+    def processes(self) -> list[ServerProcess]:
+        return [n.process for n in self.nodes]
+
+    def start(self, detached: bool = False, timeout: float = 60.0) -> ZooKeeperEnsemble:
+        """Start every member, wait until all serve, then warm the ensemble up."""
+        try:
+            for node in self.nodes:
+                node.start(detached=detached, wait=False)
+            self.wait_serving(timeout)
+            warm_up(self.hosts)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_serving(self, timeout: float = 60.0, nodes: list[ZooKeeperServer] | None = None) -> None:
+        """Wait until the given members (default: all) serve as leader or follower."""
+        pending = list(nodes or self.nodes)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for node in list(pending):
+                if not node.process.alive():
+                    raise InfraError(f"{node.name} exited at start: {node.process.log_tail()}")
+                if node.serving():
+                    pending.remove(node)
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise InfraError(
+                f"ZooKeeper ensemble {self.name} not serving within {timeout:.0f}s; see {pending[0].process.log_path}"
+            )
+
+    def leader(self) -> ZooKeeperServer | None:
+        """The member that leads right now (None while there is none)."""
+        return next((n for n in self.nodes if n.mode() == "leader"), None)
+
+    def kill_leader(self) -> str:
+        """SIGKILL the current leader (the others elect a new one); a line saying what was done."""
+        leader = self.leader()
+        if leader is None:
+            raise InfraError(f"ZooKeeper ensemble {self.name} has no leader to kill")
+        leader.kill()
+        return f"killed (SIGKILL) ZooKeeper leader {leader.name}; {len(self.nodes) - 1} servers keep quorum"
+
+    def kill_member(self) -> str:
+        """SIGKILL one follower (no election follows); a line saying what was done."""
+        victim = next((n for n in reversed(self.nodes) if n.process.alive() and n.mode() == "follower"), None)
+        if victim is None:
+            raise InfraError(f"ZooKeeper ensemble {self.name} has no follower to kill")
+        victim.kill()
+        return f"killed (SIGKILL) ZooKeeper follower {victim.name}"
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Start again every member that is down (with its data) and wait until all serve."""
+        down = [n for n in self.nodes if not n.process.alive()]
+        for node in down:
+            node.start(wait=False)
+        self.wait_serving(timeout, down or None)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def version(self) -> str:
+        return self.nodes[0].version()

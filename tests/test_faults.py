@@ -1,0 +1,148 @@
+"""Faults on purpose: each catalog expectation of DESIGN.md section 4, reproduced and counted.
+
+Every fault here is triggered by an event (a critical section that outlasts the lease,
+the n-th critical section of a process, a holder claiming an armed fault), never by a
+timer race, so each test shows the same outcome every time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.helpers import bench
+
+pytestmark = pytest.mark.slow
+
+
+def run_cases(tmp_path: Path, *args: str) -> tuple[pd.DataFrame, Path]:
+    results = tmp_path / "results"
+    r = bench("run", *args, "--no-report", "--results-dir", str(results))
+    assert r.returncode == 0, r.stderr
+    run = next(p for p in results.iterdir() if p.is_dir())
+    return pd.read_csv(run / "cases.csv").set_index("case"), run
+
+
+def stopped_or_orphaned_servers() -> list[str]:
+    """Server processes in state T (stopped) or reparented to init: a fault left them behind."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if ("redis-server" in cmd or "locust" in cmd) and (
+            state == "T" or (ppid == "1" and "lockbench-" in cmd)
+        ):
+            found.append(f"{entry.name} {state} {cmd[:80]}")
+    return found
+
+
+def test_long_cs_overlaps_unfenced_and_fencing_refuses_stale_writes(tmp_path: Path) -> None:
+    """redis.set-nx-px-lua: every critical section outlasts the lease, so holders overlap.
+
+    Unfenced, stale holders' writes get through (lost updates); fenced, the resource
+    refuses them and the stock stays right, though the lock itself still failed.
+    """
+    cases, _ = run_cases(
+        tmp_path, "--impl", "redis.set-nx-px-lua", "--workload", "long-cs", "--cs", "600ms", "--ttl", "0.2",
+        "--users", "4", "--duration", "4",
+    )  # fmt: skip
+    unfenced = cases.loc["redis.set-nx-px-lua__long-cs__unfenced"]
+    fenced = cases.loc["redis.set-nx-px-lua__long-cs__fenced"]
+    assert unfenced["overlapping_holds"] > 0 and unfenced["verdict"] == "invalid"
+    assert unfenced["stale_writes_accepted"] > 0
+    assert not unfenced["data_safe"]
+    assert fenced["overlapping_holds"] > 0  # the lock failed all the same
+    assert fenced["stale_writes_refused"] + fenced["stale_reads"] > 0
+    assert fenced["stale_writes_accepted"] == 0 and fenced["lost_updates"] == 0
+    assert fenced["data_safe"]
+
+
+def test_crash_leaves_setnx_del_stuck_and_a_lease_recovers(tmp_path: Path) -> None:
+    cases, run = run_cases(
+        tmp_path, "--impl", "redis.setnx-del", "--impl", "redis.set-nx-px-lua", "--workload", "crash",
+        "--crash-after", "5", "--stuck-bound", "2", "--ttl", "0.5", "--duration", "5",
+    )  # fmt: skip
+    stuck = cases.loc["redis.setnx-del__crash"]
+    assert stuck["crashes"] == 1 and stuck["stuck_locks"] == 1 and stuck["verdict"] == "invalid"
+    lease = cases.loc["redis.set-nx-px-lua__crash"]
+    assert lease["crashes"] == 1 and lease["stuck_locks"] == 0
+    assert 0 < lease["recovery_ms_p50"] < 2000  # the lease (500 ms) ran out, someone took over
+    assert lease["overlapping_holds"] == 0 and lease["verdict"] == "valid"
+    history = pd.read_parquet(run / "history" / "redis.set-nx-px-lua__crash.parquet")
+    assert (history["op"] == "crash").sum() == 1
+    assert not stopped_or_orphaned_servers()
+
+
+def test_world_pause_outlives_the_lease_task_pause_does_too(tmp_path: Path) -> None:
+    """A stop-the-world pause of worker 0 longer than the lease lets worker 1 in: overlaps."""
+    cases, run = run_cases(
+        tmp_path, "--impl", "redis.set-nx-px-lua", "--workload", "lease-expiry", "--pause-kind", "world",
+        "--pause", "1.0", "--pause-every", "5", "--ttl", "0.3", "--fencing", "observe", "--duration", "5",
+    )  # fmt: skip
+    row = cases.loc["redis.set-nx-px-lua__lease-expiry__unfenced"]
+    assert row["pauses"] >= 1
+    assert row["overlapping_holds"] > 0 and row["verdict"] == "invalid"
+    assert json.loads((run / "run.json").read_text())["params"]["processes"] == 2
+    assert not stopped_or_orphaned_servers()
+
+
+def test_server_restart_while_held_forgets_the_lock(tmp_path: Path) -> None:
+    """Redis without persistence restarted while a lock is held: a second holder gets in."""
+    cases, run = run_cases(
+        tmp_path, "--impl", "redis.set-nx-px-lua", "--fault", "restart@held", "--users", "4", "--duration", "5",
+    )  # fmt: skip
+    row = cases.loc["redis.set-nx-px-lua__flash-sale__restart-held"]
+    assert row["fault"] == "restart@held" and row["fault_window_s"] > 0
+    assert row["overlapping_holds"] >= 1 and row["verdict"] == "invalid"
+    history = pd.read_parquet(run / "history" / "redis.set-nx-px-lua__flash-sale__restart-held.parquet")
+    window = history[history["op"] == "fault"]
+    assert list(window["type"]) == ["invoke", "ok"]
+    hold = history[history["op"] == "fault-hold"]
+    assert hold["t_ns"].min() <= window["t_ns"].min() and window["t_ns"].max() <= hold["t_ns"].max()
+    assert not stopped_or_orphaned_servers()
+
+
+def test_clock_skew_breaks_the_algorithm_that_trusts_client_clocks(tmp_path: Path) -> None:
+    """Clients whose clock runs 30 s ahead think a 10 s lease has expired and take it over."""
+    cases, _ = run_cases(
+        tmp_path, "--impl", "redis.setnx-getset", "--impl", "redis.set-nx-px-lua", "--clock-skew", "30",
+        "--skewed-clients", "0.5", "--users", "6", "--cs", "5ms", "--duration", "4",
+    )  # fmt: skip
+    assert cases.loc["redis.setnx-getset__flash-sale", "overlapping_holds"] > 0
+    assert cases.loc["redis.setnx-getset__flash-sale", "verdict"] == "invalid"
+    # the server-side lease does not read client clocks: the same skew does nothing to it
+    assert cases.loc["redis.set-nx-px-lua__flash-sale", "overlapping_holds"] == 0
+    assert cases.loc["redis.set-nx-px-lua__flash-sale", "verdict"] == "valid"
+
+
+def test_bad_fault_and_fencing_are_one_line(tmp_path: Path) -> None:
+    r = bench("run", "--impl", "redis.set-nx-px-lua", "--fault", "meteor", "--results-dir", str(tmp_path))
+    assert r.returncode == 2 and "bad --fault 'meteor'" in r.stderr and "Traceback" not in r.stderr
+    r = bench("run", "--impl", "redis.set-nx-px-lua", "--fencing", "maybe", "--results-dir", str(tmp_path))
+    assert r.returncode == 2 and "--fencing must be one of" in r.stderr
+
+
+def test_a_lock_lost_in_a_redis_failover_is_counted(tmp_path: Path) -> None:
+    """Master + replica behind Sentinel: the master dies before the holder's lock is replicated.
+
+    The promoted replica never heard of the lock, so another client takes it while the
+    first still holds its lease: the overlap is the lost lock, counted.
+    """
+    cases, run = run_cases(
+        tmp_path, "--impl", "redis.set-nx-px-lua", "--fault", "failover", "--users", "4", "--duration", "8",
+    )  # fmt: skip
+    row = cases.loc["redis.set-nx-px-lua__flash-sale__failover-held"]
+    assert row["fault"] == "failover@held" and row["fault_window_s"] > 0
+    assert row["overlapping_holds"] >= 1 and row["verdict"] == "invalid"
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["endpoints"]["redis"]["urls"][0].startswith("redis+sentinel://127.0.0.1:")
+    assert not stopped_or_orphaned_servers()

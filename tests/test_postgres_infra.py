@@ -1,0 +1,96 @@
+"""infra.postgres_server: a real throwaway cluster on 127.0.0.1, as an unprivileged user when root."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from infra.catalog import server_class
+from infra.postgres_server import DB_NAME, OS_USER, PostgresServer
+from lockimpls import pg_conn
+from lockimpls.base import BackendUnavailable, LockOutcomeUnknown
+from lockimpls.registry import resolve
+
+
+def _ids_of(pid: int) -> tuple[int, int]:
+    """(real uid, real gid) of a running process."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    uid = next(int(line.split()[1]) for line in lines if line.startswith("Uid:"))
+    gid = next(int(line.split()[1]) for line in lines if line.startswith("Gid:"))
+    return uid, gid
+
+
+def _settle(call, tries: int = 20):
+    """Run ``call`` until it answers: each stale pooled connection fails once after a restart."""
+    for _ in range(tries):
+        try:
+            return call()
+        except (LockOutcomeUnknown, BackendUnavailable):
+            time.sleep(0.05)
+    raise AssertionError("no answer after the restart")
+
+
+def test_catalog_maps_postgres() -> None:
+    assert server_class("postgres") is PostgresServer
+
+
+def test_session_server_is_loopback_with_its_own_database(postgres_server: PostgresServer) -> None:
+    url = postgres_server.url
+    assert url.startswith("postgresql://") and "@127.0.0.1:" in url and url.endswith(f"/{DB_NAME}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT current_database()").fetchone()[0] == DB_NAME
+        assert conn.execute("SHOW listen_addresses").fetchone()[0] == "127.0.0.1"
+        assert conn.execute("SHOW port").fetchone()[0] == str(postgres_server.port)
+    assert postgres_server.settings() == {"fsync": "off", "synchronous_commit": "on"}
+    assert re.fullmatch(r"\d+(\.\d+)+", postgres_server.version())
+
+
+def test_wrong_password_is_refused(postgres_server: PostgresServer) -> None:
+    bad = postgres_server.url.replace(postgres_server.password, "not-the-password")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(bad, connect_timeout=3).close()
+
+
+def test_start_restart_stop_own_cluster(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A durable cluster: root runs it as 'postgres' and says so; rows survive a SIGKILL; stop cleans up."""
+    server = PostgresServer(tmp_path, name="pg-own", fsync=True)
+    try:
+        server.start()
+        err = capfd.readouterr().err
+        pid = server.process.pid
+        if os.geteuid() == 0:
+            assert f"runs as the OS user {OS_USER!r}" in err and err.count("\n") == 1
+            assert _ids_of(pid) != (0, 0) and 0 not in _ids_of(pid)
+            assert b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes()  # the postmaster itself
+        assert server.settings() == {"fsync": "on", "synchronous_commit": "on"}
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (v int)")
+            conn.execute("INSERT INTO kept VALUES (42)")
+        row_lock = resolve("postgres.unique-insert")("restart", [server.url])
+        session_lock = resolve("postgres.advisory")("restart", [server.url])
+        row_lease, session_lease = row_lock.acquire(timeout=2), session_lock.acquire(timeout=2)
+        server.restart()
+        assert server.process.pid != pid
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchone()[0] == 42
+        # Committed lock rows survive a server crash; session locks do not.
+        assert session_lock.release(session_lease) is False
+        assert (
+            _settle(lambda: resolve("postgres.unique-insert")("restart", [server.url]).try_acquire()) is None
+        )
+        assert _settle(lambda: row_lock.release(row_lease)) is True
+        other = resolve("postgres.advisory")("restart", [server.url])
+        other.release(_settle(lambda: other.acquire(timeout=2)))
+        assert (server.logdir / "server.log").exists()
+    finally:
+        pg_conn.close_pools()
+        server.stop()
+    assert not server.process.alive()
+    assert not server.datadir.exists() or server.base == server.logdir
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(server.url, connect_timeout=2).close()
