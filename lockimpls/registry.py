@@ -7,6 +7,8 @@ Ids are ``backend.algorithm`` (DESIGN.md section 4). Third parties add theirs th
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib.metadata import entry_points
 
 from lockimpls.base import Capabilities, Lock, LockConfigError
@@ -81,10 +83,16 @@ def _load_spec(spec: str) -> type:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise LockConfigError(f"{spec!r} is not of the form package.module:Class")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a user's module lives beside the user, as in the workers
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise LockConfigError(f"cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while being imported
+        raise LockConfigError(
+            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
     obj = module
     for part in attr.split("."):
         try:

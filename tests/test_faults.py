@@ -146,3 +146,48 @@ def test_a_lock_lost_in_a_redis_failover_is_counted(tmp_path: Path) -> None:
     meta = json.loads((run / "run.json").read_text())
     assert meta["endpoints"]["redis"]["urls"][0].startswith("redis+sentinel://127.0.0.1:")
     assert not stopped_or_orphaned_servers()
+
+
+def test_zookeeper_sequential_recovers_after_the_session_timeout(tmp_path: Path) -> None:
+    """The killed holder's ephemeral node goes when its session times out (2 s here)."""
+    cases, _ = run_cases(
+        tmp_path, "--impl", "zookeeper.sequential", "--workload", "crash", "--crash-after", "5",
+        "--lock-params", '{"session_timeout": 2}', "--stuck-bound", "5", "--duration", "8",
+    )  # fmt: skip
+    row = cases.loc["zookeeper.sequential__crash"]
+    assert row["crashes"] == 1 and row["stuck_locks"] == 0
+    assert row["recovery_ms_p50"] >= 1500  # not before the session could have expired
+    assert row["overlapping_holds"] == 0 and row["verdict"] == "valid"
+
+
+def test_watchdog_saves_long_work_but_not_a_stop_the_world_pause(tmp_path: Path) -> None:
+    """redis.reentrant renews its lease while the process runs; a world pause stops the renewals."""
+    common = ["--impl", "redis.reentrant", "--ttl", "0.3", "--fencing", "off", "--results-dir"]
+    long_cs, _ = run_cases(
+        tmp_path / "a",
+        "--workload",
+        "long-cs",
+        "--cs",
+        "600ms",
+        "--users",
+        "4",
+        "--duration",
+        "4",
+        *common[:-1],
+    )
+    assert long_cs.loc["redis.reentrant__long-cs", "overlapping_holds"] == 0
+    assert long_cs.loc["redis.reentrant__long-cs", "verdict"] == "valid"
+    task, _ = run_cases(
+        tmp_path / "b", "--workload", "lease-expiry", "--pause-kind", "task", "--pause", "1.0",
+        "--pause-every", "5", "--duration", "5", *common[:-1],
+    )  # fmt: skip
+    assert task.loc["redis.reentrant__lease-expiry", "pauses"] >= 1
+    assert task.loc["redis.reentrant__lease-expiry", "overlapping_holds"] == 0
+    world, _ = run_cases(
+        tmp_path / "c", "--workload", "lease-expiry", "--pause-kind", "world", "--pause", "1.0",
+        "--pause-every", "5", "--duration", "5", *common[:-1],
+    )  # fmt: skip
+    assert world.loc["redis.reentrant__lease-expiry", "pauses"] >= 1
+    assert world.loc["redis.reentrant__lease-expiry", "overlapping_holds"] > 0
+    assert world.loc["redis.reentrant__lease-expiry", "verdict"] == "invalid"
+    assert not stopped_or_orphaned_servers()
