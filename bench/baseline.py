@@ -49,6 +49,7 @@ def update_baseline(run: Path | None, name: str, baselines_dir: Path, results_di
     baselines_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=baselines_dir))
     try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a baseline is committed and shared
         shutil.copyfile(run / "run.json", tmp / "run.json")
         shutil.copyfile(run / "cases.csv", tmp / "cases.csv")
         (tmp / "hist").mkdir()

@@ -49,7 +49,10 @@ def run(
         list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
     ] = [],  # noqa: B006
     impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
-    workload: Annotated[str, typer.Option(help="workload name", envvar=_env("workload"))] = "flash-sale",
+    workload: Annotated[
+        list[str],
+        typer.Option(help="workload name (repeatable: one run, every workload)", envvar=_env("workload")),
+    ] = ["flash-sale"],  # noqa: B006
     duration: Annotated[float, typer.Option(help="seconds of load per case", envvar=_env("duration"))] = 10.0,
     users: Annotated[int, typer.Option(help="simulated clients", envvar=_env("users"))] = 50,
     spawn_rate: Annotated[
@@ -89,6 +92,8 @@ def run(
     pause_kind: Annotated[
         str, typer.Option(help="lease-expiry: task (holder only) or world (whole process)")
     ] = "task",
+    read_ratio: Annotated[float, typer.Option(help="read-mostly: fraction of operations that read")] = 0.9,
+    depth: Annotated[int, typer.Option(help="reentrant: nested acquires inside the critical section")] = 3,
     crash_after: Annotated[int, typer.Option(help="crash: worker 0 dies at its n-th critical section")] = 20,
     stuck_bound: Annotated[
         float, typer.Option(help="crash: seconds after which a lock counts as stuck")
@@ -133,23 +138,19 @@ def run(
     lock_params: Annotated[
         str | None, typer.Option(help="JSON object of impl-specific options, e.g. '{\"delay_s\": 0.001}'")
     ] = None,
+    slo_us: Annotated[
+        float | None, typer.Option(help="draw an SLO line on the report's latency charts (microseconds)")
+    ] = None,
 ) -> None:
     """Run lock impls under a workload against real servers; print the report's path."""
     from bench.commands import run_command
     from bench.suites import apply_suite
-    from workloads.catalog import WORKLOADS
 
-    if workload in WORKLOADS:
-        # a workload's own defaults (e.g. long-cs: a 0.5 s lease) apply where the user set nothing
-        for name, value in WORKLOADS[workload].defaults.items():
-            if (
-                ctx.get_parameter_source(name) is not None
-                and ctx.get_parameter_source(name).name == "DEFAULT"
-            ):
-                ctx.params[name] = value
-        ttl, cs, fencing, duration, users, processes = (
-            ctx.params[k] for k in ("ttl", "cs", "fencing", "duration", "users", "processes")
-        )
+    # a workload's own defaults (long-cs: a 0.5 s lease ...) apply where the user set nothing:
+    # on the command line, in the environment or in [tool.lockbench]
+    explicit = {
+        n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name != "DEFAULT"
+    }
     if pause_kind not in ("task", "world"):
         raise UserError(f"--pause-kind must be task or world, got {pause_kind!r}")
     if suite:
@@ -158,13 +159,15 @@ def run(
         impl, workload, duration, users, trials, cs = (
             v["impl"], v["workload"], v["duration"], v["users"], v["trials"], v["cs"]
         )  # fmt: skip
+        explicit |= {k for k in v if v[k] != ctx.params.get(k)}  # the suite's values count as given
+        workload = [workload] if isinstance(workload, str) else workload
     code = run_command(
-        backends=backend, impls=impl, workload=workload, duration=duration, users=users,
+        backends=backend, impls=impl, workloads=workload, duration=duration, users=users,
         spawn_rate=spawn_rate, processes=processes, trials=trials,
         workload_options={
             "items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs, "shared_keys": shared_keys,
             "pause": pause, "pause_every": pause_every, "pause_kind": pause_kind, "crash_after": crash_after,
-            "stuck_bound": stuck_bound,
+            "stuck_bound": stuck_bound, "read_ratio": read_ratio, "depth": depth,
         },
         ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
         user_urls={
@@ -175,8 +178,8 @@ def run(
             "memcached": [memcached_url] if memcached_url else [],
         }, resource_url=resource_url, results_dir=results_dir,
         render=report, argv=sys.argv, console=console,
-        lock_params=_lock_params(lock_params), suite=suite, fault=fault, clock_skew=clock_skew,
-        skewed_clients=skewed_clients,
+        lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
+        skewed_clients=skewed_clients, explicit=explicit,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -230,8 +233,8 @@ def gate_cmd(
     rule: Annotated[
         list[str],
         typer.Option(
-            help="METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-5% "
-            "acquire.p99:+10% violations:0; violations:0 always applies)"
+            help="METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-10% "
+            "acquire.p99:+20% violations:0; violations:0 always applies)"
         ),
     ] = [],  # noqa: B006
     json_out: Annotated[
@@ -271,10 +274,13 @@ def baseline_update(
     baselines_dir: Annotated[Path, typer.Option(help="where baselines go")] = Path("results/baselines"),
 ) -> None:
     """Copy a run's summary (run.json, cases.csv, histograms) into a committable baseline folder."""
+    import json
+
     from bench.baseline import folder_size, update_baseline
 
     dest = update_baseline(run, name, baselines_dir, results_dir)
-    console.print(f"lockbench: baseline {name!r} from {run or 'the newest run'}: {folder_size(dest):,} bytes")
+    source = json.loads((dest / "baseline.json").read_text())["source_run"]
+    console.print(f"lockbench: baseline {name!r} from run {source}: {folder_size(dest):,} bytes")
     print(dest)
 
 
@@ -336,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     except (UserError, InfraError, LockConfigError) as exc:
         print(f"bench: error: {_one_line(str(exc))}", file=sys.stderr)
         code = 2
-    except (KeyboardInterrupt, click_exc.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         print("bench: interrupted", file=sys.stderr)
         code = 130
     except OSError as exc:

@@ -65,11 +65,12 @@ FENCING_CHOICES = ("off", "observe", "enforce", "both")
 NEEDS_PROCESSES = ("crash", "lease-expiry")
 
 
-def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console) -> list[str]:
+def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console, quiet: bool = False) -> list[str]:
     """The fencing modes to run an impl in; an impl without tokens runs unfenced and says so."""
     modes = ["observe", "enforce"] if fencing == "both" else [fencing]
     if modes != ["off"] and not cls.capabilities.fencing:
-        console.print(f"lockbench: {impl_id} has no fencing tokens: it runs unfenced only")
+        if not quiet:
+            console.print(f"lockbench: {impl_id} has no fencing tokens: it runs unfenced only")
         return ["off"]
     return modes
 
@@ -93,11 +94,40 @@ def _check_numbers(**values: Any) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
 
 
+def _per_workload(info: WorkloadInfo, explicit: set[str], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the workload's own defaults where the user set nothing (flag, env, config)."""
+    return {k: (v if k in explicit else info.defaults.get(k, v)) for k, v in values.items()}
+
+
+def _plan_workload(
+    info: WorkloadInfo, v: dict[str, Any], workload_options: dict[str, Any], console: Console
+) -> dict[str, Any]:
+    """Validate one workload's effective values; bump processes where the fault needs a survivor."""
+    opts = {**workload_options, "cs": v["cs"]}
+    _check_numbers(
+        duration=(v["duration"], 1), users=(v["users"], 1), processes=(v["processes"], 1),
+        items=(opts["items"], 1), stock=(opts["stock"], 0), max_qty=(opts["max_qty"], 1), ttl=(v["ttl"], 0.001),
+    )  # fmt: skip
+    try:
+        parse_distribution(opts["cs"])
+    except SpecError as exc:
+        raise UserError(f"--cs: {exc}") from None
+    if v["fencing"] not in FENCING_CHOICES:
+        raise UserError(f"--fencing must be one of {', '.join(FENCING_CHOICES)}, got {v['fencing']!r}")
+    world_pause = info.name != "lease-expiry" or opts.get("pause_kind") == "world"
+    if info.name in NEEDS_PROCESSES and v["processes"] < 2 and world_pause:
+        console.print(
+            f"lockbench: {info.name} needs a second Locust process to survive it: using --processes 2"
+        )
+        v = {**v, "processes": 2}
+    return {**v, "workload_options": opts}
+
+
 def run_command(
     *,
     backends: list[str],
     impls: list[str],
-    workload: str,
+    workloads: list[str],
     duration: float,
     users: int,
     spawn_rate: float | None,
@@ -116,33 +146,33 @@ def run_command(
     console: Console,
     lock_params: dict[str, Any] | None = None,
     suite: str | None = None,
+    slo_us: float | None = None,
     fault: str | None = None,
     clock_skew: float = 0.0,
     skewed_clients: float = 0.0,
+    explicit: set[str] | None = None,
 ) -> int:
-    """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted)."""
-    if workload not in WORKLOADS:
-        raise UserError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
-    info: WorkloadInfo = WORKLOADS[workload]
+    """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
+
+    ``explicit`` names the options the user set (flag, environment or config); every other
+    option takes each workload's own default (long-cs: a 0.5 s lease ...) where it has one.
+    """
+    workloads = list(dict.fromkeys(workloads or ["flash-sale"]))
+    for workload in workloads:
+        if workload not in WORKLOADS:
+            raise UserError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
     _check_numbers(
-        duration=(duration, 1), users=(users, 1), processes=(processes, 1), trials=(trials, 1),
-        items=(workload_options["items"], 1), stock=(workload_options["stock"], 0),
-        max_qty=(workload_options["max_qty"], 1), ttl=(ttl, 0.001), retry_interval=(retry_interval, 0),
-        acquire_timeout=(acquire_timeout, 0),
-    )  # fmt: skip
-    try:
-        parse_distribution(workload_options["cs"])
-    except SpecError as exc:
-        raise UserError(f"--cs: {exc}") from None
-    if fencing not in FENCING_CHOICES:
-        raise UserError(f"--fencing must be one of {', '.join(FENCING_CHOICES)}, got {fencing!r}")
-    fault_spec = parse_fault(fault) if fault else None
-    world_pause = workload != "lease-expiry" or workload_options.get("pause_kind") == "world"
-    if workload in NEEDS_PROCESSES and processes < 2 and world_pause:
-        console.print(
-            f"lockbench: {workload} needs a second Locust process to survive it: using --processes 2"
+        trials=(trials, 1), retry_interval=(retry_interval, 0), acquire_timeout=(acquire_timeout, 0)
+    )
+    base = {"ttl": ttl, "cs": workload_options["cs"], "fencing": fencing, "duration": duration, "users": users,
+            "processes": processes}  # fmt: skip
+    plans = {
+        w: _plan_workload(
+            WORKLOADS[w], _per_workload(WORKLOADS[w], explicit or set(), base), workload_options, console
         )
-        processes = 2
+        for w in workloads
+    }
+    fault_spec = parse_fault(fault) if fault else None
     planned = plan_impls(backends, impls)
     _check_user_dsns(user_urls)
     if fault_spec is not None:
@@ -152,38 +182,61 @@ def run_command(
     servers_needed: dict[str, int] = {}
     for _, backend, cls in planned:
         servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
-    runnable = []
-    for impl_id, backend, cls in planned:
-        if info.requires and not getattr(cls.capabilities, info.requires, False):
-            console.print(
-                f"skipping {impl_id}: workload {workload} needs {info.requires}, which it does not declare"
-            )
-            continue
-        runnable.append((impl_id, backend))
-    if not runnable:
-        raise UserError(f"no impl of those can run workload {workload}")
+    runnable: dict[str, list[tuple[str, str]]] = {}
+    for workload in workloads:
+        info = WORKLOADS[workload]
+        runnable[workload] = []
+        for impl_id, backend, cls in planned:
+            if info.requires and not getattr(cls.capabilities, info.requires, False):
+                console.print(
+                    f"skipping {impl_id} for {workload}: it needs {info.requires}, which it does not declare"
+                )
+                continue
+            runnable[workload].append((impl_id, backend))
+    if not any(runnable.values()):
+        raise UserError(f"no impl of those can run workload {', '.join(workloads)}")
 
-    settings = RunSettings(
-        users=users, spawn_rate=spawn_rate or float(users), duration=duration, processes=processes, ttl=ttl,
-        retry_interval=retry_interval, acquire_timeout=acquire_timeout, clock_skew=clock_skew,
-        skewed_clients=skewed_clients, workload_options=workload_options, lock_params=dict(lock_params or {}),
-    )  # fmt: skip
+    settings = {
+        w: RunSettings(
+            users=p["users"],
+            spawn_rate=spawn_rate or float(p["users"]),
+            duration=p["duration"],
+            processes=p["processes"],
+            ttl=p["ttl"],
+            retry_interval=retry_interval,
+            acquire_timeout=acquire_timeout,
+            clock_skew=clock_skew,
+            skewed_clients=skewed_clients,
+            workload_options=p["workload_options"],
+            lock_params=dict(lock_params or {}),
+        )  # fmt: skip
+        for w, p in plans.items()
+    }
+    first = plans[workloads[0]]
     params = {
-        "workload": workload, "duration_s": duration, "users": users, "spawn_rate": settings.spawn_rate,
-        "processes": processes, "trials": trials, "ttl_s": ttl, "retry_interval_s": retry_interval,
-        "acquire_timeout_s": acquire_timeout, "fencing": fencing, "fault": fault or "",
-        "clock_skew_s": clock_skew, "skewed_clients": skewed_clients, **workload_options,
+        "workload": ",".join(workloads), "duration_s": first["duration"], "users": first["users"],
+        "spawn_rate": settings[workloads[0]].spawn_rate, "processes": first["processes"], "trials": trials,
+        "ttl_s": first["ttl"], "retry_interval_s": retry_interval, "acquire_timeout_s": acquire_timeout,
+        "fencing": first["fencing"], "fault": fault or "", "clock_skew_s": clock_skew,
+        "skewed_clients": skewed_clients, **first["workload_options"],
         **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
     }  # fmt: skip
-    fencing_of = {impl_id: fencing_modes(fencing, cls, impl_id, console) for impl_id, _, cls in planned}
+    if len(workloads) > 1:
+        params["per_workload"] = {
+            w: {k: p[k] for k in ("duration", "users", "processes", "ttl", "cs", "fencing")}
+            for w, p in plans.items()
+        }
+    impl_classes = {impl_id: cls for impl_id, _, cls in planned}
     cases = [
-        Case(impl=impl_id, backend=backend, workload=info, trial=t, params={"trials": trials}, fencing=mode,
-             fault=fault_spec)
+        Case(impl=impl_id, backend=backend, workload=WORKLOADS[w], trial=t, params={"trials": trials},
+             fencing=mode, fault=fault_spec, settings=settings[w])
         for t in range(trials)
-        for impl_id, backend in runnable
-        for mode in fencing_of[impl_id]
+        for w in workloads
+        for impl_id, backend in runnable[w]
+        for mode in fencing_modes(plans[w]["fencing"], impl_classes[impl_id], impl_id, console, quiet=t > 0)
     ]  # fmt: skip
-    needed = list(dict.fromkeys(backend for _, backend in runnable))
+    needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
+    all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
     console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
     topology = {b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {}
@@ -203,7 +256,7 @@ def run_command(
                 "host": meta.host_info(),
                 "versions": {"servers": stack.versions, "libraries": meta.library_versions()},
                 "params": params,
-                "impls": [i for i, _ in runnable],
+                "impls": all_impls,
                 "endpoints": endpoints_for_meta(stack),
             },
         )
@@ -212,10 +265,11 @@ def run_command(
         failures: list[str] = []
         try:
             failures = run_plan(
-                cases, settings, stack, folder,
+                cases, stack, folder,
                 progress=lambda c, i, n: console.print(
                     f"[{i + 1}/{n}] {c.impl} x {c.scenario}"
-                    + (f" (trial {c.trial + 1})" if trials > 1 else "") + f": {duration:g}s, {users} users"
+                    + (f" (trial {c.trial + 1})" if trials > 1 else "")
+                    + f": {c.settings.duration:g}s, {c.settings.users} users"
                 ),
                 on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
             )  # fmt: skip
@@ -238,7 +292,7 @@ def run_command(
     if render and folder.rows:
         from dashboards import render_report
 
-        report_path = render_report([folder.path])
+        report_path = render_report([folder.path], slo_us=slo_us)
     print(report_path if render and folder.rows else folder.path)
     if status == "incomplete":
         return 1 if failures else 130
@@ -256,6 +310,7 @@ def _summary(folder: RunFolder, console: Console) -> None:
     ]  # fmt: skip
     for title, _ in cols:
         table.add_column(title, justify="left" if title in ("impl", "verdict") else "right", overflow="fold")
+    several_scenarios = len({row.get("scenario") for row in folder.rows}) > 1
     for row in folder.rows:
         cells = []
         for _, key in cols:
@@ -264,8 +319,8 @@ def _summary(folder: RunFolder, console: Console) -> None:
                 cells.append("-" if v != v else f"{v:,.0f}")  # NaN: no data for this column
             else:
                 cells.append(str(v))
-        if row.get("scenario") and row["scenario"] != row.get("workload"):
-            cells[0] += f" {row['scenario'].split('+', 1)[-1]}"
+        if several_scenarios:
+            cells[0] += f" {row['scenario']}"
         if row.get("trial"):
             cells[0] += f" #{row['trial'] + 1}"
         table.add_row(*cells, style="red" if row.get("verdict") == "invalid" else None)

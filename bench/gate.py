@@ -336,7 +336,7 @@ def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) ->
         if not testable[i]:
             row.verdict, row.outcome = "not enough data", INSUFFICIENT
             row.note = (
-                f"{row.n_baseline} vs {row.n_candidate} trials cannot reach p <= {alpha / m:.3g} "
+                f"{row.n_baseline} vs {row.n_candidate} trials cannot reach a p-value of {alpha / m:.3g} "
                 f"(alpha {alpha:g} over {m} comparisons); run at least {_trials_needed(alpha / m)} "
                 "trials per side (bench run --trials N)"
             )
@@ -480,9 +480,13 @@ def to_markdown(result: GateResult) -> str:
             f"{_md(verdict)} |"
         )
     notes = [f"- {_md(w)}" for w in result.warnings]
-    notes += [
-        f"- {_md(r.impl)} {_md(r.metric)}: {_md(r.note)}" for r in result.rows if r.note and r.outcome != PASS
-    ]
+    by_note: dict[str, list[str]] = {}
+    for r in result.rows:
+        if r.note and r.outcome != PASS:
+            by_note.setdefault(r.note, []).append(f"{r.impl} {r.metric}")
+    for note, where in by_note.items():
+        shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
+        notes.append(f"- {_md(shown)}: {_md(note)}")
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 from bench.errors import UserError
 
-#: The rules used when none is given: the issue's examples, safety always included.
-DEFAULT_RULES = ("throughput:-5%", "acquire.p99:+10%", "violations:0")
+#: The rules used when none is given. Thresholds sit above the run-to-run drift of a busy
+#: machine (benchmarks/gate_truth.py: results/README.md), so that the significance test,
+#: which sees trials within a run, is not the only guard; safety is always included.
+DEFAULT_RULES = ("throughput:-10%", "acquire.p99:+20%", "violations:0")
 
 _UNITS_US = {"us": 1.0, "ms": 1_000.0, "s": 1_000_000.0}
 

@@ -48,6 +48,23 @@ class CaseFailed(Exception):
 
 
 @dataclass
+class RunSettings:
+    """Everything about how to drive Locust that is the same for every case of a run."""
+
+    users: int = 50
+    spawn_rate: float = 50.0
+    duration: float = 10.0
+    processes: int = 1
+    ttl: float = 10.0
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
+    acquire_timeout: float = 5.0
+    clock_skew: float = 0.0
+    skewed_clients: float = 0.0
+    lock_params: dict[str, Any] = field(default_factory=dict)
+    workload_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Case:
     """One impl x one workload x one parameter set x one trial."""
 
@@ -58,6 +75,7 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)
     fencing: str = "off"  # off | observe (unfenced, stale writes counted) | enforce (fenced)
     fault: FaultSpec | None = None
+    settings: RunSettings = field(default_factory=RunSettings)
 
     @property
     def scenario(self) -> str:
@@ -74,23 +92,6 @@ class Case:
         safe = self.impl.replace(":", "_").replace("/", "_")
         base = f"{safe}__{self.scenario.replace('+', '__').replace('@', '-')}"
         return f"{base}__t{self.trial}" if self.params.get("trials", 1) > 1 else base
-
-
-@dataclass
-class RunSettings:
-    """Everything about how to drive Locust that is the same for every case of a run."""
-
-    users: int = 50
-    spawn_rate: float = 50.0
-    duration: float = 10.0
-    processes: int = 1
-    ttl: float = 10.0
-    retry_interval: float = DEFAULT_RETRY_INTERVAL
-    acquire_timeout: float = 5.0
-    clock_skew: float = 0.0
-    skewed_clients: float = 0.0
-    lock_params: dict[str, Any] = field(default_factory=dict)
-    workload_options: dict[str, Any] = field(default_factory=dict)
 
 
 def locust_argv(
@@ -164,8 +165,9 @@ def _log_tail(path: Path, lines: int = 4) -> str:
     return redact_text(" | ".join(text[-lines:]))
 
 
-def run_case(case: Case, settings: RunSettings, stack: Stack, scratch: Path) -> dict[str, Any]:
+def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
     """Run one case in Locust and return its judged, summarised outcome."""
+    settings = case.settings
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
     lock_urls = stack.urls[case.backend]
@@ -284,7 +286,6 @@ def judge(
 
 def run_plan(
     cases: list[Case],
-    settings: RunSettings,
     stack: Stack,
     folder: RunFolder,
     progress: Callable[[Case, int, int], None] | None = None,
@@ -297,7 +298,7 @@ def run_plan(
             if progress:
                 progress(case, i, len(cases))
             try:
-                result = run_case(case, settings, stack, Path(tmp))
+                result = run_case(case, stack, Path(tmp))
             except CaseFailed as exc:
                 failures.append(str(exc))
                 if on_failure:

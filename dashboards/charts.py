@@ -14,12 +14,13 @@ import plotly.graph_objects as go
 from hdrh.histogram import HdrHistogram
 from plotly.subplots import make_subplots
 
-from dashboards.load import RunData, num
+from dashboards.load import RunData
 
 #: Percentile levels marked on the spectrum's x axis, as 1/(1-p).
 SPECTRUM_TICKS = [(1, "0%"), (2, "50%"), (10, "90%"), (100, "99%"), (1_000, "99.9%"), (10_000, "99.99%")]
 _EXTRA_TICKS = [(100_000, "99.999%"), (1_000_000, "99.9999%"), (10_000_000, "99.99999%")]
-_HISTORY_COLUMNS = ["client", "seq", "op", "type", "t_ns"]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf"]  # fmt: skip
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 70, "r": 20, "t": 60, "b": 60}, "height": 440}
 
 
@@ -86,25 +87,69 @@ def _no_data(fig: go.Figure, message: str) -> go.Figure:
     return fig
 
 
-def throughput_figure(run: RunData, labels: dict[str, str]) -> go.Figure:
-    """Grouped bars per case: acquisitions/s and purchases/s from cases.csv."""
-    names, acq, ops = [], [], []
-    for _, row in run.cases.iterrows():
-        names.append(html.escape(labels[str(row["case"])]))
-        acq.append(num(row, "throughput_acq_s"))
-        ops_s = num(row, "throughput_ops_s")
-        purchases, duration = num(row, "purchases"), num(row, "duration_s")
-        if ops_s is None and purchases is not None and duration:
-            ops_s = purchases / duration
-        ops.append(ops_s)
-    fig = go.Figure()
-    fig.update_layout(**_LAYOUT, barmode="group", yaxis_title="operations per second", xaxis_title="case")
-    if not any(v is not None for v in acq + ops):
+def _spread(values: list[float]) -> tuple[float | None, float, float]:
+    """(median, distance down to the min, distance up to the max) of per-trial values."""
+    if not values:
+        return None, 0.0, 0.0
+    med = float(pd.Series(values).median())
+    return med, med - min(values), max(values) - med
+
+
+def _group_bars(
+    fig: go.Figure, runs: list[RunData], groups: list[str], glabels: dict[str, str], rlabels: list[str],
+    column: str, row: int | None = None, col: int | None = None, showlegend: bool = True,
+) -> bool:  # fmt: skip
+    """One bar per group per run: the median over trials, whiskers from min to max. True if any data."""
+    any_data = False
+    for i, run in enumerate(runs):
+        meds, lo, hi, trials = [], [], [], []
+        for group in groups:
+            values = run.values(group, column)
+            med, down, up = _spread(values)
+            meds.append(med)
+            lo.append(down)
+            hi.append(up)
+            trials.append(len(values))
+        if not any(v is not None for v in meds):
+            continue
+        any_data = True
+        showlegend = showlegend and len(runs) > 1  # one run: the bars need no legend
+        name = html.escape(rlabels[i] or run.run_id)
+        bar = go.Bar(
+            x=[html.escape(glabels[g]) for g in groups], y=meds, name=name, legendgroup=name,
+            marker_color=PALETTE[i % len(PALETTE)], showlegend=showlegend,
+            error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+            customdata=trials, hovertemplate="%{y:.4g} (median of %{customdata} trials)<extra>%{fullData.name}</extra>",
+        )  # fmt: skip
+        if row is None:
+            fig.add_trace(bar)
+        else:
+            fig.add_trace(bar, row=row, col=col)
+    return any_data
+
+
+def all_groups(runs: list[RunData]) -> list[str]:
+    """Every impl x workload of any run, baseline's order first."""
+    out: dict[str, None] = {}
+    for run in runs:
+        out.update(dict.fromkeys(run.groups()))
+    return list(out)
+
+
+def throughput_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
+    """Acquisitions/s (and purchases/s) per impl x workload and run: median over trials, min-max whiskers."""
+    groups = all_groups(runs)
+    has_ops = any(run.values(g, "throughput_ops_s") for run in runs for g in groups)
+    cols = 2 if has_ops else 1
+    titles = ["acquisitions/s", "purchases/s"][:cols]
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=titles)
+    fig.update_layout(**_LAYOUT, barmode="group")
+    found = _group_bars(fig, runs, groups, glabels, rlabels, "throughput_acq_s", 1, 1)
+    if has_ops:
+        found |= _group_bars(fig, runs, groups, glabels, rlabels, "throughput_ops_s", 1, 2, showlegend=False)
+    fig.update_yaxes(title="per second", rangemode="tozero", row=1, col=1)
+    if not found:
         return _no_data(fig, "no throughput columns in cases.csv")
-    if any(v is not None for v in acq):
-        fig.add_bar(x=names, y=acq, name="acquisitions/s")
-    if any(v is not None for v in ops):
-        fig.add_bar(x=names, y=ops, name="purchases/s")
     return fig
 
 
@@ -113,24 +158,38 @@ def _axis_ticks(max_x: float) -> tuple[list[float], list[str]]:
     return [t[0] for t in ticks], [t[1] for t in ticks]
 
 
-def spectrum_figure(run: RunData, labels: dict[str, str], slo_us: float | None) -> go.Figure:
-    """Acquire latency percentile spectrum, one line per case, overlaid, log-log."""
+def spectrum_figure(
+    runs: list[RunData], glabels: dict[str, str], rlabels: list[str], slo_us: float | None
+) -> go.Figure:
+    """Acquire latency percentile spectra, one line per impl x workload and run (trials merged), log-log.
+
+    A colour per impl x workload; the baseline (first run) dashed, later runs solid, so a
+    shift between runs reads as the gap between a dashed and a solid line of one colour.
+    """
     fig = go.Figure()
     max_x = 10_000.0
-    for case in run.case_ids():
-        hist = run.histogram(case, "acquire_ok")
-        if hist is None:
-            continue
-        points = spectrum_points(hist)
-        max_x = max(max_x, points[-1][0])
-        fig.add_scatter(
-            x=[p[0] for p in points],
-            y=[p[1] for p in points],
-            customdata=[f"{p[2]:.5g}%" for p in points],
-            mode="lines",
-            name=html.escape(labels[case]),
-            hovertemplate="%{customdata}: %{y} us<extra>%{fullData.name}</extra>",
-        )
+    groups = all_groups(runs)
+    dashes = ["dash", "solid", "dot", "dashdot"]
+    for r, run in enumerate(runs):
+        for g, group in enumerate(groups):
+            hist = run.merged_histogram(group, "acquire_ok")
+            if hist is None:
+                continue
+            points = spectrum_points(hist)
+            max_x = max(max_x, points[-1][0])
+            label = glabels[group] if len(runs) == 1 else f"{rlabels[r]}: {glabels[group]}"
+            fig.add_scatter(
+                x=[p[0] for p in points],
+                y=[p[1] for p in points],
+                customdata=[f"{p[2]:.5g}%" for p in points],
+                mode="lines",
+                name=html.escape(label),
+                line={
+                    "color": PALETTE[g % len(PALETTE)],
+                    "dash": "solid" if len(runs) == 1 else dashes[min(r, len(dashes) - 1)],
+                },
+                hovertemplate="%{customdata}: %{y} us<extra>%{fullData.name}</extra>",
+            )
     tickvals, ticktext = _axis_ticks(max_x)
     fig.update_layout(**_LAYOUT)
     fig.update_xaxes(
@@ -150,13 +209,81 @@ def spectrum_figure(run: RunData, labels: dict[str, str], slo_us: float | None) 
     return fig
 
 
+def handoff_utilization_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
+    """Handoff gap p50 and p99 (us) and lock utilization per impl x workload and run."""
+    groups = all_groups(runs)
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=["handoff gap p50 (us)", "handoff gap p99 (us)", "utilization"]
+    )
+    fig.update_layout(**_LAYOUT, barmode="group")
+    found = _group_bars(fig, runs, groups, glabels, rlabels, "handoff_p50_us", 1, 1)
+    found |= _group_bars(fig, runs, groups, glabels, rlabels, "handoff_p99_us", 1, 2, showlegend=False)
+    found |= _group_bars(fig, runs, groups, glabels, rlabels, "utilization", 1, 3, showlegend=False)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(tickformat=".0%", row=1, col=3)
+    if not found:
+        return _no_data(fig, "no handoff or utilization columns in cases.csv")
+    return fig
+
+
+def acquisitions_per_client(history: pd.DataFrame) -> pd.Series:
+    """Successful acquires per client; clients that tried and never got the lock count 0."""
+    tried = pd.unique(history["client"])
+    got = history.loc[(history["op"] == "acquire") & (history["type"] == "ok"), "client"]
+    return got.value_counts().reindex(tried, fill_value=0)
+
+
+def jain_index(counts: list[float]) -> float | None:
+    """(sum x)^2 / (n sum x^2): 1 when every client got the same, 1/n when one got everything."""
+    sq = sum(x * x for x in counts)
+    return sum(counts) ** 2 / (len(counts) * sq) if counts and sq else None
+
+
+def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
+    """Acquisitions per client, clients sorted from most to fewest, one line per impl x workload.
+
+    Trials are pooled: each trial's clients are separate clients. x is the client's rank
+    as a fraction of all clients, so runs with different user counts overlay.
+    """
+    fig = go.Figure()
+    fig.update_layout(**_LAYOUT)
+    for g, (group, rows) in enumerate(run.groups().items()):
+        counts: list[int] = []
+        for case in [str(c) for c in rows["case"]]:
+            history = run.acquire_history(case)
+            if history is None or history.empty:
+                continue
+            counts += [int(v) for v in acquisitions_per_client(history)]
+        if not counts:
+            continue
+        counts.sort(reverse=True)
+        jain = run.values(group, "jain_index")
+        jain_text = f"Jain {pd.Series(jain).median():.3f}" if jain else "Jain n/a"
+        n = len(counts)
+        fig.add_scatter(
+            x=[(i + 0.5) / n for i in range(n)],
+            y=counts,
+            mode="lines+markers" if n <= 60 else "lines",
+            name=html.escape(f"{glabels[group]} ({jain_text})"),
+            line={"color": PALETTE[g % len(PALETTE)], "shape": "hv"},
+            hovertemplate="%{y} acquisitions<extra>%{fullData.name}</extra>",
+        )
+    fig.update_xaxes(
+        title="clients, from most to fewest acquisitions (fraction of all clients)", range=[0, 1]
+    )
+    fig.update_yaxes(title="successful acquires per client", rangemode="tozero")
+    if not fig.data:
+        return _no_data(fig, "no history files with acquires")
+    return fig
+
+
 def over_time_figure(run: RunData, labels: dict[str, str], slo_us: float | None) -> go.Figure:
     """Acquire p50/p99 latency (top) and acquisitions/s (bottom) per second, one colour per case."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    palette = PALETTE
     longest = 0.0
     for i, case in enumerate(run.case_ids()):
-        history = run.history(case, _HISTORY_COLUMNS)
+        history = run.acquire_history(case)
         if history is None:
             continue
         series = acquire_timeseries(history)

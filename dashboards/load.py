@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,14 @@ HISTOGRAMS = ("acquire_ok", "acquire_timeout", "release", "hold", "cs")
 #: Columns that tell cases apart; the ones that vary across a run go into case labels.
 DIMENSIONS = ("impl", "backend", "workload", "users", "processes", "trial")
 _TEXT_COLUMNS = ("case", "impl", "backend", "workload", "verdict")
+_TRIAL_SUFFIX = re.compile(r"__t\d+$")
+#: History columns the report reads (acquire rows only): over-time series and fairness.
+HISTORY_COLUMNS = ["client", "seq", "op", "type", "t_ns"]
+
+
+def group_of(case: str) -> str:
+    """The impl x workload a case belongs to: its id without the ``__t<N>`` trial suffix."""
+    return _TRIAL_SUFFIX.sub("", case)
 
 
 class ReportInputError(Exception):
@@ -37,6 +46,9 @@ class RunData:
     cases: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     _hists: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
+    _extras: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
+    _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -75,7 +87,9 @@ class RunData:
             self.notes.append(f"case {case}: no hist/{case}.json, latency columns from cases.csv only")
         else:
             try:
-                encoded = json.loads(path.read_text(encoding="utf-8")).get("histograms", {})
+                data = json.loads(path.read_text(encoding="utf-8"))
+                encoded = data.get("histograms", {})
+                self._extras[case] = {k: v for k, v in data.items() if k != "histograms"}
             except (OSError, ValueError, AttributeError) as exc:
                 self.notes.append(f"case {case}: hist/{case}.json unreadable ({exc})")
                 encoded = {}
@@ -91,6 +105,60 @@ class RunData:
         """A non-empty histogram, or None when it is absent or holds no samples."""
         hist = self.histograms(case).get(name)
         return hist if hist is not None and hist.get_total_count() > 0 else None
+
+    def extra(self, case: str) -> dict[str, Any]:
+        """The non-histogram fields of hist/<case>.json (server_commands, lock_stats, ...)."""
+        self.histograms(case)
+        return self._extras.get(case, {})
+
+    def groups(self) -> dict[str, pd.DataFrame]:
+        """Rows of cases.csv per impl x workload (the trials of one case), in first-seen order."""
+        if self.cases.empty:
+            return {}
+        keys = self.cases["case"].astype(str).map(group_of)
+        return {str(g): rows for g, rows in self.cases.groupby(keys, sort=False)}
+
+    def values(self, group: str, column: str) -> list[float]:
+        """The finite per-trial values of ``column`` in ``group``."""
+        rows = self.groups().get(group)
+        if rows is None or column not in rows.columns:
+            return []
+        return [v for v in (num(r, column) for _, r in rows.iterrows()) if v is not None]
+
+    def merged_histogram(self, group: str, name: str) -> HdrHistogram | None:
+        """All trials of a group in one histogram: hist/<group>.merged.json, else the trials added up."""
+        cached = self._merged.setdefault(group, {})
+        if name in cached:
+            return cached[name]
+        merged: HdrHistogram | None = None
+        path = self._case_file("hist", group, ".merged.json")
+        if path is not None:
+            try:
+                text = json.loads(path.read_text(encoding="utf-8")).get("histograms", {}).get(name)
+                merged = HdrHistogram.decode(text) if text else None
+            except Exception:  # noqa: BLE001 - fall back to adding the trials up
+                merged = None
+        if merged is None:
+            rows = self.groups().get(group)
+            for case in [] if rows is None else [str(c) for c in rows["case"]]:
+                hist = self.histogram(case, name)
+                if hist is None:
+                    continue
+                if merged is None:
+                    merged = HdrHistogram(
+                        hist.lowest_trackable_value, hist.highest_trackable_value, hist.significant_figures
+                    )
+                merged.add(hist)
+        if merged is not None and merged.get_total_count() == 0:
+            merged = None
+        cached[name] = merged
+        return merged
+
+    def acquire_history(self, case: str) -> pd.DataFrame | None:
+        """The case's acquire rows (client, seq, op, type, t_ns), read once per report."""
+        if case not in self._histories:
+            self._histories[case] = self.history(case, HISTORY_COLUMNS)
+        return self._histories[case]
 
     def history(self, case: str, columns: list[str]) -> pd.DataFrame | None:
         """The case's history restricted to ``columns`` (acquire rows only), or None with a note."""

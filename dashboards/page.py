@@ -7,7 +7,6 @@ figure is a fragment that only calls ``Plotly.newPlot``, so the file opens offli
 
 from __future__ import annotations
 
-import html
 import json
 import shlex
 from typing import Any
@@ -16,24 +15,42 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
 
-from dashboards.charts import over_time_figure, percentile_us, spectrum_figure, throughput_figure
+from dashboards.charts import (
+    fairness_figure,
+    handoff_utilization_figure,
+    over_time_figure,
+    percentile_us,
+    spectrum_figure,
+    throughput_figure,
+)
+from dashboards.compare import (
+    deltas_section,
+    fairness_table,
+    group_labels,
+    metadata_diff_section,
+    round_trips_section,
+    run_labels,
+    runs_section,
+    verdict_matrix_section,
+)
+from dashboards.html_bits import VIOLATIONS, WARNINGS, e
+from dashboards.html_bits import cell as _cell
+from dashboards.html_bits import verdict_class as _verdict_class
 from dashboards.load import RunData, case_labels, num, text
 
-#: Checker counters whose nonzero value means the lock was unsafe in this case.
-VIOLATIONS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
-#: Counters that are not violations by themselves but deserve a look when nonzero.
-WARNINGS = ("acquire_info", "releases_not_owned")
-VERDICT_CLASS = {"valid": "good", "invalid": "bad", "unknown": "unknown"}
 _SUFFIX = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p999", 100.0: "max"}
 _LATENCY = (("acquire", "acquire_ok"), ("release", "release"), ("hold", "hold"))
-_COMPARED = (
-    ("throughput_acq_s", "acquisitions/s"),
-    ("throughput_ops_s", "purchases/s"),
-    ("acquire_p50_us", "acquire p50 (us)"),
-    ("acquire_p99_us", "acquire p99 (us)"),
-    ("acquire_p999_us", "acquire p99.9 (us)"),
-    ("acquire_max_us", "acquire max (us)"),
-)
+
+#: Records JavaScript errors (a chart that failed) on the page itself, visibly, and for tests.
+ERROR_HOOK = """
+window.lockbenchErrors = [];
+window.addEventListener("error", function (ev) {
+  window.lockbenchErrors.push(String(ev.message || ev));
+  document.documentElement.setAttribute("data-js-errors", String(window.lockbenchErrors.length));
+  var b = document.getElementById("js-error-banner");
+  if (b) { b.hidden = false; b.textContent = "A chart failed to render: " + ev.message; }
+});
+"""
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto;
@@ -49,34 +66,11 @@ td.good { background: #d5f0d5; color: #185c18; } td.unknown { background: #e4e4e
 td.warn { background: #fbeccb; } td.na { color: #999; }
 .banner { padding: 0.8em 1em; margin: 1em 0; border-radius: 4px; font-weight: bold; }
 .banner.incomplete { background: #fde2c8; border: 2px solid #d9822b; }
+.banner.error { background: #f8d0cc; border: 2px solid #c0392b; }
+td.cmds { min-width: 22em; } td.worse { background: #fbe3e0; } td.better { background: #e3f4e3; } small { color: #666; }
 p.caption { font-size: 0.85em; color: #555; margin-top: 0.2em; }
 ul.notes { font-size: 0.85em; color: #555; }
 """
-
-
-def e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def fmt(value: float | None, kind: str = "num") -> str:
-    """Human formatting of a metric; 'n/a' for a missing value."""
-    if value is None:
-        return "n/a"
-    if kind == "pct":
-        return f"{value * 100:.1f}%"
-    if kind == "ratio":
-        return f"{value:.3f}"
-    if kind == "rate":
-        return f"{value:,.1f}"
-    if float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-
-
-def _cell(value: float | None, kind: str = "num", cls: str = "", col: str = "") -> str:
-    classes = " ".join(c for c in ("num", cls, "na" if value is None else "") if c)
-    data = f' data-col="{e(col)}"' if col else ""
-    return f'<td class="{classes}"{data}>{fmt(value, kind)}</td>'
 
 
 def _value_html(value: Any) -> str:
@@ -133,10 +127,6 @@ def status_banner(run: RunData) -> str:
         f'<div class="banner incomplete" id="status-banner">Run status: {e(run.status)}. '
         f"{e(why)}{e(detail)} Numbers below cover finished cases only.</div>"
     )
-
-
-def _verdict_class(verdict: str | None) -> str:
-    return VERDICT_CLASS.get((verdict or "unknown").strip().lower(), "unknown")
 
 
 def verdict_section(run: RunData) -> str:
@@ -213,51 +203,6 @@ def latency_section(run: RunData, labels: dict[str, str]) -> str:
     )
 
 
-def _delta(base: float | None, new: float | None) -> str:
-    if base is None or new is None or base == 0:
-        return '<td class="num na">n/a</td>'
-    return f'<td class="num">{(new - base) / abs(base) * 100:+.1f}%</td>'
-
-
-def comparison_section(baseline: RunData, others: list[RunData]) -> str:
-    parts = [
-        '<h2 id="comparison">Comparison with baseline</h2>'
-        f'<p class="caption">Baseline: run {e(baseline.run_id)} (commit '
-        f"{e(baseline.meta.get('git_commit') or 'n/a')}). Cases are matched by case id; values from "
-        "each run's cases.csv; delta = (run - baseline) / baseline.</p>"
-    ]
-    base_rows = {str(r["case"]): r for _, r in baseline.cases.iterrows()}
-    for other in others:
-        other_rows = {str(r["case"]): r for _, r in other.cases.iterrows()}
-        order = list(base_rows) + [c for c in other_rows if c not in base_rows]
-        rows = []
-        for case in order:
-            b, o = base_rows.get(case), other_rows.get(case)
-            if b is None or o is None:
-                where = "baseline" if b is None else "this run"
-                rows.append(
-                    f'<tr data-row="{e(case)}"><td>{e(case)}</td><td colspan=4>not in {where}</td></tr>'
-                )
-                continue
-            bv, ov = text(b, "verdict"), text(o, "verdict")
-            first = (
-                f'<tr data-row="{e(case)}"><td rowspan={len(_COMPARED) + 1}>{e(case)}</td><td>verdict</td>'
-                f'<td class="{_verdict_class(bv)}">{e(bv or "unknown")}</td>'
-                f'<td class="{_verdict_class(ov)}">{e(ov or "unknown")}</td><td></td></tr>'
-            )
-            rows.append(first)
-            for col, label in _COMPARED:
-                bn, on = num(b, col), num(o, col)
-                kind = "rate" if col.startswith("throughput") else "num"
-                rows.append(f"<tr><td>{e(label)}</td>{_cell(bn, kind)}{_cell(on, kind)}{_delta(bn, on)}</tr>")
-        parts.append(
-            f"<h3>run {e(other.run_id)} vs baseline {e(baseline.run_id)}</h3>"
-            '<div class="scroll"><table class="deltas"><tr><th>case</th><th>metric</th><th>baseline</th>'
-            f"<th>this run</th><th>delta</th></tr>{''.join(rows)}</table></div>"
-        )
-    return "".join(parts)
-
-
 def _figure(fig: go.Figure, title: str, caption: str, plot_title: str) -> str:
     fig.update_layout(title={"text": plot_title, "font": {"size": 13}})
     fragment = fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
@@ -265,26 +210,33 @@ def _figure(fig: go.Figure, title: str, caption: str, plot_title: str) -> str:
 
 
 def build_page(runs: list[RunData], slo_us: float | None) -> str:
-    """The full HTML document for ``runs[-1]``, compared against ``runs[0]`` when there are several."""
+    """The full HTML document: ``runs[-1]`` in detail, compared against ``runs[0]`` when there are several."""
     run = runs[-1]
     labels = case_labels(run.cases)
+    rlabels = run_labels(runs)
+    glabels = group_labels(runs)
+    several = len(runs) > 1
     slo = f" Dashed red line: SLO {slo_us:g} us." if slo_us is not None else ""
+    across = " Every run is shown; the first is the baseline." if several else ""
+    last = f" Last run ({e(run.run_id)}) only." if several else ""
     figures = [
         _figure(
-            throughput_figure(run, labels),
-            "Throughput per case",
-            "Acquisitions/s (successful acquires / case duration) and purchases/s (completed purchases / "
-            "duration), from cases.csv columns throughput_acq_s and throughput_ops_s, computed by bench from "
-            "the lockbench clients' recording.",
-            "acquisitions/s and purchases/s per case (cases.csv, computed by bench)",
+            throughput_figure(runs, glabels, rlabels),
+            "Throughput per impl x workload",
+            "Acquisitions/s (successful acquires / steady-state duration) and, for the flash sale, purchases/s, "
+            "from cases.csv (throughput_acq_s, throughput_ops_s, computed by bench from the lockbench "
+            "clients' recording). Bar: median over the trials; whiskers: min and max trial." + across,
+            "acquisitions/s and purchases/s, median over trials (cases.csv, computed by bench)",
         ),
         _figure(
-            spectrum_figure(run, labels, slo_us),
+            spectrum_figure(runs, glabels, rlabels, slo_us),
             "Acquire latency percentile spectrum",
-            "Acquire latency, invoke -> ok, microseconds (log), from the HDR histograms in hist/<case>.json "
-            "(acquire_ok, 1 us .. 1 h, 3 significant digits) recorded by lockbench clients; not Locust's "
-            "rounded stats. x: percentile on a log scale of 1/(1-p); the last point of each line is the "
-            "maximum." + slo,
+            "Acquire latency, invoke -> ok, microseconds (log), from the HDR histograms in hist/ (acquire_ok, "
+            "1 us .. 1 h, 3 significant digits) recorded by lockbench clients, all trials of an impl x "
+            "workload merged exactly (HDR add); not Locust's rounded stats. x: percentile on a log scale "
+            "of 1/(1-p); the last point of each line is the maximum."
+            + (" One colour per impl; dashed: baseline, solid: later run." if several else "")
+            + slo,
             "acquire latency, invoke->ok, HDR histogram, microseconds, recorded by lockbench clients",
         ),
         _figure(
@@ -293,27 +245,61 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
             "Per 1-second bucket (by completion time, since the case's first acquire): acquire latency "
             "p50 (solid) and p99 (dotted), invoke -> ok in microseconds, and successful acquisitions/s. "
             "Computed by this report from history/<case>.parquet, pairing acquire invoke -> ok by client "
-            "+ seq; timed-out and unknown acquires are not in the latency lines." + slo,
+            "+ seq; timed-out and unknown acquires are not in the latency lines." + slo + last,
             "acquire latency p50/p99 and acquisitions/s per second, from history/*.parquet (invoke->ok)",
+        ),
+        _figure(
+            handoff_utilization_figure(runs, glabels, rlabels),
+            "Handoff gap and utilization per impl",
+            "Handoff gap: from one holder's release ok to the next holder's acquire ok on the same lock "
+            "(microseconds, p50 and p99 over the case); utilization: fraction of the steady-state window "
+            "during which the lock was held. From cases.csv (handoff_p50_us, handoff_p99_us, "
+            "utilization, computed by bench from the history). Bar: median over trials; whiskers: min "
+            "and max trial." + across,
+            "handoff gap p50/p99 (us) and utilization, median over trials (cases.csv, computed by bench)",
+        ),
+        _figure(
+            fairness_figure(run, glabels),
+            "Fairness: acquisitions per client",
+            "Successful acquires per client, clients sorted from most to fewest (trials pooled: each "
+            "trial's clients are separate clients; clients that never got the lock count 0), from "
+            "history/<case>.parquet. A flat line is fair; a steep one means some clients starve. Jain's "
+            "index (in the legend; (sum x)^2 / (n sum x^2), 1 = equal) is the median over trials from "
+            "cases.csv." + last,
+            "successful acquires per client, sorted, from history/*.parquet",
         ),
     ]
     sections = [
-        status_banner(run),
-        metadata_section(run),
-        verdict_section(run),
-        *figures,
-        latency_section(run, labels),
+        '<div class="banner error" id="js-error-banner" hidden></div>',
+        *(status_banner(r) for r in runs),
     ]
-    if len(runs) > 1:
-        sections.append(comparison_section(runs[0], runs[1:]))
+    if several:
+        sections += [runs_section(runs, rlabels), verdict_matrix_section(runs, rlabels, glabels)]
+    sections.append(verdict_section(run))
+    if several:
+        sections.append(deltas_section(runs, rlabels, glabels))
+    sections += figures[:4]
+    sections += [figures[4], fairness_table(runs, rlabels, glabels)]
+    sections.append(round_trips_section(runs, rlabels, glabels))
+    sections.append(latency_section(run, labels))
+    if several:
+        sections.append(metadata_diff_section(runs, rlabels))
+    sections.append(metadata_section(run))
     notes = [n for r in runs for n in r.notes]
+    bound = [
+        str(r["case"]) for _, r in run.cases.iterrows() if str(r.get("generator_bound", "")).lower() == "true"
+    ]
+    if bound:
+        notes.insert(0, f"load generator CPU-bound (one core or more) in {len(bound)} case(s): {', '.join(bound)}; "
+                     "their figures measure the harness as much as the lock")  # fmt: skip
     if notes:
         items = "".join(f"<li>{e(n)}</li>" for n in dict.fromkeys(notes))
         sections.append(f'<h2>Notes</h2><ul class="notes" id="notes">{items}</ul>')
-    title = f"lockbench report: {run.run_id}"
+    title = f"lockbench report: {run.run_id}" + (f" vs baseline {runs[0].run_id}" if several else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)}</title><style>{CSS}</style>"
+        f'<script type="text/javascript">{ERROR_HOOK}</script>'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
         f"<body><h1>{e(title)}</h1>{''.join(sections)}</body></html>\n"
     )

@@ -34,6 +34,7 @@ def render_report(run_dirs: list[Path], out: Path | None = None, slo_us: float |
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(page)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

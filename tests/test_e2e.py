@@ -132,7 +132,8 @@ def test_ctrl_c_keeps_finished_cases_and_leaves_no_server(tmp_path: Path) -> Non
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            servers = servers or _children_running(proc.pid, "redis-server")
+            if len(servers) < 2:  # both servers start before the first case; catch them both
+                servers = _children_running(proc.pid, "redis-server")
             runs = list(results.glob("*/run.json")) if results.exists() else []
             if runs and json.loads(runs[0].read_text())["cases"]:
                 break

@@ -165,7 +165,7 @@ def test_bench_run_read_mostly_on_zookeeper(tmp_path: Path) -> None:
               "--impl", "zookeeper.kazoo-rw", "--impl", "zookeeper.sequential", "--impl", broken,
               "--duration", "2", "--users", "8", "--no-report", "--results-dir", str(results))  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "skipping zookeeper.sequential: workload read-mostly needs read_write" in r.stderr + r.stdout
+    assert "skipping zookeeper.sequential for read-mostly: it needs read_write" in r.stderr + r.stdout
     (run,) = [p for p in results.iterdir() if p.is_dir()]
     cases = pd.read_csv(run / "cases.csv").set_index("impl")
     assert list(cases.index) == ["zookeeper.rwlock", "zookeeper.kazoo-rw", broken]

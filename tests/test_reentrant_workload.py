@@ -172,5 +172,5 @@ def test_a_counterfeit_reentrant_lock_is_caught(tmp_path: Path) -> None:
 def test_non_reentrant_impls_are_skipped(tmp_path: Path) -> None:
     r = bench("run", "--impl", "redis.redis-py", "--workload", "reentrant", "--results-dir", str(tmp_path))
     assert r.returncode == 2
-    assert "skipping redis.redis-py: workload reentrant needs reentrant" in r.stderr
+    assert "skipping redis.redis-py for reentrant: it needs reentrant" in r.stderr
     assert r.stderr.strip().splitlines()[-1] == "bench: error: no impl of those can run workload reentrant"

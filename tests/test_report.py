@@ -21,6 +21,7 @@ from dashboards.charts import acquire_timeseries, spectrum_points
 from dashboards.report import main
 
 PLOTLY_SIGNATURE = "* plotly.js v"
+FIGURES = 5  # throughput, spectrum, over time, handoff/utilization, fairness
 SEC = 1_000_000_000
 
 CASES = [
@@ -33,8 +34,12 @@ CASES = [
 ]
 
 
-def _case_id(impl: str) -> str:
-    return re.sub(r"[^\w.-]", "_", impl) + "__flash-sale__u8__t1"
+def _case_id(impl: str, trial: int = 1) -> str:
+    return re.sub(r"[^\w.-]", "_", impl) + f"__flash-sale__u8__t{trial}"
+
+
+def _group_id(impl: str) -> str:
+    return re.sub(r"[^\w.-]", "_", impl) + "__flash-sale__u8"
 
 
 def _hist(values: list[int]) -> str:
@@ -77,15 +82,21 @@ def make_run(
     no_hist: tuple[str, ...] = (),
     empty_hist: tuple[str, ...] = (),
     speedup: float = 1.0,
+    trials: int = 1,
+    extra_columns: dict | None = None,
+    meta_extra: dict | None = None,
+    server_commands: dict | None = None,
 ) -> Path:
     """A results folder as docs/architecture.md describes it, with real HDR and parquet files."""
     run = root / name
     (run / "hist").mkdir(parents=True)
     (run / "history").mkdir()
     rows = []
-    for impl, median, verdict, overlaps, oversold in cases:
-        case = _case_id(impl)
-        rng = random.Random(impl)
+    for trial, (impl, median, verdict, overlaps, oversold) in (
+        (t, c) for t in range(1, trials + 1) for c in cases
+    ):
+        case = _case_id(impl, trial)
+        rng = random.Random(f"{impl}{trial}")
         acquire = [max(1, int(rng.lognormvariate(0, 0.6) * median / speedup)) for _ in range(2_000)]
         if impl not in no_hist:
             hists = {
@@ -95,7 +106,8 @@ def make_run(
                 "hold": _hist([v + 500 for v in acquire]),
                 "cs": _hist([400] * 10),
             }
-            (run / "hist" / f"{case}.json").write_text(json.dumps({"unit": "us", "histograms": hists}))
+            payload = {"unit": "us", "histograms": hists, "server_commands": server_commands or {}}
+            (run / "hist" / f"{case}.json").write_text(json.dumps(payload))
         if impl not in no_history:
             _history(median).to_parquet(run / "history" / f"{case}.parquet", index=False)
         acquire.sort()
@@ -105,7 +117,7 @@ def make_run(
                 "impl": impl,
                 "backend": impl.split(".")[0],
                 "workload": "flash-sale",
-                "trial": 1,
+                "trial": trial,
                 "users": 8,
                 "processes": 1,
                 "duration_s": 3.0,
@@ -138,6 +150,7 @@ def make_run(
                 "lost_updates": 0,
                 "acquire_info": 0,
                 "verdict": verdict,
+                **(extra_columns or {}),
             }
         )
     pd.DataFrame(rows).drop(columns=list(drop_columns)).to_csv(run / "cases.csv", index=False)
@@ -148,11 +161,18 @@ def make_run(
         "finished_at": None if status != "complete" else "2025-01-01T00:01:00Z",
         "command": ["bench", "run", "--backend", "redis", "--workload", "flash-sale"],
         "git_commit": "0123456789abcdef",
-        "host": {"hostname": "testhost", "cpus": 2, "platform": "linux", "python": "3.12"},
+        "host": {
+            "hostname": "testhost",
+            "cpus": 2,
+            "platform": "linux",
+            "python": "3.12",
+            "machine_class": "x86_64-2cpu-8gib",
+        },
         "versions": {"redis": "7.2.4", "locust": "2.31"},
         "params": params if params is not None else {"users": 8, "duration_s": 3},
         "endpoints": {"redis": "redis://127.0.0.1:6390/0"},
         "cases": [r["case"] for r in rows] + list(planned_extra),
+        **(meta_extra or {}),
     }
     (run / "run.json").write_text(json.dumps(meta))
     return run
@@ -193,7 +213,7 @@ def test_report_is_written_self_contained_with_plotly_once(tmp_path: Path) -> No
     assert out == run / "report.html"
     page = out.read_text(encoding="utf-8")
     assert page.count(PLOTLY_SIGNATURE) == 1
-    assert page.count("Plotly.newPlot(") == 3
+    assert page.count("Plotly.newPlot(") == FIGURES
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
     assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?(https?:)?//", page, re.I)
     assert '<script src="http' not in page
@@ -276,7 +296,7 @@ def test_two_runs_show_deltas_against_the_baseline(tmp_path: Path) -> None:
     deltas = page[page.index('id="comparison"') :]
     assert "+100.0%" in deltas  # throughput doubled
     assert re.search(r"-(49|50)\.\d%", deltas)  # acquire latencies halved
-    assert f'data-row="{_case_id("file.flock")}"' in deltas
+    assert f'data-row="{_group_id("file.flock")}"' in deltas
     assert "not in this run" in deltas
     assert page.count(PLOTLY_SIGNATURE) == 1
 
@@ -352,3 +372,117 @@ def test_failed_run_without_cases_still_renders(tmp_path: Path) -> None:
     assert "Run status: failed" in page
     assert "No cases." in page
     assert page.count(PLOTLY_SIGNATURE) == 1
+
+
+def _section(page: str, marker: str) -> str:
+    start = page.index(marker)
+    return page[start : page.index("</table>", start)]
+
+
+def test_trials_are_grouped_per_impl_and_workload(tmp_path: Path) -> None:
+    base = make_run(tmp_path, name="20250101T000000Z-aaaaaa", trials=3, cases=CASES[:2])
+    new = make_run(tmp_path, name="20250102T000000Z-bbbbbb", trials=3, cases=CASES[:2], speedup=2.0)
+    page = render_report([base, new]).read_text(encoding="utf-8")
+    deltas = page[page.index('id="comparison"') :]
+    row = deltas[deltas.index(f'data-row="{_group_id("redis.setnx")}"') :]
+    assert "n=3" in row[: row.index("</table>")]
+    assert "+100.0%" in row[: row.index("</table>")]  # throughput of all 3 trials doubled
+    matrix = _section(page, 'id="verdict-matrix-table"')
+    assert matrix.count("3 trial(s)") == 4  # 2 impls x 2 runs
+    # one spectrum line per impl and run, trials merged: "baseline: impl" and "candidate: impl"
+    assert page.count('"name":"baseline: redis.setnx"') == 1
+    assert page.count('"name":"candidate: redis.setnx"') == 1
+
+
+def test_verdict_matrix_marks_the_run_where_a_lock_became_unsafe(tmp_path: Path) -> None:
+    safe = [("redis.setnx", 300, "valid", 0, 0), ("file.flock", 40, "valid", 0, 0)]
+    unsafe = [("redis.setnx", 300, "invalid", 4, 0), ("file.flock", 40, "valid", 0, 0)]
+    base = make_run(tmp_path, name="20250101T000000Z-aaaaaa", cases=safe)
+    new = make_run(tmp_path, name="20250102T000000Z-bbbbbb", cases=unsafe)
+    page = render_report([base, new]).read_text(encoding="utf-8")
+    parser = _Cells()
+    parser.feed(_section(page, 'id="verdict-matrix-table"'))
+    setnx = parser.cells[_group_id("redis.setnx")]
+    assert setnx["baseline"].split() == ["good"] and setnx["candidate"].split() == ["bad"]
+    flock = parser.cells[_group_id("file.flock")]
+    assert flock["baseline"] == flock["candidate"] == "good"
+
+
+def test_metadata_diff_lists_only_what_differs(tmp_path: Path) -> None:
+    base = make_run(tmp_path, name="20250101T000000Z-aaaaaa", meta_extra={"git_commit": "aaaa1111"})
+    new = make_run(
+        tmp_path, name="20250102T000000Z-bbbbbb", params={"users": 16, "duration_s": 3},
+        meta_extra={"git_commit": "bbbb2222"},
+    )  # fmt: skip
+    page = render_report([base, new]).read_text(encoding="utf-8")
+    diff = _section(page, 'id="metadata-diff"')
+    assert 'data-row="git_commit"' in diff and "aaaa1111" in diff and "bbbb2222" in diff
+    assert 'data-row="params.users"' in diff
+    assert 'data-row="params.duration_s"' not in diff
+    assert 'data-row="host.cpus"' not in diff
+    assert "endpoints" not in diff  # ports differ on every run by construction
+
+
+def test_round_trips_show_server_commands_and_lockstat_columns_generically(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path, cases=CASES[:1],
+        extra_columns={"server_cmds_per_acquire": 3.5, "lockstat_conflicts": 42, "lockstat_renewals": 7},
+        server_commands={"evalsha": 2_000, "set": 5_000},
+    )  # fmt: skip
+    page = render_report([run]).read_text(encoding="utf-8")
+    table = _section(page, 'id="round-trips"')
+    assert "<th>conflicts</th>" in table and "<th>renewals</th>" in table
+    assert ">42<" in table and ">7<" in table
+    assert "3.500" in table
+    assert "set&nbsp;2.5" in table and "evalsha&nbsp;1" in table  # per acquisition: 5000 / 2000, 2000 / 2000
+
+
+def test_fairness_counts_acquisitions_per_client_from_history(tmp_path: Path) -> None:
+    run = make_run(tmp_path, cases=CASES[:1])
+    history = pd.read_parquet(run / "history" / f"{_case_id('redis.setnx')}.parquet")
+    ok = history[(history["op"] == "acquire") & (history["type"] == "ok")]
+    per_client = ok["client"].value_counts()
+    page = render_report([run]).read_text(encoding="utf-8")
+    table = _section(page, 'id="fairness"')
+    cells = re.findall(r'<td class="num">([\d,]+)</td>', table)
+    assert cells == [str(len(per_client)), f"{per_client.min():,}", f"{per_client.max():,}"]
+    assert "Jain 0.987" in page
+
+
+def test_merged_histogram_adds_trials_exactly_or_reads_the_merged_file(tmp_path: Path) -> None:
+    from dashboards.load import load_run
+
+    run = make_run(tmp_path, trials=3, cases=CASES[:1])
+    data = load_run(run)
+    group = _group_id("redis.setnx")
+    merged = data.merged_histogram(group, "acquire_ok")
+    assert merged is not None and merged.get_total_count() == 3 * 2_000
+    assert merged.get_max_value() == max(
+        data.histogram(_case_id("redis.setnx", t), "acquire_ok").get_max_value() for t in (1, 2, 3)
+    )
+    (run / "hist" / f"{group}.merged.json").write_text(
+        json.dumps({"unit": "us", "histograms": {"acquire_ok": _hist([7] * 5)}})
+    )
+    from_file = load_run(run).merged_histogram(group, "acquire_ok")
+    assert from_file is not None and from_file.get_total_count() == 5
+
+
+def test_every_text_of_a_comparison_is_escaped(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script>"
+    cases = [(f"redis.x{evil}", 300, "valid", 0, 0)]
+    base = make_run(tmp_path, name="20250101T000000Z-aaaaaa", cases=cases, meta_extra={"git_commit": evil})
+    new = make_run(
+        tmp_path, name="20250102T000000Z-bbbbbb", cases=cases, params={"note": evil},
+        extra_columns={f"lockstat_{evil}": 1}, server_commands={evil: 3},
+        meta_extra={"host": {"machine_class": evil}},
+    )  # fmt: skip
+    page = render_report([base, new]).read_text(encoding="utf-8")
+    assert "<script>alert" not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5
+
+
+def test_page_reports_javascript_errors_visibly(tmp_path: Path) -> None:
+    page = render_report([make_run(tmp_path)]).read_text(encoding="utf-8")
+    assert '<div class="banner error" id="js-error-banner" hidden></div>' in page
+    hook = page.index('addEventListener("error"')
+    assert hook < page.index(PLOTLY_SIGNATURE)  # installed before plotly.js and every chart runs

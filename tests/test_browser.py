@@ -1,0 +1,231 @@
+"""report.html in a real browser: headless Chromium, no network, every chart drawn, no JS error.
+
+Chromium is the OS package ``chromium`` (scripts/test installs it with apt-get); this file
+installs nothing and skips, saying why, where it is missing. The browser runs with a fresh
+profile and no network: every host name resolves to nothing and every request that is not
+file:// or data: goes to a dead proxy, and the test also fails if the page even tries one.
+It is driven over the DevTools protocol (websocket) to catch exceptions and console errors,
+count the charts plotly drew, and save a full-page screenshot into test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dashboards import render_report
+from tests.conftest import ARTIFACTS
+from tests.test_report import CASES, FIGURES, make_run
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+websocket = pytest.importorskip("websocket", reason="websocket-client is needed to drive Chromium (pip)")
+
+if not os.access(CHROMIUM, os.X_OK):
+    pytest.skip(
+        f"Chromium not found at {CHROMIUM}: install the OS package (apt-get install chromium; "
+        "scripts/test does it as root)",
+        allow_module_level=True,
+    )
+
+WAIT_S = 60  # upper bound for start-up and drawing; the test never asserts a duration
+
+
+class DevTools:
+    """A minimal Chrome DevTools protocol client: send commands, keep every event."""
+
+    def __init__(self, ws_url: str) -> None:
+        self.ws = websocket.create_connection(ws_url, timeout=WAIT_S, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def call(self, method: str, **params: object) -> dict:
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def wait_event(self, method: str) -> dict:
+        deadline = time.monotonic() + WAIT_S
+        seen = 0
+        while time.monotonic() < deadline:
+            for ev in self.events[seen:]:
+                if ev["method"] == method:
+                    return ev
+            seen = len(self.events)
+            msg = json.loads(self.ws.recv())
+            if "method" in msg:
+                self.events.append(msg)
+        raise TimeoutError(f"no {method} event")
+
+    def evaluate(self, expression: str) -> object:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result.get("result", {}).get("value")
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
+    """One headless Chromium for the module, stopped (its whole process group) afterwards."""
+    profile = tmp_path_factory.mktemp("chromium") / "profile"
+    proc = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-default-apps",
+            "--disable-extensions",
+            f"--user-data-dir={profile}",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--proxy-server=http://127.0.0.1:9",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "--window-size=1300,900",
+            "about:blank",
+        ],  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    tools = None
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + WAIT_S
+        while not port_file.exists() or not port_file.read_text().strip():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr else ""
+                pytest.fail(f"Chromium did not start (exit {proc.poll()}): {err}")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=WAIT_S) as resp:
+            targets = json.load(resp)
+        page = next(t for t in targets if t.get("type") == "page")
+        tools = DevTools(page["webSocketDebuggerUrl"])
+        yield tools
+    finally:
+        if tools is not None:
+            tools.close()
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def _report(tmp_path: Path) -> Path:
+    """A two-run comparison with trials, so every section and chart of the page is there."""
+    base = make_run(tmp_path, name="20250101T000000Z-aaaaaa", trials=3, cases=CASES[:3])
+    new = make_run(tmp_path, name="20250102T000000Z-bbbbbb", trials=3, cases=CASES[:3], speedup=1.5)
+    return render_report([base, new], slo_us=1_000)
+
+
+def inspect(browser: DevTools, report: Path, screenshot: Path | None = None) -> dict:
+    """Open ``report`` and return what went wrong: JS errors, network requests, charts drawn."""
+    browser.events.clear()
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        browser.call(f"{domain}.enable")
+    browser.call("Page.navigate", url=report.resolve().as_uri())
+    browser.wait_event("Page.loadEventFired")
+    expected = report.read_text(encoding="utf-8").count("Plotly.newPlot(")
+    state: dict = {}
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        value = browser.evaluate(
+            "JSON.stringify({divs: document.querySelectorAll('.plotly-graph-div').length,"
+            " drawn: Array.from(document.querySelectorAll('.plotly-graph-div')).filter("
+            "  d => d._fullLayout && d.querySelector('.main-svg') && d.getBoundingClientRect().height > 100"
+            " ).length,"
+            " traces: Array.from(document.querySelectorAll('.plotly-graph-div')).map("
+            "  d => d.querySelectorAll('.trace, .barlayer .point').length),"
+            " errors: window.lockbenchErrors || []})"
+        )
+        state = json.loads(value) if isinstance(value, str) else {}
+        if state.get("drawn") == expected or state.get("errors"):
+            break
+        time.sleep(0.2)
+    if screenshot is not None:
+        height = browser.evaluate("document.documentElement.scrollHeight")
+        browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=1300,
+            height=int(height),
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    errors = [
+        ev["params"].get("exceptionDetails", {}).get("exception", {}).get("description")
+        or ev["params"].get("exceptionDetails", {}).get("text")
+        for ev in browser.events
+        if ev["method"] == "Runtime.exceptionThrown"
+    ]
+    errors += [
+        " ".join(str(a.get("value", a.get("description", ""))) for a in ev["params"].get("args", []))
+        for ev in browser.events
+        if ev["method"] == "Runtime.consoleAPICalled" and ev["params"].get("type") in ("error", "assert")
+    ]
+    errors += [
+        ev["params"]["entry"].get("text")
+        for ev in browser.events
+        if ev["method"] == "Log.entryAdded" and ev["params"]["entry"].get("level") == "error"
+    ]
+    requests = [
+        ev["params"]["request"]["url"]
+        for ev in browser.events
+        if ev["method"] == "Network.requestWillBeSent"
+        and not ev["params"]["request"]["url"].startswith(("file:", "data:", "blob:", "about:"))
+    ]
+    return {"expected": expected, "errors": errors, "requests": requests, **state}
+
+
+def test_report_renders_every_chart_offline_without_errors(browser: DevTools, tmp_path: Path) -> None:
+    report = _report(tmp_path)
+    found = inspect(browser, report, screenshot=ARTIFACTS / "report-browser.png")
+    assert found["expected"] == FIGURES
+    assert found["errors"] == [], found["errors"]
+    assert found["requests"] == [], f"the report tried the network: {found['requests']}"
+    assert found["divs"] == found["drawn"] == FIGURES, found
+    assert all(n > 0 for n in found["traces"]), found  # every chart drew data, not just axes
+    assert (ARTIFACTS / "report-browser.png").stat().st_size > 10_000
+
+
+def test_the_check_sees_a_broken_chart_and_a_network_request(browser: DevTools, tmp_path: Path) -> None:
+    """The same inspection on a page spoiled on purpose: it must not come back clean."""
+    report = _report(tmp_path)
+    page = report.read_text(encoding="utf-8")
+    page = page.replace("Plotly.newPlot(", "Plotly.noSuchPlot(", 1)
+    page = page.replace("</body>", '<img src="http://203.0.113.7/pixel.png"></body>')
+    broken = tmp_path / "broken.html"
+    broken.write_text(page, encoding="utf-8")
+    found = inspect(browser, broken)
+    assert any("noSuchPlot" in (err or "") for err in found["errors"]), found["errors"]
+    assert found["drawn"] == FIGURES - 1
+    assert any("203.0.113.7" in url for url in found["requests"]), found["requests"]
+    assert found["errors"] and found["requests"]

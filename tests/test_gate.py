@@ -1,0 +1,480 @@
+"""``bench gate`` and ``bench baseline update``: decisions, exit codes, outputs and bad input.
+
+Most tests write small results folders the way bench writes them (run.json + cases.csv
+with one row per trial) with chosen per-trial figures, and run the real ``bench`` command
+on them. The last tests run real servers through ``bench run``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import re
+import signal
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.gate import MIN_TRIALS, run_gate
+from bench.suites import SUITES, apply_suite
+from tests.helpers import bench
+
+MACHINE = "x86_64-2cpu-8gib"
+COUNTERS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
+
+
+def write_run(
+    root: Path,
+    name: str,
+    groups: dict[str, dict[str, list]],
+    *,
+    machine_class: str | None = MACHINE,
+    schema: int = 1,
+    status: str = "complete",
+    params: dict | None = None,
+    drop_planned: bool = False,
+) -> Path:
+    """A results folder; ``groups`` maps impl -> column -> per-trial values (throughput, p99, ...)."""
+    run = root / name
+    (run / "hist").mkdir(parents=True)
+    rows = []
+    trials = max(len(next(iter(cols.values()))) for cols in groups.values())
+    for t in range(trials):
+        for impl, cols in groups.items():
+            n = len(next(iter(cols.values())))
+            if t >= n:
+                continue
+            row = {
+                "case": f"{impl}__flash-sale__t{t}" if trials > 1 else f"{impl}__flash-sale",
+                "impl": impl,
+                "backend": impl.split(".")[0],
+                "workload": "flash-sale",
+                "trial": t,
+                "throughput_acq_s": 1000.0,
+                "acquire_p99_us": 500.0,
+                **dict.fromkeys(COUNTERS, 0),
+                "verdict": "valid",
+            }
+            for col, values in cols.items():
+                row[col] = values[t]
+            rows.append(row)
+    pd.DataFrame(rows).to_csv(run / "cases.csv", index=False)
+    host = {"hostname": "h", "cpus": 2}
+    if machine_class:
+        host["machine_class"] = machine_class
+    meta = {
+        "schema": schema,
+        "run_id": name,
+        "status": status,
+        "git_commit": f"commit-{name}",
+        "host": host,
+        "params": params or {"users": 10, "trials": trials},
+        "cases": [r["case"] for r in rows] + (["lost__flash-sale__t9"] if drop_planned else []),
+    }
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+def noisy(center: float, n: int = 5, spread: float = 0.02, seed: int = 1) -> list[float]:
+    rng = random.Random(seed)
+    return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: object, env: dict | None = None) -> Result:
+    """``bench ARGS`` in this process (bench.cli.main, exit code and both streams captured).
+
+    Most tests use it: a subprocess per call costs a second of imports each. The real
+    command in a subprocess is exercised by the tests that call ``bench(...)``.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    saved_sigterm = signal.getsignal(signal.SIGTERM)
+    os.environ.update(env or {})
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main([str(a) for a in args])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0
+    finally:
+        signal.signal(signal.SIGTERM, saved_sigterm)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def gate(*args: object, env: dict | None = None) -> Result:
+    return cli("gate", *args, env=env)
+
+
+def test_same_code_passes_with_exit_0_and_a_markdown_table(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000, seed=1)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000, seed=2)}})
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    r = bench("gate", str(base), str(cand), env={"GITHUB_STEP_SUMMARY": str(summary)})  # the real command
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "| case | metric | baseline | candidate | change | p-value | verdict |" in r.stdout
+    assert "lockbench gate: PASS" in r.stdout
+    written = summary.read_text()
+    assert written.startswith("earlier step\n") and "lockbench gate: PASS" in written  # appended
+
+
+def test_clear_slowdown_over_five_trials_is_a_regression(tmp_path: Path) -> None:
+    base = write_run(
+        tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000), "acquire_p99_us": noisy(500)}}
+    )
+    cand = write_run(
+        tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(800), "acquire_p99_us": noisy(650)}}
+    )
+    r = gate(base, cand)
+    assert r.returncode == 1, r.stdout + r.stderr
+    result = run_gate(base, cand)
+    rows = {row.metric: row for row in result.rows}
+    assert rows["throughput"].verdict == "REGRESSION"
+    assert rows["throughput"].p == pytest.approx(2 / 252)  # exact 1/252, Holm over 2 comparisons
+    assert rows["throughput"].change == pytest.approx(-0.2, abs=0.03)
+    assert rows["acquire.p99"].verdict == "REGRESSION"
+    assert rows["violations"].verdict == "pass"
+
+
+def test_a_change_beyond_threshold_within_the_noise_passes(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": [1000, 700, 1300, 900, 1100]}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": [800, 1250, 650, 900, 1050]}})
+    result = run_gate(base, cand, ["throughput:-5%"])
+    row = next(r for r in result.rows if r.metric == "throughput")
+    assert row.change is not None and row.change < -0.05
+    assert row.verdict == "pass (not significant)" and result.exit_code == 0
+
+
+def test_a_significant_change_within_threshold_passes(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000, spread=0.001)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(970, spread=0.001)}})
+    result = run_gate(base, cand, ["throughput:-5%"])
+    row = next(r for r in result.rows if r.metric == "throughput")
+    assert row.p is not None and row.p <= 0.05
+    assert row.verdict == "pass (within threshold)" and result.exit_code == 0
+
+
+def test_an_improvement_is_labelled_and_passes(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1500)}})
+    result = run_gate(base, cand, ["throughput:-5%"])
+    assert next(r for r in result.rows if r.metric == "throughput").verdict == "improved"
+    assert result.exit_code == 0
+
+
+@pytest.mark.parametrize("trials", [1, 2])
+def test_too_few_trials_is_not_enough_data_exit_2(tmp_path: Path, trials: int) -> None:
+    """Even a 50% slowdown is not called a regression, nor a pass, on 1 or 2 trials."""
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000, trials)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(500, trials)}})
+    r = gate(base, cand)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "NOT ENOUGH DATA" in r.stdout and "not enough data" in r.stdout
+    assert "this is not a pass" in r.stderr
+    assert "REGRESSION" not in r.stdout and "PASS" not in r.stdout
+
+
+def test_trials_that_cannot_reach_the_corrected_alpha_are_not_enough_data(tmp_path: Path) -> None:
+    """3 vs 3 trials: the smallest p is 1/20 = 0.05; over 2 comparisons (Holm) 0.025 is out of reach."""
+    groups_a = {"redis.x": {"throughput_acq_s": noisy(1000, 3), "acquire_p99_us": noisy(500, 3)}}
+    groups_b = {"redis.x": {"throughput_acq_s": noisy(500, 3), "acquire_p99_us": noisy(900, 3)}}
+    base, cand = write_run(tmp_path, "a", groups_a), write_run(tmp_path, "b", groups_b)
+    two_rules = run_gate(base, cand)
+    assert two_rules.exit_code == 2
+    assert all(r.verdict == "not enough data" for r in two_rules.rows if r.metric != "violations")
+    one_rule = run_gate(base, cand, ["throughput:-5%"])
+    assert one_rule.exit_code == 1  # one comparison: complete separation gives p = 0.05 <= alpha
+    assert MIN_TRIALS == 3
+
+
+def test_a_new_violation_is_a_regression_whatever_the_statistics(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"overlapping_holds": [0]}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"overlapping_holds": [3], "verdict": ["invalid"]}})
+    r = bench("gate", str(base), str(cand))  # the real command
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION: unsafe" in r.stdout
+
+
+def test_an_impl_unsafe_in_the_baseline_too_is_not_a_new_regression(tmp_path: Path) -> None:
+    unsafe = {"lost_updates": [2, 1, 4, 3, 2], "verdict": ["invalid"] * 5, "throughput_acq_s": noisy(1000)}
+    base = write_run(tmp_path, "a", {"redis.x": unsafe})
+    cand = write_run(tmp_path, "b", {"redis.x": {**unsafe, "throughput_acq_s": noisy(1000, seed=3)}})
+    result = run_gate(base, cand, ["throughput:-5%"])
+    assert next(r for r in result.rows if r.metric == "violations").verdict == "unsafe, as in baseline"
+    assert result.exit_code == 0
+
+
+def test_a_new_impl_with_violations_is_a_regression_and_a_missing_one_is_unusable(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000)},
+                                     "redis.new": {"oversold_units": [0, 0, 1, 0, 0]}})  # fmt: skip
+    assert run_gate(base, cand, ["throughput:-5%"]).exit_code == 1
+    cand2 = write_run(tmp_path, "c", {"redis.other": {"throughput_acq_s": noisy(1000)}})
+    result = run_gate(base, cand2, ["throughput:-5%"])
+    assert result.exit_code == 2
+    assert any(r.verdict == "missing in candidate" for r in result.rows)
+
+
+def test_an_undecided_candidate_verdict_is_not_a_pass(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    cand = write_run(
+        tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000), "verdict": ["valid"] * 4 + ["unknown"]}}
+    )
+    assert run_gate(base, cand, ["throughput:-5%"]).exit_code == 2
+
+
+def test_json_output(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(800)}})
+    r = gate(base, cand, "--json", "--rule", "throughput:-5%")
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert data["verdict"] == "REGRESSION" and data["exit_code"] == 1 and data["correction"] == "holm"
+    row = next(x for x in data["rows"] if x["metric"] == "throughput")
+    assert row["outcome"] == "regression" and len(row["candidate_trials"]) == 5 and row["p"] <= 0.05
+    assert data["baseline"]["machine_class"] == MACHINE
+
+
+def test_markdown_cells_cannot_break_the_table(tmp_path: Path) -> None:
+    impl = "redis.x|<script>alert(1)</script>"
+    base = write_run(tmp_path, "a", {impl: {"throughput_acq_s": noisy(1000)}})
+    cand = write_run(tmp_path, "b", {impl: {"throughput_acq_s": noisy(1000)}})
+    r = gate(base, cand, "--rule", "throughput:-5%")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "<script>" not in r.stdout and "redis.x\\|&lt;script&gt;" in r.stdout
+    table = [ln for ln in r.stdout.splitlines() if ln.startswith("| redis.x")]
+    assert table and all(ln.count(" | ") == 6 for ln in table)
+
+
+def test_another_machine_class_is_refused_unless_allowed(tmp_path: Path) -> None:
+    base = write_run(
+        tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}}, machine_class="arm64-64cpu-256gib"
+    )
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    r = gate(base, cand)
+    _one_line_exit_2(r, "machine class arm64-64cpu-256gib", MACHINE, "--allow-other-machine")
+    r = gate(base, cand, "--allow-other-machine", "--rule", "throughput:-5%")
+    assert r.returncode == 0 and "machine classes differ" in r.stdout
+
+
+def _one_line_exit_2(r, *needles: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bench: error:"), r.stderr
+    assert "Traceback" not in r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def _breakages():
+    def no_run_json(p: Path) -> None:
+        (p / "run.json").unlink()
+
+    def bad_json(p: Path) -> None:
+        (p / "run.json").write_text("{oops")
+
+    def no_cases(p: Path) -> None:
+        (p / "cases.csv").unlink()
+
+    def no_verdict_column(p: Path) -> None:
+        pd.read_csv(p / "cases.csv").drop(columns=["verdict"]).to_csv(p / "cases.csv", index=False)
+
+    return [
+        ("missing", lambda p: None, {"name": "nope"}, "results folder not found"),
+        ("no run.json", no_run_json, {}, "no run.json"),
+        ("bad json", bad_json, {}, "not valid JSON"),
+        ("schema", lambda p: None, {"schema": 2}, "results schema 2"),
+        ("interrupted", lambda p: None, {"status": "incomplete"}, "status: incomplete"),
+        ("running", lambda p: None, {"status": "running"}, "status: running"),
+        ("no cases.csv", no_cases, {}, "no cases.csv"),
+        ("planned case missing", lambda p: None, {"drop_planned": True}, "is incomplete: 1 case(s)"),
+        ("column missing", no_verdict_column, {}, "lacks column(s) verdict"),
+        ("no machine class", lambda p: None, {"machine_class": None}, "records no machine class"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("what", "spoil", "kwargs", "needle"), _breakages(), ids=[b[0] for b in _breakages()]
+)
+def test_unusable_baseline_is_one_line_exit_2(
+    tmp_path: Path, what: str, spoil, kwargs: dict, needle: str
+) -> None:
+    kwargs = dict(kwargs)
+    name = kwargs.pop("name", "a")
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}}, **kwargs)
+    spoil(base)
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    r = bench("gate", str(tmp_path / name), str(cand)) if what == "missing" else gate(tmp_path / name, cand)
+    _one_line_exit_2(r, needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--rule", "acquire.p99:10%"], "malformed gate rule 'acquire.p99:10%'"),
+        (["--rule", "p99:+10%"], "unknown metric 'p99'"),
+        (["--rule", "violations:3"], "violations:0"),
+        (["--alpha", "0"], "--alpha must be between 0 and 1"),
+        (["--alpha", "abc"], "--alpha"),
+    ],
+)
+def test_bad_rules_and_options_are_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    _one_line_exit_2(gate(base, cand, *args), needle)
+
+
+def test_baseline_update_copies_a_small_summary_and_gates_like_a_run(tmp_path: Path) -> None:
+    run = write_run(
+        tmp_path / "results", "20250101T000000Z-aaaaaa", {"redis.x": {"throughput_acq_s": noisy(1000)}}
+    )
+    (run / "history").mkdir()
+    (run / "history" / "big.parquet").write_bytes(b"x" * 500_000)
+    (run / "report.html").write_text("<html></html>")
+    (run / "hist" / "redis.x__flash-sale__t0.json").write_text(json.dumps({"unit": "us", "histograms": {}}))
+    baselines = tmp_path / "baselines"
+    r = cli("baseline", "update", "--name", "ci", "--results-dir", tmp_path / "results",
+            "--baselines-dir", baselines)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    dest = baselines / "ci"
+    assert r.stdout.strip() == str(dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["baseline.json", "cases.csv", "hist", "run.json"]
+    assert (dest / "hist" / "redis.x__flash-sale.merged.json").exists()
+    info = json.loads((dest / "baseline.json").read_text())
+    assert info["machine_class"] == MACHINE and info["source_run"] == run.name
+    assert sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) < 50_000
+    cand = write_run(tmp_path, "cand", {"redis.x": {"throughput_acq_s": noisy(1000, seed=9)}})
+    assert gate(dest, cand, "--rule", "throughput:-5%").returncode == 0
+    # updating again replaces it in place
+    assert cli("baseline", "update", run, "--baselines-dir", baselines).returncode == 0
+    assert sorted(p.name for p in baselines.iterdir()) == ["ci"]
+
+
+def test_baseline_update_refuses_an_unfinished_run(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "r", {"redis.x": {"throughput_acq_s": noisy(1000)}}, status="incomplete")
+    r = bench("baseline", "update", str(run), "--baselines-dir", str(tmp_path / "b"))
+    _one_line_exit_2(r, "status: incomplete")
+    r = bench(
+        "baseline", "update", "--results-dir", str(tmp_path / "empty"), "--baselines-dir", str(tmp_path / "b")
+    )
+    _one_line_exit_2(r, "no results folder")
+
+
+def test_suite_fills_only_what_the_user_did_not_set() -> None:
+    values = {"impl": [], "workload": "flash-sale", "duration": 10.0, "users": 50, "trials": 1, "cs": "1ms"}
+    applied = apply_suite("ci", values, user_given={"duration"})
+    assert applied["impl"] == SUITES["ci"].options["impl"]
+    assert applied["trials"] == SUITES["ci"].options["trials"] >= 5
+    assert applied["duration"] == 10.0  # the user's flag wins
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--suite", "nightly"], "unknown suite 'nightly'; valid: ci"),
+        (["--impl", "redis.set-nx-px", "--lock-params", "{bad"], "--lock-params is not valid JSON"),
+        (["--impl", "redis.set-nx-px", "--lock-params", "[1]"], "--lock-params must be a JSON object"),
+    ],
+)
+def test_run_options_of_this_issue_are_validated(tmp_path: Path, args: list[str], needle: str) -> None:
+    r = cli("run", *args, "--results-dir", tmp_path)
+    _one_line_exit_2(r, needle)
+    assert not any(tmp_path.iterdir())
+
+
+# real servers ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params", [{}, {"delay_s": 0.001}, {"delay_s": 0.001, "delay_mode": "sleep"}])
+def test_slowed_impl_keeps_the_lock_contract(redis_url: str, params: dict) -> None:
+    from lockimpls.base import LockOptions
+    from lockimpls.broken import Slowed
+    from lockimpls.registry import resolve
+    from tests import lock_contract as contract
+
+    assert resolve("test.slowed") is Slowed
+
+    def make(name: str, **overrides: object) -> Slowed:
+        return Slowed(name, [redis_url], LockOptions(params=dict(params), **overrides))
+
+    contract.check_all(make)
+    lock = make("slowed-inner", retry_interval=0.001)
+    assert type(lock.inner).__name__ == "SetNxPxLua" and "delay_s" not in lock.inner.options.params
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"delay_s": -1}, "delay_s must be in [0, 10)"),
+        ({"delay_s": "soon"}, "delay_s must be a number"),
+        ({"delay_mode": "nap"}, "delay_mode must be busy or sleep"),
+        ({"inner": "test.no-mutex"}, "inner must be a Redis impl"),
+    ],
+)
+def test_slowed_impl_rejects_bad_params(params: dict, needle: str) -> None:
+    from lockimpls.base import LockConfigError, LockOptions
+    from lockimpls.broken import Slowed
+
+    with pytest.raises(LockConfigError, match=re.escape(needle)):
+        Slowed("x", ["redis://127.0.0.1:1/0"], LockOptions(params=params))
+
+
+@pytest.mark.slow
+def test_real_run_slowed_impl_merged_histograms_baseline_and_gate(tmp_path: Path) -> None:
+    results, baselines = tmp_path / "results", tmp_path / "baselines"
+    r = bench(
+        "run", "--impl", "test.slowed", "--impl", "redis.set-nx-px-lua", "--lock-params", '{"delay_s": 0.003}',
+        "--trials", "3", "--duration", "2", "--users", "4", "--workload", "lock-pairs", "--no-report",
+        "--results-dir", str(results),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = Path(r.stdout.strip())
+    cases = pd.read_csv(run / "cases.csv")
+    assert list(cases["case"]) == [
+        f"{i}__lock-pairs__t{t}" for t in range(3) for i in ("test.slowed", "redis.set-nx-px-lua")
+    ]
+    by_trial = cases.pivot(index="trial", columns="impl", values="acquire_p50_us")
+    # each user its own lock: no waiting, so the 3 ms after every grant orders every trial
+    assert (by_trial["test.slowed"] > by_trial["redis.set-nx-px-lua"]).all(), by_trial
+    assert (cases["verdict"] == "valid").all()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["params"]["lock_params"] == {"delay_s": 0.003}
+
+    from workloads.recording import decode_histogram
+
+    for impl in ("test.slowed", "redis.set-nx-px-lua"):
+        merged = json.loads((run / "hist" / f"{impl}__lock-pairs.merged.json").read_text())
+        assert [t["trial"] for t in merged["trials"]] == [0, 1, 2]
+        per_trial = sum(
+            decode_histogram(json.loads((run / "hist" / f"{c}.json").read_text())["histograms"]["acquire_ok"])
+            .get_total_count() for c in merged["cases"]
+        )  # fmt: skip
+        assert decode_histogram(merged["histograms"]["acquire_ok"]).get_total_count() == per_trial > 0
+
+    r = bench("baseline", "update", str(run), "--name", "ci", "--baselines-dir", str(baselines))
+    assert r.returncode == 0, r.stderr
+    # the run against its own baseline: identical trials, so nothing is significant
+    r = bench("gate", str(baselines / "ci"), str(run), "--rule", "throughput:-5%", "--alpha", "0.1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = bench("report", str(baselines / "ci"), str(run))
+    assert r.returncode == 0, r.stderr
+    assert 'id="verdict-matrix"' in (run / "report.html").read_text()
