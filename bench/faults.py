@@ -81,10 +81,13 @@ class FaultWindow:
 
 
 def _restart(server: Any) -> str:
-    server.process.kill()
-    if server.process.popen is not None:
-        server.process.popen.wait(10)
-    server.start()
+    if hasattr(server, "restart"):
+        server.restart()  # the server knows how to come back on the same port and data
+    else:
+        server.process.kill()
+        if server.process.popen is not None:
+            server.process.popen.wait(10)
+        server.start()
     return f"killed (SIGKILL) and restarted {server.process.name}"
 
 

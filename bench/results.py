@@ -77,9 +77,13 @@ class RunFolder:
         histograms: dict[str, str],
         history_file: Path | None,
         extra: dict[str, Any],
+        log_text: str | None = None,
     ) -> None:
-        """Store one finished case: its histograms, its history, its row, then the metadata."""
+        """Store one finished case: its histograms, its history, its log, its row, then the metadata."""
         case = row["case"]
+        if log_text is not None:
+            (self.path / "logs").mkdir(exist_ok=True)
+            atomic_write_text(self.path / "logs" / f"{case}.log", log_text)
         atomic_write_text(
             self.path / "hist" / f"{case}.json",
             json.dumps({"unit": "us", "histograms": histograms, **extra}),

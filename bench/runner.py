@@ -205,7 +205,9 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
             history = with_fault_window(history, w)
             history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
-    return judge(case, settings, recording, history, out / "history.parquet")
+    result = judge(case, settings, recording, history, out / "history.parquet")
+    result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
+    return result
 
 
 def with_fault_window(history: pd.DataFrame, window: FaultWindow) -> pd.DataFrame:
@@ -248,6 +250,10 @@ def judge(
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
     if not recording.get("complete", True):
+        row["verdict"] = "unknown"
+    if not row.get("acquisitions"):
+        # a lock that never granted anything proved nothing: most often it could not even
+        # start (bad --lock-params, unreachable server); logs/<case>.log says why
         row["verdict"] = "unknown"
     shares = [
         w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
@@ -304,7 +310,13 @@ def run_plan(
                 if on_failure:
                     on_failure(case, str(exc))
                 continue
-            folder.add_case(result["row"], result["histograms"], result["history_file"], result["extra"])
+            folder.add_case(
+                result["row"],
+                result["histograms"],
+                result["history_file"],
+                result["extra"],
+                result.get("log"),
+            )
             dead = stack.dead()
             if dead:
                 raise ServerDied(

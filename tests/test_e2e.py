@@ -200,3 +200,15 @@ def test_a_dead_lock_server_stops_the_run_and_keeps_results(tmp_path: Path) -> N
     assert meta["cases"] == [
         "redis.set-nx-px-lua__flash-sale"
     ]  # the case in flight is kept, the next not run
+
+
+def test_a_lock_that_never_grants_is_unknown_not_valid(tmp_path: Path) -> None:
+    """Options the lock rejects inside Locust: no acquisition at all proves nothing."""
+    results = tmp_path / "results"
+    r = bench("run", "--impl", "test.slowed", "--lock-params", '{"delay_s": -1}', "--duration", "2",
+              "--users", "2", "--no-report", "--results-dir", str(results))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = _only_run(results)
+    row = pd.read_csv(run / "cases.csv").iloc[0]
+    assert row["acquisitions"] == 0 and row["verdict"] == "unknown"
+    assert (run / "logs" / "test.slowed__flash-sale.log").read_text().strip()
