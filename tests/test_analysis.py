@@ -21,28 +21,14 @@ from bench.analysis import (
     utilization,
 )
 from workloads.checkers import check_flash_sale
+from workloads.recording import HISTORY_COLUMNS, history_frame
 
-COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
 S = 1_000_000_000  # one second in ns
 
 
 def history(*events: tuple) -> pd.DataFrame:
     """Events as (client, seq, op, type, lock, t_ns[, token[, value[, error]]]) -> a history frame."""
-    rows = [tuple(e) + (None,) * (len(COLUMNS) - len(e)) for e in events]
-    df = pd.DataFrame(rows, columns=COLUMNS).astype(
-        {
-            "client": "string",
-            "seq": "int64",
-            "op": "string",
-            "type": "string",
-            "lock": "string",
-            "t_ns": "int64",
-            "token": "Int64",
-            "value": "Int64",
-            "error": "string",
-        }
-    )
-    return df.sort_values("t_ns", kind="stable").reset_index(drop=True)
+    return history_frame(tuple(e) + (None,) * (len(HISTORY_COLUMNS) - len(e)) for e in events)
 
 
 def pair(

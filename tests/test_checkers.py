@@ -17,27 +17,12 @@ from workloads.checkers import (
     check_witness,
     holds,
 )
-
-COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
+from workloads.recording import HISTORY_COLUMNS, history_frame
 
 
 def history(*events: tuple) -> pd.DataFrame:
     """Events as (client, seq, op, type, lock, t_ns[, token[, value[, error]]]) -> a history frame."""
-    rows = [tuple(e) + (None,) * (len(COLUMNS) - len(e)) for e in events]
-    df = pd.DataFrame(rows, columns=COLUMNS).astype(
-        {
-            "client": "string",
-            "seq": "int64",
-            "op": "string",
-            "type": "string",
-            "lock": "string",
-            "t_ns": "int64",
-            "token": "Int64",
-            "value": "Int64",
-            "error": "string",
-        }
-    )
-    return df.sort_values("t_ns", kind="stable").reset_index(drop=True)
+    return history_frame(tuple(e) + (None,) * (len(HISTORY_COLUMNS) - len(e)) for e in events)
 
 
 _seqs: dict[str, itertools.count] = {}

@@ -84,6 +84,8 @@ class FlashSaleUser(User):
     """
 
     wait_time = constant(0)
+    #: lock names are ``<lock_prefix>:<item>``; workloads built on this one use their own
+    lock_prefix = "flash-sale"
 
     def on_start(self) -> None:
         opts = self.environment.parsed_options
@@ -101,26 +103,16 @@ class FlashSaleUser(User):
         seq = itertools.count()
         self.locks = {
             item: RecordedLock(
-                cls(f"flash-sale:{item}", urls, options), harness.RECORDER, self.client_id, seq
+                cls(f"{self.lock_prefix}:{item}", urls, options), harness.RECORDER, self.client_id, seq
             )
             for item in self.items
         }
 
     def on_stop(self) -> None:
-        for lock in getattr(self, "locks", {}).values():
-            harness.RECORDER.add_lock_stats(lock.lock.stats())
-            lock.lock.close()
+        harness.close_locks(getattr(self, "locks", {}).values())
 
     def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:
-        # Locust's own stats (rounded to ms) feed only its live UI; the measurement is ours.
-        self.environment.events.request.fire(
-            request_type="lock",
-            name=name,
-            response_time=(time.monotonic_ns() - started_ns) / 1e6,
-            response_length=0,
-            exception=exc,
-            context={},
-        )
+        harness.fire_request(self.environment, name, started_ns, exc)
 
     @task
     def buy(self) -> None:

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -317,3 +318,25 @@ def _write_output(environment: Any, complete: bool, problems: list[str]) -> None
     tmp = path / "recording.json.tmp"
     tmp.write_text(json.dumps(recording))
     os.replace(tmp, path / "recording.json")
+
+
+def fire_request(environment: Any, name: str, started_ns: int, exc: Exception | None = None) -> None:
+    """Tell Locust about an operation, for its live UI and totals only.
+
+    Locust's own stats round to milliseconds; lockbench's measurement is the recording.
+    """
+    environment.events.request.fire(
+        request_type="lock",
+        name=name,
+        response_time=(time.monotonic_ns() - started_ns) / 1e6,
+        response_length=0,
+        exception=exc,
+        context={},
+    )
+
+
+def close_locks(locks: Iterable[Any]) -> None:
+    """At a user's stop: fold each lock's own counters into the recording, then close it."""
+    for recorded in locks:
+        RECORDER.add_lock_stats(recorded.lock.stats())
+        recorded.lock.close()

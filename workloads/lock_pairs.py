@@ -61,8 +61,7 @@ class LockPairsUser(User):
         self.lock = RecordedLock(lock, harness.RECORDER, client, itertools.count())
 
     def on_stop(self) -> None:
-        harness.RECORDER.add_lock_stats(self.lock.lock.stats())
-        self.lock.lock.close()
+        harness.close_locks([self.lock])
 
     @task
     def pair(self) -> None:

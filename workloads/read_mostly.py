@@ -203,20 +203,10 @@ class ReadMostlyUser(User):
         self.writers = {doc: make(doc, False) for doc in self.docs}
 
     def on_stop(self) -> None:
-        for lock in [*getattr(self, "readers", {}).values(), *getattr(self, "writers", {}).values()]:
-            harness.RECORDER.add_lock_stats(lock.lock.stats())
-            lock.lock.close()
+        harness.close_locks([*getattr(self, "readers", {}).values(), *getattr(self, "writers", {}).values()])
 
     def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:
-        # Locust's own stats (rounded to ms) feed only its live UI; the measurement is ours.
-        self.environment.events.request.fire(
-            request_type="lock",
-            name=name,
-            response_time=(time.monotonic_ns() - started_ns) / 1e6,
-            response_length=0,
-            exception=exc,
-            context={},
-        )
+        harness.fire_request(self.environment, name, started_ns, exc)
 
     @task
     def operate(self) -> None:
