@@ -296,11 +296,14 @@ def list_cmd() -> None:
 
 
 @infra_app.command("up")
-def infra_up(kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis")]) -> None:
-    """Start servers that stay up until `bench infra down`; `bench run` reuses them."""
+def infra_up(
+    kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis")],
+    nodes: Annotated[int, typer.Option(help="3: a ZooKeeper ensemble or etcd cluster on loopback")] = 1,
+) -> None:
+    """Start servers that stay up until `bench infra down`; `bench run` reuses single servers."""
     from bench.infra_cmd import up
 
-    up(kinds, console)
+    up(kinds, console, nodes)
 
 
 @infra_app.command("status")

@@ -39,6 +39,7 @@ def _one_clear_line(r, *needles: str) -> None:
         (["run", "--backend", "redis", "--frobnicate"], ["No such option", "--frobnicate"]),
         (["report", "/nonexistent/run"], ["/nonexistent/run"]),
         (["infra", "up", "oracle"], ["unknown server kind 'oracle'", "redis"]),
+        (["infra", "up", "redis", "--nodes", "3"], ["--nodes 3 works for zookeeper and etcd"]),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args: list[str], needles: list[str], tmp_path: Path) -> None:
