@@ -138,7 +138,7 @@ def test_ctrl_c_keeps_finished_cases_and_leaves_no_server(tmp_path: Path) -> Non
             if runs and json.loads(runs[0].read_text())["cases"]:
                 break
             time.sleep(0.1)
-        assert len(servers) == 2, "a lock server and a resource server were running"
+        assert len(servers) >= 2, "a lock server and a resource server were running"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
         _, err = proc.communicate(timeout=60)
     finally:
