@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -129,7 +130,7 @@ def _group_bars(
 
 
 def all_groups(runs: list[RunData]) -> list[str]:
-    """Every impl x workload of any run, baseline's order first."""
+    """Every impl x scenario of any run, baseline's order first."""
     out: dict[str, None] = {}
     for run in runs:
         out.update(dict.fromkeys(run.groups()))
@@ -137,7 +138,7 @@ def all_groups(runs: list[RunData]) -> list[str]:
 
 
 def throughput_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
-    """Acquisitions/s (and purchases/s) per impl x workload and run: median over trials, min-max whiskers."""
+    """Acquisitions/s (and purchases/s) per impl x scenario and run: median over trials, min-max whiskers."""
     groups = all_groups(runs)
     has_ops = any(run.values(g, "throughput_ops_s") for run in runs for g in groups)
     cols = 2 if has_ops else 1
@@ -161,9 +162,9 @@ def _axis_ticks(max_x: float) -> tuple[list[float], list[str]]:
 def spectrum_figure(
     runs: list[RunData], glabels: dict[str, str], rlabels: list[str], slo_us: float | None
 ) -> go.Figure:
-    """Acquire latency percentile spectra, one line per impl x workload and run (trials merged), log-log.
+    """Acquire latency percentile spectra, one line per impl x scenario and run (trials merged), log-log.
 
-    A colour per impl x workload; the baseline (first run) dashed, later runs solid, so a
+    A colour per impl x scenario; the baseline (first run) dashed, later runs solid, so a
     shift between runs reads as the gap between a dashed and a solid line of one colour.
     """
     fig = go.Figure()
@@ -210,7 +211,7 @@ def spectrum_figure(
 
 
 def handoff_utilization_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
-    """Handoff gap p50 and p99 (us) and lock utilization per impl x workload and run."""
+    """Handoff gap p50 and p99 (us) and lock utilization per impl x scenario and run."""
     groups = all_groups(runs)
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=["handoff gap p50 (us)", "handoff gap p99 (us)", "utilization"]
@@ -240,7 +241,7 @@ def jain_index(counts: list[float]) -> float | None:
 
 
 def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
-    """Acquisitions per client, clients sorted from most to fewest, one line per impl x workload.
+    """Acquisitions per client, clients sorted from most to fewest, one line per impl x scenario.
 
     Trials are pooled: each trial's clients are separate clients. x is the client's rank
     as a fraction of all clients, so runs with different user counts overlay.
@@ -277,37 +278,178 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
     return fig
 
 
-def over_time_figure(run: RunData, labels: dict[str, str], slo_us: float | None) -> go.Figure:
-    """Acquire p50/p99 latency (top) and acquisitions/s (bottom) per second, one colour per case."""
+@dataclass(frozen=True)
+class Mark:
+    """Something done to a case, in seconds since its first acquire: a server fault window, a
+    paused holder (window) or a killed holder (instant, x0 == x1)."""
+
+    kind: str  # fault | pause | crash
+    x0: float
+    x1: float
+    what: str = ""
+
+
+#: More shapes than this make the chart slow to draw and unreadable; pauses are dropped first.
+MAX_MARKS = 300
+_MARK_STYLE = {
+    # kind: (fill opacity, line opacity, line width, dash, legend text)
+    "fault": (0.20, 0.85, 1, "solid", "server fault {what} (shaded)"),
+    "pause": (0.08, 0.0, 0, "solid", "holder paused (light shading)"),
+    "crash": (0.0, 0.7, 1.5, "dashdot", "holder killed (dash-dot line)"),
+}
+
+
+def event_marks(events: pd.DataFrame | None, t0_ns: int, end_ns: int) -> list[Mark]:
+    """Fault and pause windows and crash instants from a case's history rows, relative to ``t0_ns``.
+
+    ``fault`` and ``pause`` pair an invoke with the next completion of the same client, seq
+    and op; one still open at the end of the history lasts until ``end_ns``. ``crash`` rows
+    are instants.
+    """
+    if events is None or events.empty:
+        return []
+    marks: list[Mark] = []
+    open_: dict[tuple[str, str, str], list[tuple[int, str]]] = {}
+    ordered = events.sort_values("t_ns", kind="stable")
+    for row in ordered.itertuples(index=False):
+        op, kind, t = str(row.op), str(row.type), int(row.t_ns)
+        what = "" if pd.isna(row.lock) else str(row.lock)
+        x = (t - t0_ns) / 1e9
+        if op == "crash":
+            marks.append(Mark("crash", x, x))
+            continue
+        key = (op, str(row.client), str(row.seq))
+        if kind == "invoke":
+            open_.setdefault(key, []).append((t, what))
+        elif open_.get(key):
+            start, what0 = open_[key].pop(0)
+            marks.append(Mark(op, (start - t0_ns) / 1e9, x, what0 if op == "fault" else ""))
+    for (op, _, _), starts in open_.items():
+        for start, what in starts:
+            marks.append(
+                Mark(op, (start - t0_ns) / 1e9, (end_ns - t0_ns) / 1e9, what if op == "fault" else "")
+            )
+    return sorted(marks, key=lambda m: (m.kind, m.x0, m.x1))
+
+
+def merge_windows(marks: list[Mark]) -> list[Mark]:
+    """Overlapping windows of one kind and label as one (pauses of many clients, of many trials)."""
+    out: list[Mark] = []
+    for mark in sorted(marks, key=lambda m: (m.kind, m.what, m.x0)):
+        last = out[-1] if out else None
+        if last and last.kind == mark.kind and last.what == mark.what and mark.x0 <= last.x1:
+            out[-1] = Mark(last.kind, last.x0, max(last.x1, mark.x1), last.what)
+        else:
+            out.append(mark)
+    return out
+
+
+def aggregate_trials(series: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per second, the median over trials of each trial's acq/s, p50 and p99, and how many trials had it."""
+    columns = ["second", "acq_per_s", "p50_us", "p99_us", "trials"]
+    if not series:
+        return pd.DataFrame(columns=columns)
+    both = pd.concat(series, ignore_index=True)
+    grouped = both.groupby("second")
+    out = grouped[["acq_per_s", "p50_us", "p99_us"]].median()
+    out["trials"] = grouped["acq_per_s"].size()
+    return out.reset_index()[columns]
+
+
+def _rgba(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _add_marks(fig: go.Figure, marks: list[Mark], name: str, colour: str) -> None:
+    """Shapes over both rows of the over-time chart; the first of each kind gets a legend entry."""
+    legend_done: set[str] = set()
+    for mark in marks:
+        fill, line, width, dash, legend = _MARK_STYLE[mark.kind]
+        entry = f"{mark.kind}:{mark.what}"
+        fig.add_shape(
+            type="line" if mark.kind == "crash" else "rect",
+            xref="x", yref="paper", x0=mark.x0, x1=mark.x1, y0=0, y1=1, layer="below",
+            fillcolor=_rgba(colour, fill) if fill else None,
+            line={"color": _rgba(colour, line), "width": width, "dash": dash},
+            legendgroup=name, showlegend=entry not in legend_done,
+            name=legend.format(what=html.escape(mark.what)),  # listed under its line: legendgroup
+        )  # fmt: skip
+        legend_done.add(entry)
+
+
+def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None) -> go.Figure:
+    """Acquire p50/p99 latency (top) and acquisitions/s (bottom) per second, one colour per impl x scenario.
+
+    Trials of one impl x scenario are one line: per second, the median over the trials of
+    each trial's own value (each trial on its own clock, from its first acquire). Server
+    fault windows are shaded in the line's colour, paused holders lighter, killed holders
+    are dotted vertical lines, all on the same clock.
+    """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    palette = PALETTE
     longest = 0.0
-    for i, case in enumerate(run.case_ids()):
-        history = run.acquire_history(case)
-        if history is None:
+    all_marks: list[tuple[list[Mark], str, str]] = []
+    for g, (group, rows) in enumerate(run.groups().items()):
+        per_trial: list[pd.DataFrame] = []
+        marks: list[Mark] = []
+        for case in [str(c) for c in rows["case"]]:
+            history = run.acquire_history(case)
+            if history is None:
+                continue
+            series = acquire_timeseries(history)
+            if series.empty:
+                run.notes.append(f"case {case}: history has no completed acquires")
+                continue
+            per_trial.append(series)
+            acq = history[history["op"] == "acquire"]
+            events = run.events(case)
+            t0 = int(acq["t_ns"].min())
+            end = int(acq["t_ns"].max())
+            if events is not None and not events.empty:
+                end = max(end, int(events["t_ns"].max()))
+            marks += event_marks(events, t0, end)
+        if not per_trial:
             continue
-        series = acquire_timeseries(history)
-        if series.empty:
-            run.notes.append(f"case {case}: history has no completed acquires")
-            continue
-        name, colour = html.escape(labels[case]), palette[i % len(palette)]
-        longest = max(longest, float(series["second"].max()) + 1)
-        common = {"x": series["second"], "legendgroup": name, "mode": "lines+markers"}
+        agg = aggregate_trials(per_trial)
+        name, colour = html.escape(glabels.get(group, group)), PALETTE[g % len(PALETTE)]
+        longest = max(longest, float(agg["second"].max()) + 1)
+        x = agg["second"] + 0.5  # a bucket's point at its centre, on the same clock as the shading
+        hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} trial(s))<extra>" + name
+        custom = list(zip(agg["second"], agg["trials"], strict=True))
+        common = {"x": x, "legendgroup": name, "mode": "lines+markers", "customdata": custom}
         fig.add_scatter(
-            **common, y=series["p50_us"], name=f"{name} p50", line={"color": colour}, row=1, col=1
-        )
+            **common, y=agg["p50_us"], name=name, line={"color": colour},
+            hovertemplate=hover.replace("{what}", "us p50") + "</extra>", row=1, col=1,
+        )  # fmt: skip
         fig.add_scatter(
-            **common,
-            y=series["p99_us"],
-            name=f"{name} p99",
-            line={"color": colour, "dash": "dot"},
-            row=1,
-            col=1,
-        )
+            **common, y=agg["p99_us"], name=f"{name} p99", line={"color": colour, "dash": "dot"},
+            showlegend=False, hovertemplate=hover.replace("{what}", "us p99") + "</extra>", row=1, col=1,
+        )  # fmt: skip
         fig.add_scatter(
-            **common, y=series["acq_per_s"], name=f"{name} acq/s", line={"color": colour}, row=2, col=1
+            **common, y=agg["acq_per_s"], name=f"{name} acq/s", line={"color": colour}, showlegend=False,
+            hovertemplate=hover.replace("{what}", "acquisitions/s") + "</extra>", row=2, col=1,
+        )  # fmt: skip
+        windows = [m for m in marks if m.kind != "pause"] + merge_windows(
+            [m for m in marks if m.kind == "pause"]
         )
+        all_marks.append((windows, name, colour))
+    total = sum(len(m) for m, _, _ in all_marks)
+    if total > MAX_MARKS:
+        dropped = sum(1 for m, _, _ in all_marks for x in m if x.kind == "pause")
+        all_marks = [([x for x in m if x.kind != "pause"], n, c) for m, n, c in all_marks]
+        run.notes.append(f"over-time chart: {dropped} pause windows not shaded (more than {MAX_MARKS} marks)")
+    for marks, name, colour in all_marks:
+        _add_marks(fig, marks[:MAX_MARKS], name, colour)
     fig.update_layout(**{**_LAYOUT, "height": 620})
+    kinds = {m.kind for marks, _, _ in all_marks for m in marks}
+    if kinds:
+        legend_note = {
+            "fault": "shaded: server fault window",
+            "pause": "light: holder paused",
+            "crash": "dash-dot vertical: holder killed",
+        }
+        note = "; ".join(text for kind, text in legend_note.items() if kind in kinds)
+        fig.update_layout(legend_title_text=f"solid p50, dotted p99<br>{note}<br>(in the line's colour)")
     fig.update_yaxes(type="log", title="acquire latency (us, log)", row=1, col=1)
     fig.update_yaxes(title="acquisitions/s", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title="seconds since the case's first acquire", row=2, col=1)

@@ -1,4 +1,4 @@
-"""Sections that compare runs: overview, verdict matrix, deltas per impl x workload, round trips,
+"""Sections that compare runs: overview, verdict matrix, deltas per impl x scenario, round trips,
 fairness and the run-metadata diff.
 
 Trials of one case (``<impl>__<workload>__t<N>``) are one group here: a figure per group is
@@ -16,7 +16,7 @@ import pandas as pd
 
 from dashboards.charts import acquisitions_per_client, all_groups
 from dashboards.html_bits import VIOLATIONS, e, fmt, verdict_class
-from dashboards.load import RunData, num, text
+from dashboards.load import RunData, num, scenario_of, text
 
 #: (cases.csv column, label, format kind, which way is worse: +1 up, -1 down, 0 neither)
 COMPARED = (
@@ -47,17 +47,17 @@ def run_labels(runs: list[RunData]) -> list[str]:
 
 
 def group_labels(runs: list[RunData]) -> dict[str, str]:
-    """impl (plus workload when several workloads appear) per group; the group id when they clash."""
+    """impl (plus scenario, or workload in older runs, when several appear) per group; the group id on a clash."""
     first: dict[str, pd.Series] = {}
     for run in runs:
         for group, rows in run.groups().items():
             first.setdefault(group, rows.iloc[0])
-    workloads = {text(r, "workload") for r in first.values()}
+    scenarios = {scenario_of(r) for r in first.values()}
     labels = {}
     for group, row in first.items():
         impl = text(row, "impl") or group
-        workload = text(row, "workload")
-        labels[group] = f"{impl} · {workload}" if len(workloads) > 1 and workload else impl
+        scenario = scenario_of(row)
+        labels[group] = f"{impl} · {scenario}" if len(scenarios) > 1 and scenario != "n/a" else impl
     if len(set(labels.values())) < len(labels):
         return {g: g for g in labels}
     return labels
@@ -99,7 +99,7 @@ def runs_section(runs: list[RunData], rlabels: list[str]) -> str:
 
 
 def verdict_matrix_section(runs: list[RunData], rlabels: list[str], glabels: dict[str, str]) -> str:
-    head = "<th>impl x workload</th>" + "".join(
+    head = "<th>impl x scenario</th>" + "".join(
         f"<th>{e(label)}<br><small>{e(run.run_id)}</small></th>"
         for run, label in zip(runs, rlabels, strict=True)
     )
@@ -119,8 +119,8 @@ def verdict_matrix_section(runs: list[RunData], rlabels: list[str], glabels: dic
             )
         rows.append(f'<tr data-row="{e(group)}">{cells}</tr>')
     return (
-        '<h2 id="verdict-matrix">Verdict matrix</h2>'
-        '<p class="caption">Per impl x workload and run, the checkers\' verdicts over all trials: red when any '
+        '<h2 id="verdict-matrix">Verdicts per run</h2>'
+        '<p class="caption">Per impl x scenario and run, the checkers\' verdicts over all trials: red when any '
         "trial is invalid or has a safety violation (overlapping holds, witness violations, oversold "
         "units, lost updates), grey when any is unknown, green when all are valid.</p>"
         f'<div class="scroll"><table id="verdict-matrix-table"><tr>{head}</tr>{"".join(rows)}</table></div>'
@@ -151,7 +151,7 @@ def _delta_cell(base: list[float], new: list[float], worse: int) -> str:
 def deltas_section(runs: list[RunData], rlabels: list[str], glabels: dict[str, str]) -> str:
     baseline = runs[0]
     parts = [
-        '<h2 id="comparison">Baseline vs candidate, per impl x workload</h2>'
+        '<h2 id="comparison">Baseline vs candidate, per impl x scenario</h2>'
         f'<p class="caption">Baseline: run {e(baseline.run_id)} (commit '
         f"{e(baseline.meta.get('git_commit') or 'n/a')}). Each cell is the median over the group's trials "
         "(small: min .. max and the number of trials); delta = (median - baseline median) / baseline "
@@ -186,7 +186,7 @@ def deltas_section(runs: list[RunData], rlabels: list[str], glabels: dict[str, s
                 )
         parts.append(
             f"<h3>{e(label)} {e(other.run_id)} vs baseline {e(baseline.run_id)}</h3>"
-            '<div class="scroll"><table class="deltas"><tr><th>impl x workload</th><th>metric</th>'
+            '<div class="scroll"><table class="deltas"><tr><th>impl x scenario</th><th>metric</th>'
             f"<th>baseline</th><th>{e(label)}</th><th>delta</th></tr>{''.join(rows)}</table></div>"
         )
     return "".join(parts)
@@ -219,7 +219,7 @@ def fairness_table(runs: list[RunData], rlabels: list[str], glabels: dict[str, s
                 f"{_stat_cell(run.values(group, 'jain_index'), 'ratio')}{clients}</tr>"
             )
     return (
-        '<div class="scroll"><table id="fairness"><tr><th>impl x workload</th><th>run</th>'
+        '<div class="scroll"><table id="fairness"><tr><th>impl x scenario</th><th>run</th>'
         "<th>Jain's index (median over trials)</th><th>clients (all trials)</th>"
         "<th>fewest acquisitions</th><th>most acquisitions</th></tr>"
         f"{''.join(rows)}</table></div>"
@@ -248,7 +248,7 @@ def _commands_per_acquire(run: RunData, rows: pd.DataFrame) -> dict[str, float]:
 def round_trips_section(runs: list[RunData], rlabels: list[str], glabels: dict[str, str]) -> str:
     lockstats = sorted({c for run in runs for c in run.cases.columns if str(c).startswith("lockstat_")})
     head = (
-        "<th>impl x workload</th><th>run</th><th>server commands per acquire</th><th>by command, per acquire</th>"
+        "<th>impl x scenario</th><th>run</th><th>server commands per acquire</th><th>by command, per acquire</th>"
         + "".join(f"<th>{e(c.removeprefix('lockstat_'))}</th>" for c in lockstats)
     )
     rows = []

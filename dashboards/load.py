@@ -21,15 +21,28 @@ from hdrh.histogram import HdrHistogram
 SCHEMA = 1
 HISTOGRAMS = ("acquire_ok", "acquire_timeout", "release", "hold", "cs")
 #: Columns that tell cases apart; the ones that vary across a run go into case labels.
-DIMENSIONS = ("impl", "backend", "workload", "users", "processes", "trial")
-_TEXT_COLUMNS = ("case", "impl", "backend", "workload", "verdict")
+DIMENSIONS = ("impl", "backend", "workload", "scenario", "users", "processes", "trial")
+_TEXT_COLUMNS = (
+    "case",
+    "impl",
+    "backend",
+    "workload",
+    "verdict",
+    "scenario",
+    "fencing",
+    "fault",
+    "data_safe",
+)
 _TRIAL_SUFFIX = re.compile(r"__t\d+$")
 #: History columns the report reads (acquire rows only): over-time series and fairness.
 HISTORY_COLUMNS = ["client", "seq", "op", "type", "t_ns"]
+#: History ops that mark what was done to a case: server fault windows, paused holders, killed holders.
+EVENT_OPS = ("fault", "pause", "crash")
+EVENT_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns"]
 
 
 def group_of(case: str) -> str:
-    """The impl x workload a case belongs to: its id without the ``__t<N>`` trial suffix."""
+    """The impl x scenario a case belongs to: its id without the ``__t<N>`` trial suffix."""
     return _TRIAL_SUFFIX.sub("", case)
 
 
@@ -48,6 +61,7 @@ class RunData:
     _hists: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
     _extras: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
+    _events: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
 
     @property
@@ -112,7 +126,7 @@ class RunData:
         return self._extras.get(case, {})
 
     def groups(self) -> dict[str, pd.DataFrame]:
-        """Rows of cases.csv per impl x workload (the trials of one case), in first-seen order."""
+        """Rows of cases.csv per impl x scenario (the trials of one case), in first-seen order."""
         if self.cases.empty:
             return {}
         keys = self.cases["case"].astype(str).map(group_of)
@@ -160,11 +174,24 @@ class RunData:
             self._histories[case] = self.history(case, HISTORY_COLUMNS)
         return self._histories[case]
 
-    def history(self, case: str, columns: list[str]) -> pd.DataFrame | None:
-        """The case's history restricted to ``columns`` (acquire rows only), or None with a note."""
+    def events(self, case: str) -> pd.DataFrame | None:
+        """The case's fault, pause and crash rows (client, seq, op, type, lock, t_ns), read once.
+
+        None, without a note, when the history is absent or older than these ops: the
+        acquire history already says so where it matters.
+        """
+        if case not in self._events:
+            self._events[case] = self.history(case, EVENT_COLUMNS, ops=EVENT_OPS, quiet=True)
+        return self._events[case]
+
+    def history(
+        self, case: str, columns: list[str], ops: tuple[str, ...] = ("acquire",), quiet: bool = False
+    ) -> pd.DataFrame | None:
+        """The case's history restricted to ``columns`` and rows of ``ops``, or None with a note."""
         path = self._case_file("history", case, ".parquet")
         if path is None:
-            self.notes.append(f"case {case}: no history/{case}.parquet, not in the over-time chart")
+            if not quiet:
+                self.notes.append(f"case {case}: no history/{case}.parquet, not in the over-time chart")
             return None
         try:
             import pyarrow.parquet as pq
@@ -172,9 +199,10 @@ class RunData:
             present = set(pq.read_schema(path).names)
             missing = [c for c in columns if c not in present]
             if missing:
-                self.notes.append(f"case {case}: history lacks columns {', '.join(missing)}")
+                if not quiet:
+                    self.notes.append(f"case {case}: history lacks columns {', '.join(missing)}")
                 return None
-            return pd.read_parquet(path, columns=columns, filters=[("op", "==", "acquire")])
+            return pd.read_parquet(path, columns=columns, filters=[("op", "in", list(ops))])
         except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
             self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
             return None
@@ -233,9 +261,30 @@ def text(row: pd.Series | dict[str, Any], column: str) -> str | None:
     return str(value)
 
 
+def scenario_of(row: pd.Series | dict[str, Any]) -> str:
+    """What a case put the lock through (``long-cs+fenced``); runs older than scenarios give the workload."""
+    return text(row, "scenario") or text(row, "workload") or "n/a"
+
+
+def flag(row: pd.Series | dict[str, Any], column: str) -> bool | None:
+    """A boolean cell (True/False, 1/0, as bench or pandas wrote it), or None when absent or unreadable."""
+    value = text(row, column)
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "1.0", "yes"):
+        return True
+    if lowered in ("false", "0", "0.0", "no"):
+        return False
+    return None
+
+
 def case_labels(cases: pd.DataFrame) -> dict[str, str]:
     """Short unique label per case: the impl plus whichever dimensions vary in this run."""
     varying = [c for c in DIMENSIONS if c in cases.columns and cases[c].nunique(dropna=False) > 1]
+    if "scenario" in varying and "workload" in varying:
+        # A scenario starts with its workload ("long-cs+fenced"): the workload adds nothing.
+        varying.remove("workload")
     if "impl" in cases.columns:
         # Impl ids start with their backend ("redis.setnx"), so the backend adds nothing.
         varying = ["impl"] + [c for c in varying if c not in ("impl", "backend")]
@@ -247,7 +296,8 @@ def case_labels(cases: pd.DataFrame) -> dict[str, str]:
             value = text(row, col)
             if value is None:
                 continue
-            parts.append(value if col in ("impl", "backend", "workload") else f"{col}={_plain(value)}")
+            plain = col in ("impl", "backend", "workload", "scenario")
+            parts.append(value if plain else f"{col}={_plain(value)}")
         labels[case] = " ".join(parts) or case
     if len(set(labels.values())) < len(labels):
         return {case: f"{label} [{case}]" for case, label in labels.items()}

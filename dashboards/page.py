@@ -36,7 +36,8 @@ from dashboards.compare import (
 from dashboards.html_bits import VIOLATIONS, WARNINGS, e
 from dashboards.html_bits import cell as _cell
 from dashboards.html_bits import verdict_class as _verdict_class
-from dashboards.load import RunData, case_labels, num, text
+from dashboards.load import RunData, case_labels, num, scenario_of, text
+from dashboards.matrix import scenario_matrix_section
 
 _SUFFIX = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p999", 100.0: "max"}
 _LATENCY = (("acquire", "acquire_ok"), ("release", "release"), ("hold", "hold"))
@@ -63,7 +64,8 @@ table.kv th { text-align: left; white-space: nowrap; } table.kv table.kv { font-
 .scroll { overflow-x: auto; } code { font-size: 0.95em; word-break: break-all; }
 td.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
 td.good { background: #d5f0d5; color: #185c18; } td.unknown { background: #e4e4e4; color: #444; }
-td.warn { background: #fbeccb; } td.na { color: #999; }
+td.warn { background: #fbeccb; } td.na { color: #999; } td.key { white-space: nowrap; }
+td.mcell { min-width: 7em; } td.mcell small { font-weight: normal; }
 .banner { padding: 0.8em 1em; margin: 1em 0; border-radius: 4px; font-weight: bold; }
 .banner.incomplete { background: #fde2c8; border: 2px solid #d9822b; }
 .banner.error { background: #f8d0cc; border: 2px solid #c0392b; }
@@ -131,7 +133,10 @@ def status_banner(run: RunData) -> str:
 
 def verdict_section(run: RunData) -> str:
     cases = run.cases
-    keys = [c for c in ("impl", "workload") if c in cases.columns] or ["case"]
+    if "workload" in cases.columns or "scenario" in cases.columns:
+        # fenced and unfenced runs of a workload are different rows: their counters must not add up
+        cases = cases.assign(scenario=[scenario_of(r) for _, r in cases.iterrows()])
+    keys = [c for c in ("impl", "scenario") if c in cases.columns] or ["case"]
     counters = VIOLATIONS + WARNINGS
     head = "".join(f"<th>{e(k)}</th>" for k in keys) + "<th>cases</th>"
     head += "".join(f"<th>{e(c)}</th>" for c in counters) + "<th>verdict</th>"
@@ -139,7 +144,7 @@ def verdict_section(run: RunData) -> str:
     for key, group in cases.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         key_text = ["n/a" if pd.isna(k) else str(k) for k in key]
-        cells = "".join(f"<td>{e(k)}</td>" for k in key_text)
+        cells = "".join(f'<td class="key">{e(k)}</td>' for k in key_text)
         cells += f'<td class="num">{len(group)}</td>'
         for col in counters:
             values = [v for v in (num(r, col) for _, r in group.iterrows()) if v is not None]
@@ -222,7 +227,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     figures = [
         _figure(
             throughput_figure(runs, glabels, rlabels),
-            "Throughput per impl x workload",
+            "Throughput per impl x scenario",
             "Acquisitions/s (successful acquires / steady-state duration) and, for the flash sale, purchases/s, "
             "from cases.csv (throughput_acq_s, throughput_ops_s, computed by bench from the lockbench "
             "clients' recording). Bar: median over the trials; whiskers: min and max trial." + across,
@@ -240,13 +245,23 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
             "acquire latency, invoke->ok, HDR histogram, microseconds, recorded by lockbench clients",
         ),
         _figure(
-            over_time_figure(run, labels, slo_us),
+            over_time_figure(run, glabels, slo_us),
             "Acquire latency and acquisitions over time",
-            "Per 1-second bucket (by completion time, since the case's first acquire): acquire latency "
-            "p50 (solid) and p99 (dotted), invoke -> ok in microseconds, and successful acquisitions/s. "
-            "Computed by this report from history/<case>.parquet, pairing acquire invoke -> ok by client "
-            "+ seq; timed-out and unknown acquires are not in the latency lines." + slo + last,
-            "acquire latency p50/p99 and acquisitions/s per second, from history/*.parquet (invoke->ok)",
+            "Per 1-second bucket (by completion time, since the case's first acquire; each point at its "
+            "bucket's centre): acquire latency p50 (solid) and p99 (dotted), invoke -> ok in "
+            "microseconds, and successful acquisitions/s (bottom). One colour per impl x scenario: with "
+            "several trials, each point is the median over the trials of that trial's own value for the "
+            "second (each trial timed from its own first acquire; hover for how many trials). Computed "
+            "by this report from history/<case>.parquet, pairing acquire invoke -> ok by client + seq; "
+            "timed-out and unknown acquires are not in the latency lines. Shading, in the line's "
+            "colour, on the same clock: a server fault window (history op 'fault': from the fault's "
+            "start to the server being back), darker, with a border so a short one stays visible; a "
+            "holder paused (op 'pause', lease-expiry), light; a dash-dot vertical line: a holder killed "
+            "(op 'crash'). With trials, every trial's windows are drawn, so darker shading is where "
+            "several trials' windows overlap. Each appears once in the legend; clicking an impl x "
+            "scenario hides its lines and its shading together." + slo + last,
+            "acquire latency p50/p99 and acquisitions/s per second, from history/*.parquet (invoke->ok); "
+            "shaded: fault windows",
         ),
         _figure(
             handoff_utilization_figure(runs, glabels, rlabels),
@@ -272,6 +287,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     sections = [
         '<div class="banner error" id="js-error-banner" hidden></div>',
         *(status_banner(r) for r in runs),
+        scenario_matrix_section(run, several),
     ]
     if several:
         sections += [runs_section(runs, rlabels), verdict_matrix_section(runs, rlabels, glabels)]

@@ -25,7 +25,7 @@ import pytest
 
 from dashboards import render_report
 from tests.conftest import ARTIFACTS
-from tests.test_report import CASES, FIGURES, make_run
+from tests.test_report import CASES, FIGURES, SCENARIOS, make_fault_run, make_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 websocket = pytest.importorskip("websocket", reason="websocket-client is needed to drive Chromium (pip)")
@@ -229,3 +229,28 @@ def test_the_check_sees_a_broken_chart_and_a_network_request(browser: DevTools, 
     assert found["drawn"] == FIGURES - 1
     assert any("203.0.113.7" in url for url in found["requests"]), found["requests"]
     assert found["errors"] and found["requests"]
+
+
+def test_fault_run_draws_the_matrix_and_the_shaded_windows(browser: DevTools, tmp_path: Path) -> None:
+    """A run with fault scenarios: matrix colours and the over-time chart's shapes survive plotly.js."""
+    cases = [
+        {**SCENARIOS[0], "fault_s": (1.25, 2.0)},
+        {**SCENARIOS[1], "pauses_s": [(0.5, 1.0)], "crashes_s": [2.5]},
+        *SCENARIOS[2:],
+    ]
+    report = render_report([make_fault_run(tmp_path, cases)])
+    found = inspect(browser, report, screenshot=ARTIFACTS / "report-faults-browser.png")
+    assert found["errors"] == [], found["errors"]
+    assert found["requests"] == []
+    assert found["divs"] == found["drawn"] == FIGURES, found
+    drawn = json.loads(
+        browser.evaluate(
+            "JSON.stringify({shapes: Array.from(document.querySelectorAll('.plotly-graph-div')).map("
+            "  d => d.querySelectorAll('.shapelayer path').length),"
+            " matrix: Array.from(document.querySelectorAll('#scenario-matrix-table td.mcell')).map("
+            "  td => getComputedStyle(td).backgroundColor)})"
+        )
+    )
+    assert sorted(drawn["shapes"])[-1] == 3, drawn  # fault window, pause window, crash line
+    colours = set(drawn["matrix"])
+    assert len(colours) >= 4, colours  # red, amber, green, grey

@@ -69,3 +69,10 @@ def test_pauses_are_counted() -> None:
     h = history(("a", 1, "pause", "invoke", "L", 10), ("a", 1, "pause", "ok", "L", 20, None, 1500))
     r = check_pauses(h)
     assert r.counters == {"pauses": 1, "pause_ms_total": 1500}
+
+
+def test_crash_too_close_to_the_end_is_unknown() -> None:
+    """Not re-acquired, but the history ends before the stuck bound: neither stuck nor fine."""
+    h = holds_history(hold("1-u0", 1 * S, None), hold("2-u0", 0, S // 2), extra=(_crash("1-u0", 2 * S),))
+    r = check_crashes(h, {"stuck_bound_s": 5})
+    assert r.status == "unknown" and r.counters["stuck_locks"] == 0

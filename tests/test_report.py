@@ -486,3 +486,306 @@ def test_page_reports_javascript_errors_visibly(tmp_path: Path) -> None:
     assert '<div class="banner error" id="js-error-banner" hidden></div>' in page
     hook = page.index('addEventListener("error"')
     assert hook < page.index(PLOTLY_SIGNATURE)  # installed before plotly.js and every chart runs
+
+
+# --- fault scenarios: the impl x scenario verdict matrix and fault windows over time --------------
+
+T0 = 7_000 * SEC  # histories start at an arbitrary CLOCK_MONOTONIC reading, not at 0
+
+
+def _fault_case_id(impl: str, scenario: str, trial: int | None) -> str:
+    base = f"{impl}__{scenario.replace('+', '__').replace('@', '-')}"
+    return re.sub(r"[^\w.-]", "_", base) + (f"__t{trial}" if trial is not None else "")
+
+
+def _events(
+    fault: tuple[float, float] | None, pauses: list[tuple[float, float | None]], crashes: list[float]
+) -> list[tuple]:
+    """History rows for a fault window, pauses (end None: still paused at the end) and crashes, in s."""
+    rows: list[tuple] = []
+    if fault is not None:
+        for kind, t in (("invoke", fault[0]), ("ok", fault[1])):
+            rows.append(
+                ("bench", 0, "fault", kind, "restart", T0 + int(t * SEC), None, None, "killed and restarted")
+            )
+    for i, (start, end) in enumerate(pauses):
+        rows.append(("100-u1", 900 + i, "pause", "invoke", "L", T0 + int(start * SEC), None, None, None))
+        if end is not None:
+            rows.append(("100-u1", 900 + i, "pause", "ok", "L", T0 + int(end * SEC), None, 700, None))
+    for t in crashes:
+        rows.append(("100-u0", 999, "crash", "info", "L", T0 + int(t * SEC), None, None, None))
+    return rows
+
+
+def make_fault_run(
+    root: Path, cases: list[dict], name: str = "20250301T000000Z-fa0175", drop_columns: tuple[str, ...] = ()
+) -> Path:
+    """A results folder whose rows carry scenario, fencing, data_safe and the fault counters.
+
+    Each dict gives impl, scenario and verdict, optionally trial, data_safe, any counter
+    column, and fault_s=(start, end), pauses_s=[(start, end | None)], crashes_s=[t] that go
+    into the case's history as bench writes them (seconds after the history's first acquire).
+    """
+    run = root / name
+    (run / "hist").mkdir(parents=True)
+    (run / "history").mkdir()
+    rows = []
+    for spec in cases:
+        spec = dict(spec)
+        impl, scenario = spec.pop("impl"), spec.pop("scenario")
+        trial = spec.pop("trial", None)
+        case = _fault_case_id(impl, scenario, trial)
+        history = _history(300, seconds=4)
+        extra = pd.DataFrame(
+            _events(spec.pop("fault_s", None), spec.pop("pauses_s", []), spec.pop("crashes_s", [])),
+            columns=history.columns,
+        )
+        history = history.assign(t_ns=history["t_ns"] + T0)
+        if not extra.empty:
+            history = pd.concat([history, extra.astype(history.dtypes.to_dict())], ignore_index=True)
+        history.sort_values("t_ns", kind="stable").to_parquet(
+            run / "history" / f"{case}.parquet", index=False
+        )
+        fencing = (
+            "enforce"
+            if scenario.endswith("+fenced")
+            else "observe"
+            if scenario.endswith("+unfenced")
+            else "off"
+        )
+        rows.append(
+            {
+                "case": case, "impl": impl, "backend": impl.split(".")[0], "workload": scenario.split("+")[0],
+                "trial": trial or 0, "users": 10, "processes": 2, "acquisitions": 100, "throughput_acq_s": 25.0,
+                "scenario": scenario, "fencing": fencing, "fault": "", **spec,
+            }
+        )  # fmt: skip
+    pd.DataFrame(rows).drop(columns=list(drop_columns)).to_csv(run / "cases.csv", index=False)
+    meta = {
+        "schema": 1, "status": "complete", "started_at": "2025-03-01T00:00:00Z",
+        "finished_at": "2025-03-01T00:01:00Z", "command": ["bench", "run", "--workload", "long-cs"],
+        "params": {"trials": 1}, "cases": [r["case"] for r in rows],
+    }  # fmt: skip
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+def _matrix(page: str) -> dict[str, dict[str, str]]:
+    parser = _Cells()
+    parser.feed(_table(page, "scenario-matrix-table"))
+    return parser.cells
+
+
+def _matrix_cell(page: str, impl: str, scenario: str) -> str:
+    """The inner text (tags stripped) of one matrix cell."""
+    table = _table(page, "scenario-matrix-table")
+    row = table[table.index(f'<tr data-row="{impl}">') :]
+    row = row[: row.index("</tr>")]
+    cell = row[row.index(f'data-col="{scenario}"') :]
+    return re.sub(r"<[^>]+>", " ", cell[cell.index(">") + 1 : cell.index("</td>")])
+
+
+def _figures(page: str) -> list[tuple[list, dict]]:
+    """(data, layout) of every Plotly.newPlot call in the page, parsed as JSON."""
+    decoder = json.JSONDecoder()
+    out = []
+    for match in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", page):
+        data, end = decoder.raw_decode(page, match.end())
+        layout, _ = decoder.raw_decode(page, page.index("{", end))
+        out.append((data, layout))
+    return out
+
+
+def _over_time(page: str) -> tuple[list, dict]:
+    figures = [f for f in _figures(page) if "seconds since the case" in json.dumps(f[1])]
+    assert len(figures) == 1
+    return figures[0]
+
+
+SCENARIOS = [
+    # red: the lock failed and the data with it
+    {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+unfenced", "verdict": "invalid", "data_safe": False,
+     "overlapping_holds": 10, "witness_violations": 10, "oversold_units": 0, "lost_updates": 14,
+     "stale_writes_accepted": 4, "stale_writes_refused": 0},
+    # amber: the lock failed, fencing refused the stale writes
+    {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+fenced", "verdict": "invalid", "data_safe": True,
+     "overlapping_holds": 7, "witness_violations": 7, "oversold_units": 0, "lost_updates": 0,
+     "stale_writes_accepted": 0, "stale_writes_refused": 5},
+    # green, with a recovery time
+    {"impl": "redis.set-nx-px-lua", "scenario": "crash", "verdict": "valid", "data_safe": True,
+     "overlapping_holds": 0, "crashes": 1, "stuck_locks": 0, "recovery_ms_p50": 250.0},
+    # red although the data is safe: a lock stuck after its holder died is not saved by fencing
+    {"impl": "redis.setnx-del", "scenario": "crash", "verdict": "invalid", "data_safe": True,
+     "overlapping_holds": 0, "crashes": 1, "stuck_locks": 1},
+    # grey: unknown, counters absent (NaN)
+    {"impl": "redis.setnx-del", "scenario": "long-cs+unfenced", "verdict": "unknown"},
+    {"impl": "redis.setnx-del", "scenario": "long-cs+fenced", "verdict": "valid", "data_safe": True,
+     "overlapping_holds": 0, "stale_writes_refused": 0},
+]  # fmt: skip
+
+
+def test_scenario_matrix_colours_failed_data_safe_valid_and_unknown_cells(tmp_path: Path) -> None:
+    page = render_report([make_fault_run(tmp_path, SCENARIOS)]).read_text(encoding="utf-8")
+    assert page.index('id="scenario-matrix"') < page.index('id="verdicts"')  # near the top
+    cells = _matrix(page)
+    lua, setnx = cells["redis.set-nx-px-lua"], cells["redis.setnx-del"]
+    assert lua["long-cs+unfenced"].split() == ["mcell", "bad"]
+    assert lua["long-cs+fenced"].split() == ["mcell", "warn"]
+    assert lua["crash"].split() == ["mcell", "good"]
+    assert setnx["crash"].split() == ["mcell", "bad"]
+    assert setnx["long-cs+unfenced"].split() == ["mcell", "unknown"]
+    assert setnx["long-cs+fenced"].split() == ["mcell", "good"]
+
+    red = _matrix_cell(page, "redis.set-nx-px-lua", "long-cs+unfenced")
+    assert "overlaps 10" in red and "lost updates 14" in red and "stale writes accepted 4" in red
+    assert "oversold" not in red and "refused" not in red and "data safe" not in red  # zero: not shown
+    assert "witness" not in red  # the same incidents as the overlaps
+    amber = _matrix_cell(page, "redis.set-nx-px-lua", "long-cs+fenced")
+    assert "overlaps 7" in amber and "stale writes refused 5" in amber and "data safe" in amber
+    assert "recovery p50 250 ms" in _matrix_cell(page, "redis.set-nx-px-lua", "crash")
+    stuck = _matrix_cell(page, "redis.setnx-del", "crash")
+    assert "stuck 1" in stuck and "data safe" not in stuck
+    assert _matrix_cell(page, "redis.setnx-del", "long-cs+unfenced").split() == ["unknown"]
+
+
+def test_scenario_matrix_aggregates_trials_sum_of_counters_worst_verdict(tmp_path: Path) -> None:
+    trials = [
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+fenced", "trial": 1, "verdict": "valid",
+         "data_safe": True, "overlapping_holds": 0, "stale_writes_refused": 0, "recovery_ms_p50": 100.0},
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+fenced", "trial": 2, "verdict": "invalid",
+         "data_safe": True, "overlapping_holds": 3, "stale_writes_refused": 2, "recovery_ms_p50": 300.0},
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+fenced", "trial": 3, "verdict": "invalid",
+         "data_safe": True, "overlapping_holds": 4, "stale_writes_refused": 1, "recovery_ms_p50": 200.0},
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+unfenced", "trial": 1, "verdict": "invalid",
+         "data_safe": True, "overlapping_holds": 1},
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+unfenced", "trial": 2, "verdict": "invalid",
+         "data_safe": False, "overlapping_holds": 1, "lost_updates": 2},
+    ]  # fmt: skip
+    page = render_report([make_fault_run(tmp_path, trials)]).read_text(encoding="utf-8")
+    cells = _matrix(page)["redis.set-nx-px-lua"]
+    assert cells["long-cs+fenced"].split() == ["mcell", "warn"]  # every failed trial kept its data
+    assert cells["long-cs+unfenced"].split() == ["mcell", "bad"]  # one trial lost updates
+    text = _matrix_cell(page, "redis.set-nx-px-lua", "long-cs+fenced")
+    assert "overlaps 7" in text and "stale writes refused 3" in text and "3 trials" in text
+    assert "recovery p50 200 ms" in text  # median of the trials' p50
+
+
+def test_fenced_and_unfenced_columns_of_a_workload_are_adjacent(tmp_path: Path) -> None:
+    order = [  # bench's order: per workload, impls, modes; a tokenless impl runs fencing off
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+fenced", "verdict": "valid", "data_safe": True},
+        {"impl": "file.flock", "scenario": "long-cs", "verdict": "invalid", "data_safe": False,
+         "overlapping_holds": 2},
+        {"impl": "redis.set-nx-px-lua", "scenario": "crash", "verdict": "valid", "data_safe": True},
+        {"impl": "redis.set-nx-px-lua", "scenario": "lease-expiry+unfenced", "verdict": "invalid",
+         "data_safe": False, "overlapping_holds": 1},
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+unfenced", "verdict": "invalid",
+         "data_safe": False, "overlapping_holds": 5},
+        {"impl": "redis.set-nx-px-lua", "scenario": "lease-expiry+fenced", "verdict": "invalid",
+         "data_safe": True, "overlapping_holds": 1},
+    ]  # fmt: skip
+    page = render_report([make_fault_run(tmp_path, order)]).read_text(encoding="utf-8")
+    cells = _matrix(page)
+    columns = list(cells["redis.set-nx-px-lua"])
+    assert columns == [
+        "long-cs+unfenced", "long-cs+fenced", "crash", "lease-expiry+unfenced", "lease-expiry+fenced"
+    ]  # fmt: skip
+    assert list(cells["file.flock"]) == columns
+    header = re.findall(r'<th data-scenario="([^"]+)"', _table(page, "scenario-matrix-table"))
+    assert header.index("long-cs+fenced") == header.index("long-cs+unfenced") + 1
+    # the impl without tokens: its plain long-cs result is its unfenced one, and it says so
+    assert cells["file.flock"]["long-cs+unfenced"].split() == ["mcell", "bad"]
+    assert "no fencing tokens" in _matrix_cell(page, "file.flock", "long-cs+unfenced")
+    assert cells["file.flock"]["long-cs+fenced"].split() == ["mcell", "na"]
+    assert "no fencing tokens" in _matrix_cell(page, "file.flock", "long-cs+fenced")
+    assert "not run" in _matrix_cell(page, "file.flock", "crash")
+
+
+def test_fault_window_pauses_and_crashes_are_shaded_in_the_over_time_chart(tmp_path: Path) -> None:
+    cases = [
+        {"impl": "redis.set-nx-px-lua", "scenario": "long-cs+restart@held+fenced", "verdict": "valid",
+         "fault_s": (1.25, 2.0)},
+        {"impl": "redis.set-nx-px-lua", "scenario": "lease-expiry+unfenced", "verdict": "valid",
+         "pauses_s": [(0.5, 1.0), (0.75, 1.5), (3.0, None)], "crashes_s": [2.5]},
+    ]  # fmt: skip
+    page = render_report([make_fault_run(tmp_path, cases)]).read_text(encoding="utf-8")
+    data, layout = _over_time(page)
+    shapes = layout["shapes"]
+    faults = [s for s in shapes if "server fault" in s.get("name", "")]
+    assert len(faults) == 1
+    fault = faults[0]
+    assert fault["type"] == "rect" and fault["xref"] == "x" and fault["yref"] == "paper"
+    assert fault["x0"] == pytest.approx(1.25) and fault["x1"] == pytest.approx(2.0)
+    assert "restart" in fault["name"] and fault["showlegend"] is True
+    pauses = sorted((s["x0"], s["x1"]) for s in shapes if "paused" in s.get("name", ""))
+    # overlapping pauses merge; one still open at the end lasts to the history's last event
+    assert pauses[0] == (pytest.approx(0.5), pytest.approx(1.5))
+    assert len(pauses) == 2 and pauses[1][0] == pytest.approx(3.0) and pauses[1][1] > 3.5
+    crashes = [s for s in shapes if "killed" in s.get("name", "")]
+    assert len(crashes) == 1 and crashes[0]["type"] == "line"
+    assert crashes[0]["x0"] == crashes[0]["x1"] == pytest.approx(2.5)
+    opacity = {
+        s["name"]: float(s["fillcolor"].rsplit(",", 1)[1].rstrip(")")) for s in shapes if s.get("fillcolor")
+    }
+    assert max(v for k, v in opacity.items() if "paused" in k) < min(
+        v for k, v in opacity.items() if "fault" in k
+    )
+    assert "shaded: server fault window" in layout["legend"]["title"]["text"]
+    assert "server fault window" in page[page.index("Acquire latency and acquisitions over time") :]
+    # the fault belongs to its impl x scenario's line: same legend group
+    line = next(t for t in data if t.get("showlegend", True) and "restart" in t["name"])
+    assert fault["legendgroup"] == line["legendgroup"]
+
+
+def test_over_time_draws_one_line_per_impl_and_scenario_median_of_trials(tmp_path: Path) -> None:
+    from dashboards.charts import aggregate_trials
+
+    cases = [
+        {"impl": "redis.set-nx-px-lua", "scenario": s, "trial": t, "verdict": "valid"}
+        for s in ("long-cs+unfenced", "long-cs+fenced") for t in (1, 2, 3)
+    ]  # fmt: skip
+    page = render_report([make_fault_run(tmp_path, cases)]).read_text(encoding="utf-8")
+    data, _ = _over_time(page)
+    assert len(data) == 2 * 3  # p50, p99, acq/s per impl x scenario, not per trial
+    names = [t["name"] for t in data if t.get("showlegend", True)]
+    assert names == ["redis.set-nx-px-lua · long-cs+unfenced", "redis.set-nx-px-lua · long-cs+fenced"]
+    series = [
+        pd.DataFrame(
+            {"second": [0, 1], "acq_per_s": [a, b], "p50_us": [a * 10, b * 10], "p99_us": [1.0, 2.0]}
+        )
+        for a, b in ((10.0, 1.0), (30.0, 2.0), (100.0, 9.0))
+    ]
+    series[2] = series[2].iloc[:1]  # a shorter trial
+    agg = aggregate_trials(series)
+    assert list(agg["acq_per_s"]) == [30.0, 1.5] and list(agg["p50_us"]) == [300.0, 15.0]  # median, not mean
+    assert list(agg["trials"]) == [3, 2]
+
+
+def test_scenario_label_with_markup_is_escaped_everywhere(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script>"
+    cases = [
+        {"impl": "redis.set-nx-px-lua", "scenario": f"long-cs{evil}+fenced", "verdict": "invalid",
+         "data_safe": True, "overlapping_holds": 1, "fault_s": (1.0, 1.5)},
+        {"impl": f"redis.{evil}", "scenario": "crash", "verdict": "valid"},
+    ]  # fmt: skip
+    page = render_report([make_fault_run(tmp_path, cases)]).read_text(encoding="utf-8")
+    assert "<script>alert" not in page
+    matrix = _table(page, "scenario-matrix-table")
+    assert "long-cs&lt;script&gt;alert(1)&lt;/script&gt;" in matrix
+    assert 'data-col="long-cs&lt;script&gt;alert(1)&lt;/script&gt;+fenced"' in matrix
+    assert f'data-row="redis.{"&lt;script&gt;alert(1)&lt;/script&gt;"}"' in matrix
+
+
+def test_run_without_scenario_column_renders_the_matrix_by_workload(tmp_path: Path) -> None:
+    page = render_report([make_run(tmp_path)]).read_text(encoding="utf-8")  # an older run: no scenario
+    cells = _matrix(page)
+    assert cells["redis.setnx"] == {"flash-sale": "mcell good"}
+    assert '<th data-scenario="flash-sale">flash-sale</th>' in _table(page, "scenario-matrix-table")
+    assert cells["redis.setnx-no-owner"]["flash-sale"].split() == ["mcell", "bad"]  # no data_safe: red
+    assert cells["zookeeper.ephemeral"]["flash-sale"].split() == ["mcell", "unknown"]
+    assert "shapes" not in _over_time(page)[1]
+    fault_run = make_fault_run(
+        tmp_path, SCENARIOS[:2], name="20250302T000000Z-fa0176", drop_columns=("scenario", "fencing")
+    )
+    page = render_report([fault_run]).read_text(encoding="utf-8")
+    assert list(_matrix(page)["redis.set-nx-px-lua"]) == ["long-cs"]  # both cases under their workload
+    assert _matrix(page)["redis.set-nx-px-lua"]["long-cs"].split() == ["mcell", "bad"]

@@ -407,7 +407,7 @@ def check_crashes(history: pd.DataFrame, final_state: dict[str, Any] | None) -> 
     ok = history[(history["op"] == "acquire") & (history["type"] == "ok")]
     end_ns = int(history["t_ns"].max())
     recoveries: list[float] = []
-    stuck = 0
+    stuck = undecided = 0
     for lock, t in crashes.itertuples(index=False):
         after = ok.loc[(ok["lock"] == lock) & (ok["t_ns"] > t), "t_ns"]
         if not after.empty:
@@ -416,18 +416,21 @@ def check_crashes(history: pd.DataFrame, final_state: dict[str, Any] | None) -> 
             stuck += recovery_ns > bound_ns
         elif end_ns - t >= bound_ns:  # never acquired again, and the run lasted past the bound
             stuck += 1
+        else:  # not acquired again, but the run ended before the bound: cannot tell
+            undecided += 1
     counters: dict[str, int | float] = {
         "crashes": len(crashes),
         "stuck_locks": stuck,
         "recovery_ms_p50": float(np.median(recoveries)) if recoveries else float("nan"),
         "recovery_ms_max": float(max(recoveries)) if recoveries else float("nan"),
     }
-    status: Status = "invalid" if stuck else "valid"
-    detail = (
-        f"{stuck} of {len(crashes)} locks stayed stuck longer than {bound_ns / 1e9:g}s after their holder was killed"
-        if stuck
-        else f"every crashed holder's lock was acquired again (p50 {counters['recovery_ms_p50']:.0f} ms)"
-    )
+    status: Status = "invalid" if stuck else "unknown" if undecided else "valid"
+    if stuck:
+        detail = f"{stuck} of {len(crashes)} locks stayed stuck longer than {bound_ns / 1e9:g}s after their holder was killed"
+    elif undecided:
+        detail = f"{undecided} killed holders' locks were not acquired again before the run ended (< {bound_ns / 1e9:g}s)"
+    else:
+        detail = f"every crashed holder's lock was acquired again (p50 {counters['recovery_ms_p50']:.0f} ms)"
     return CheckResult("crash", status, counters, detail)
 
 

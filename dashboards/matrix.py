@@ -1,0 +1,247 @@
+"""The safety verdict matrix: one row per impl, one column per scenario, one coloured cell each.
+
+This is the report's answer to "which lock stays safe when a holder stalls, crashes or a
+server dies, and does a fencing token save the data when it does not": red where the lock
+failed its guarantee and the data suffered (or a lock stayed stuck), amber where the lock
+failed but the data survived, green where it held, grey where the run proved nothing.
+Fenced and unfenced runs of one scenario sit side by side so the difference a token makes
+reads across one row. Every string from a results folder goes through
+:func:`dashboards.html_bits.e`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dashboards.html_bits import VIOLATIONS, e, fmt, verdict_class
+from dashboards.load import RunData, flag, num, scenario_of, text
+
+#: Scenario suffixes bench appends for ``--fencing both`` (observe = unfenced, enforce = fenced).
+VARIANTS = ("unfenced", "fenced")
+#: Counters summed over trials and shown in a cell when present and nonzero: (column, short label).
+SHOWN = (
+    ("overlapping_holds", "overlaps"),
+    ("witness_violations", "witness"),
+    ("oversold_units", "oversold"),
+    ("lost_updates", "lost updates"),
+    ("stale_writes_accepted", "stale writes accepted"),
+    ("stale_writes_refused", "stale writes refused"),
+    ("stuck_locks", "stuck"),
+)
+#: Further counters for the cell's tooltip only (summed over trials).
+TOOLTIP = ("stale_reads", "pauses", "crashes", "acquire_info", "releases_not_owned")
+#: Cell classes from worst to best: the worst trial colours the cell.
+SEVERITY = ("bad", "warn", "unknown", "good")
+_VERDICT_TEXT = {"bad": "invalid", "warn": "invalid", "unknown": "unknown", "good": "valid"}
+
+
+def split_scenario(scenario: str) -> tuple[str, str]:
+    """('long-cs+restart@held', 'fenced') from 'long-cs+restart@held+fenced'; variant '' when unsuffixed."""
+    base, sep, last = scenario.rpartition("+")
+    if sep and base and last in VARIANTS:
+        return base, last
+    return scenario, ""
+
+
+def trial_class(row: pd.Series) -> str:
+    """bad / warn / unknown / good for one case.
+
+    A lock that failed (verdict invalid, or any safety counter nonzero) is amber rather than
+    red only when the data survived and no lock stayed stuck: fencing cannot cure a stuck
+    lock, and "data safe" must not hide one.
+    """
+    cls = verdict_class(text(row, "verdict"))
+    violated = any((num(row, c) or 0) > 0 for c in VIOLATIONS)
+    if cls == "bad" or violated:
+        if flag(row, "data_safe") is True and not (num(row, "stuck_locks") or 0) > 0:
+            return "warn"
+        return "bad"
+    return cls
+
+
+def _sum(rows: pd.DataFrame, column: str) -> float | None:
+    values = [v for v in (num(r, column) for _, r in rows.iterrows()) if v is not None]
+    return sum(values) if values else None
+
+
+@dataclass
+class MatrixCell:
+    """What one impl x scenario cell shows, aggregated over the trials of that pair."""
+
+    cls: str
+    verdict: str
+    counters: list[str]
+    trials: int
+    tooltip: str
+    note: str = ""
+    cases: list[str] = field(default_factory=list)
+
+    def html(self, column: str) -> str:
+        lines = [f"<b>{e(self.verdict)}</b>"]
+        shown = list(self.counters)
+        if self.cls == "warn":
+            shown.append("data safe")
+        if shown:
+            lines.append(f"<small>{e(' · '.join(shown))}</small>")
+        extra = [f"{self.trials} trials"] if self.trials > 1 else []
+        if self.note:
+            extra.append(self.note)
+        if extra:
+            lines.append(f'<small class="na">{e("; ".join(extra))}</small>')
+        return (
+            f'<td class="mcell {self.cls}" data-col="{e(column)}" title="{e(self.tooltip)}">'
+            f"{'<br>'.join(lines)}</td>"
+        )
+
+
+def summarize(rows: pd.DataFrame, note: str = "") -> MatrixCell:
+    """The cell for the trials ``rows`` of one impl x scenario: worst verdict, counters summed."""
+    classes = [trial_class(r) for _, r in rows.iterrows()]
+    cls = min(classes, key=SEVERITY.index) if classes else "unknown"
+    counters = []
+    details = []
+    for column, label in SHOWN:
+        total = _sum(rows, column)
+        if column == "witness_violations" and (_sum(rows, "overlapping_holds") or 0) > 0:
+            total_shown = None  # the same incidents as the overlaps, seen by the resource
+        else:
+            total_shown = total
+        if total_shown:
+            counters.append(f"{label} {fmt(total_shown)}")
+        if total is not None:
+            details.append(f"{column} {fmt(total)}")
+    recovery = [v for v in (num(r, "recovery_ms_p50") for _, r in rows.iterrows()) if v is not None]
+    if recovery:
+        p50 = float(pd.Series(recovery).median())
+        counters.append(f"recovery p50 {fmt(p50)} ms")
+        details.append(f"recovery_ms_p50 {fmt(p50)}" + (" (median over trials)" if len(recovery) > 1 else ""))
+    crashes = _sum(rows, "crashes") or 0
+    if crashes and not recovery and not (_sum(rows, "stuck_locks") or 0):
+        # killed holders whose locks nobody took before the run ended, in less than the stuck bound
+        counters.append("killed holder's lock not re-acquired before the end")
+    recovery_max = [v for v in (num(r, "recovery_ms_max") for _, r in rows.iterrows()) if v is not None]
+    if recovery_max:
+        details.append(f"recovery_ms_max {fmt(max(recovery_max))}")
+    for column in TOOLTIP:
+        total = _sum(rows, column)
+        if total is not None:
+            details.append(f"{column} {fmt(total)}")
+    safe = [flag(r, "data_safe") for _, r in rows.iterrows()]
+    if any(s is not None for s in safe):
+        details.append("data_safe " + ", ".join("n/a" if s is None else str(s).lower() for s in safe))
+    window = [v for v in (num(r, "fault_window_s") for _, r in rows.iterrows()) if v is not None]
+    if window:
+        details.append("fault window " + ", ".join(f"{w:.3g} s" for w in window))
+    modes = sorted({m for m in (text(r, "fencing") for _, r in rows.iterrows()) if m})
+    if modes:
+        details.append("fencing " + ", ".join(modes))
+    verdicts = sorted({text(r, "verdict") or "unknown" for _, r in rows.iterrows()})
+    cases = [str(c) for c in rows["case"]]
+    tooltip = "; ".join([f"verdicts: {', '.join(verdicts)}", *details, f"cases: {', '.join(cases)}"])
+    return MatrixCell(
+        cls=cls, verdict=_VERDICT_TEXT[cls], counters=counters, trials=len(rows), tooltip=tooltip, note=note,
+        cases=cases,
+    )  # fmt: skip
+
+
+def _columns(scenarios: list[str]) -> list[tuple[str, list[str]]]:
+    """(base, [scenario, ...]) in first-seen order of the bases, unsuffixed, unfenced, fenced within one."""
+    bases: dict[str, list[str]] = {}
+    for scenario in scenarios:
+        base, _ = split_scenario(scenario)
+        bases.setdefault(base, [])
+        if scenario not in bases[base]:
+            bases[base].append(scenario)
+    order = {"": 0, "unfenced": 1, "fenced": 2}
+    return [(b, sorted(s, key=lambda x: order[split_scenario(x)[1]])) for b, s in bases.items()]
+
+
+def matrix_cells(run: RunData) -> tuple[list[str], list[tuple[str, list[str]]], dict[tuple[str, str], str]]:
+    """(impls, columns grouped by base scenario, {(impl, column): cell html}) for ``run``."""
+    cases = run.cases
+    if cases.empty:
+        return [], [], {}
+    impl_key = cases["impl"].astype("string") if "impl" in cases.columns else cases["case"].astype("string")
+    impl_key = impl_key.fillna(cases["case"].astype("string"))
+    scenario_key = pd.Series([scenario_of(r) for _, r in cases.iterrows()], index=cases.index)
+    present = set(scenario_key)
+    groups = {(str(i), str(s)): rows for (i, s), rows in cases.groupby([impl_key, scenario_key], sort=False)}
+    impls = list(dict.fromkeys(i for i, _ in groups))
+    placed: dict[tuple[str, str], tuple[pd.DataFrame, str]] = {}
+    tokenless: set[tuple[str, str]] = set()
+    for (impl, scenario), rows in groups.items():
+        base, variant = split_scenario(scenario)
+        column = scenario
+        note = ""
+        if not variant and f"{base}+unfenced" in present and (impl, f"{base}+unfenced") not in groups:
+            # An impl without fencing tokens ran unfenced only (fencing off): its result is
+            # the unfenced one, and its fenced cell says why it is empty.
+            column = f"{base}+unfenced"
+            note = "no fencing tokens: ran unfenced only"
+            tokenless.add((impl, f"{base}+fenced"))
+        placed[(impl, column)] = (rows, note)
+    columns = _columns([s for _, s in placed] if placed else [])
+    html_cells: dict[tuple[str, str], str] = {}
+    for _, scenarios in columns:
+        for scenario in scenarios:
+            for impl in impls:
+                if (impl, scenario) in placed:
+                    rows, note = placed[(impl, scenario)]
+                    html_cells[(impl, scenario)] = summarize(rows, note).html(scenario)
+                elif (impl, scenario) in tokenless:
+                    html_cells[(impl, scenario)] = (
+                        f'<td class="mcell na" data-col="{e(scenario)}">no fencing tokens</td>'
+                    )
+                else:
+                    html_cells[(impl, scenario)] = (
+                        f'<td class="mcell na" data-col="{e(scenario)}">not run</td>'
+                    )
+    return impls, columns, html_cells
+
+
+def _variant_label(scenario: str) -> str:
+    return split_scenario(scenario)[1] or "no fencing"
+
+
+def scenario_matrix_section(run: RunData, several: bool = False) -> str:
+    """The impl x scenario verdict matrix of ``run`` as an HTML section."""
+    impls, columns, cells = matrix_cells(run)
+    which = f" (run {e(run.run_id)})" if several else ""
+    caption = (
+        '<p class="caption">One row per impl, one column per scenario (workload, server fault, fencing: '
+        "<i>unfenced</i> counts stale writes but accepts them, <i>fenced</i> refuses writes carrying an "
+        "older token than the resource has seen). <b>Red</b>: the lock failed its guarantee (verdict "
+        "invalid: overlapping holds, oversold or lost updates, or a lock left stuck after its holder "
+        "was killed) and the data was not saved. <b>Amber</b>: the lock failed but the data stayed "
+        "right (<i>data safe</i>: no oversold units, lost updates or accepted stale writes; usually "
+        "fencing refused the stale writes). <b>Green</b>: valid. <b>Grey</b>: unknown (incomplete "
+        "recording, or nothing acquired). Counters are from cases.csv, shown only when present and "
+        "nonzero, summed over trials; the verdict is the worst trial's; recovery is the median of the "
+        "trials' p50 (kill to the next successful acquire). Overlaps count holds that began while "
+        "another was open; witness violations are shown only where no overlap was counted. Hover a "
+        "cell for every counter and its cases.</p>"
+    )
+    if not impls:
+        return f'<h2 id="scenario-matrix">Verdict matrix: impl x scenario{which}</h2><p>No cases.</p>'
+    two = any(len(s) > 1 or split_scenario(s[0])[1] for _, s in columns)
+    span = " rowspan=2" if two else ""
+    head1 = [f"<th{span}>impl</th>"]
+    head2 = []
+    for base, scenarios in columns:
+        if len(scenarios) == 1 and not split_scenario(scenarios[0])[1]:
+            head1.append(f'<th{span} data-scenario="{e(scenarios[0])}">{e(base)}</th>')
+            continue
+        head1.append(f"<th colspan={len(scenarios)}>{e(base)}</th>")
+        head2 += [f'<th data-scenario="{e(s)}">{e(_variant_label(s))}</th>' for s in scenarios]
+    rows = []
+    for impl in impls:
+        body = "".join(cells[(impl, s)] for _, scenarios in columns for s in scenarios)
+        rows.append(f'<tr data-row="{e(impl)}"><th>{e(impl)}</th>{body}</tr>')
+    second = f"<tr>{''.join(head2)}</tr>" if head2 else ""
+    table = f'<table id="scenario-matrix-table"><tr>{"".join(head1)}</tr>{second}{"".join(rows)}</table>'
+    return (
+        f'<h2 id="scenario-matrix">Verdict matrix: impl x scenario{which}</h2>{caption}'
+        f'<div class="scroll">{table}</div>'
+    )
