@@ -12,10 +12,10 @@ import os
 import platform
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
+from infra.cluster import LoopbackCluster
 from infra.errors import InfraError
 from infra.install import find_binary
 from infra.ports import free_port
@@ -153,7 +153,7 @@ class EtcdServer:
         return binary_version(self.binary)
 
 
-class EtcdCluster:
+class EtcdCluster(LoopbackCluster):
     """Three etcd members on loopback forming one cluster, for failover and partition cases.
 
     Why separate from :class:`EtcdServer`: a member of a cluster is only healthy once a
@@ -161,16 +161,16 @@ class EtcdCluster:
     """
 
     kind = "etcd-cluster"
+    label = "etcd cluster"
 
     def __init__(self, workdir: Path, name: str = "etcd-cluster", size: int = 3) -> None:
         if size < 1:
             raise InfraError("an etcd cluster needs at least one member")
-        self.name = name
         ports = [(free_port(), free_port()) for _ in range(size)]
         names = [f"{name}-{i}" for i in range(size)]
         initial = ",".join(f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True))
         token = f"lockbench-{name}-{ports[0][0]}"
-        self.nodes = [
+        nodes = [
             EtcdServer(
                 workdir,
                 n,
@@ -183,6 +183,7 @@ class EtcdCluster:
             )
             for n, (client, peer) in zip(names, ports, strict=True)
         ]
+        super().__init__(name, nodes)
 
     @property
     def urls(self) -> list[str]:
@@ -190,46 +191,12 @@ class EtcdCluster:
         return [n.url for n in self.nodes]
 
     @property
-    def process(self) -> ServerProcess:
-        """The first member's process (callers that track one pid; see ``processes``)."""
-        return self.nodes[0].process
-
-    @property
-    def processes(self) -> list[ServerProcess]:
-        return [n.process for n in self.nodes]
-
-    @property
     def url(self) -> str:
         """All client URLs comma-separated, the form ``--etcd-url`` accepts."""
         return ",".join(self.urls)
 
-    def start(self, detached: bool = False, timeout: float = 30.0) -> EtcdCluster:
-        """Start every member, then wait until all of them report healthy."""
-        try:
-            for node in self.nodes:
-                node.start(detached=detached, wait=False)
-            self.wait_healthy(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def wait_healthy(self, timeout: float = 30.0, nodes: list[EtcdServer] | None = None) -> None:
-        """Wait until the given members (default: all) report healthy; InfraError otherwise."""
-        pending = list(nodes or self.nodes)
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for node in list(pending):
-                if not node.process.alive():
-                    raise InfraError(f"{node.name} exited at start: {node.process.log_tail()}")
-                if node.healthy():
-                    pending.remove(node)
-            if pending:
-                time.sleep(0.05)
-        if pending:
-            raise InfraError(
-                f"etcd cluster {self.name} not healthy within {timeout:.0f}s; see {pending[0].process.log_path}"
-            )
+    def member_ready(self, node: EtcdServer) -> bool:
+        return node.healthy()
 
     def leader(self) -> EtcdServer | None:
         """The member that is leader right now (None when there is none or it cannot be asked)."""
@@ -244,34 +211,3 @@ class EtcdCluster:
             if leader_id and leader_id == status.get("header", {}).get("member_id"):
                 return node
         return None
-
-    def kill_leader(self) -> str:
-        """SIGKILL the current leader (the others elect a new one); a line saying what was done."""
-        leader = self.leader()
-        if leader is None:
-            raise InfraError(f"etcd cluster {self.name} has no leader to kill")
-        leader.kill()
-        return f"killed (SIGKILL) etcd leader {leader.name}; {len(self.nodes) - 1} members keep quorum"
-
-    def kill_member(self) -> str:
-        """SIGKILL one member that is not the leader (no election follows)."""
-        leader = self.leader()
-        victim = next((n for n in reversed(self.nodes) if n is not leader and n.process.alive()), None)
-        if victim is None:
-            raise InfraError(f"etcd cluster {self.name} has no follower to kill")
-        victim.kill()
-        return f"killed (SIGKILL) etcd follower {victim.name}"
-
-    def heal(self, timeout: float = 30.0) -> None:
-        """Start again every member that is down (with its data) and wait until all are healthy."""
-        down = [n for n in self.nodes if not n.process.alive()]
-        for node in down:
-            node.start(wait=False)
-        self.wait_healthy(timeout, down or None)
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def version(self) -> str:
-        return self.nodes[0].version()

@@ -20,9 +20,9 @@ import os
 import shutil
 import signal
 import socket
-import time
 from pathlib import Path
 
+from infra.cluster import LoopbackCluster
 from infra.errors import InfraError
 from infra.install import find_binary
 from infra.ports import free_port
@@ -289,7 +289,7 @@ class ZooKeeperServer:
         return "unknown"
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(LoopbackCluster):
     """Three ZooKeeper servers on loopback forming one ensemble, for failover and partition cases.
 
     Why separate from :class:`ZooKeeperServer`: a member serves only once a quorum has
@@ -297,16 +297,17 @@ class ZooKeeperEnsemble:
     """
 
     kind = "zookeeper-ensemble"
+    label = "ZooKeeper ensemble"
 
     def __init__(self, workdir: Path, name: str = "zookeeper-ensemble", size: int = 3) -> None:
         if size < 1:
             raise InfraError("a ZooKeeper ensemble needs at least one server")
-        self.name = name
         peers = [(i + 1, free_port(), free_port(), free_port()) for i in range(size)]
-        self.nodes = [
+        nodes = [
             ZooKeeperServer(workdir, f"{name}-{sid}", client, server_id=sid, peers=peers)
             for sid, client, _, _ in peers
         ]
+        super().__init__(name, nodes)
 
     @property
     def hosts(self) -> str:
@@ -322,74 +323,12 @@ class ZooKeeperEnsemble:
         """All members in one URL, ``zookeeper://h:p,h:p,h:p`` (what ``--zk-hosts`` gives)."""
         return f"zookeeper://{self.hosts}"
 
-    @property
-    def process(self) -> ServerProcess:
-        """The first member's process (callers that track one pid; see ``processes``)."""
-        return self.nodes[0].process
+    def member_ready(self, node: ZooKeeperServer) -> bool:
+        return node.serving()
 
-    @property
-    def processes(self) -> list[ServerProcess]:
-        return [n.process for n in self.nodes]
-
-    def start(self, detached: bool = False, timeout: float = 60.0) -> ZooKeeperEnsemble:
-        """Start every member, wait until all serve, then warm the ensemble up."""
-        try:
-            for node in self.nodes:
-                node.start(detached=detached, wait=False)
-            self.wait_serving(timeout)
-            warm_up(self.hosts)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def wait_serving(self, timeout: float = 60.0, nodes: list[ZooKeeperServer] | None = None) -> None:
-        """Wait until the given members (default: all) serve as leader or follower."""
-        pending = list(nodes or self.nodes)
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for node in list(pending):
-                if not node.process.alive():
-                    raise InfraError(f"{node.name} exited at start: {node.process.log_tail()}")
-                if node.serving():
-                    pending.remove(node)
-            if pending:
-                time.sleep(0.05)
-        if pending:
-            raise InfraError(
-                f"ZooKeeper ensemble {self.name} not serving within {timeout:.0f}s; see {pending[0].process.log_path}"
-            )
+    def after_start(self) -> None:
+        warm_up(self.hosts)
 
     def leader(self) -> ZooKeeperServer | None:
         """The member that leads right now (None while there is none)."""
         return next((n for n in self.nodes if n.mode() == "leader"), None)
-
-    def kill_leader(self) -> str:
-        """SIGKILL the current leader (the others elect a new one); a line saying what was done."""
-        leader = self.leader()
-        if leader is None:
-            raise InfraError(f"ZooKeeper ensemble {self.name} has no leader to kill")
-        leader.kill()
-        return f"killed (SIGKILL) ZooKeeper leader {leader.name}; {len(self.nodes) - 1} servers keep quorum"
-
-    def kill_member(self) -> str:
-        """SIGKILL one follower (no election follows); a line saying what was done."""
-        victim = next((n for n in reversed(self.nodes) if n.process.alive() and n.mode() == "follower"), None)
-        if victim is None:
-            raise InfraError(f"ZooKeeper ensemble {self.name} has no follower to kill")
-        victim.kill()
-        return f"killed (SIGKILL) ZooKeeper follower {victim.name}"
-
-    def heal(self, timeout: float = 60.0) -> None:
-        """Start again every member that is down (with its data) and wait until all serve."""
-        down = [n for n in self.nodes if not n.process.alive()]
-        for node in down:
-            node.start(wait=False)
-        self.wait_serving(timeout, down or None)
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def version(self) -> str:
-        return self.nodes[0].version()

@@ -199,3 +199,15 @@ def test_watchdog_saves_long_work_but_not_a_stop_the_world_pause(tmp_path: Path)
     assert world.loc["redis.reentrant__lease-expiry", "overlapping_holds"] > 0
     assert world.loc["redis.reentrant__lease-expiry", "verdict"] == "invalid"
     assert not stopped_or_orphaned_servers()
+
+
+def test_zookeeper_keeps_the_lock_when_its_leader_dies(tmp_path: Path) -> None:
+    """A 3-node ensemble loses its leader while a lock is held: quorum survives, no overlap."""
+    cases, run = run_cases(
+        tmp_path, "--impl", "zookeeper.sequential", "--fault", "kill-leader", "--users", "4", "--duration", "8",
+    )  # fmt: skip
+    row = cases.loc["zookeeper.sequential__flash-sale__kill-leader-held"]
+    assert row["fault"] == "kill-leader@held" and row["fault_window_s"] > 0
+    assert row["overlapping_holds"] == 0 and row["verdict"] == "valid"
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["endpoints"]["zookeeper"]["urls"][0].count(",") == 2  # three members
