@@ -21,7 +21,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 
 RUNS = {
-    "workloads": ["--backend", "all", "--workload", "long-cs", "--workload", "lease-expiry", "--workload", "crash"],
+    "workloads": ["--backend", "all", "--workload", "long-cs", "--workload", "lease-expiry"],
+    # crash keeps its own 10 s: a lock counts as stuck only when the run outlives the 5 s bound
+    "crash": ["--backend", "all", "--workload", "crash"],
     "world-pause": ["--backend", "all", "--workload", "lease-expiry", "--pause-kind", "world"],
     "restart": [
         "--backend", "redis", "--backend", "postgres", "--backend", "etcd", "--backend", "memcached",
