@@ -451,5 +451,10 @@ class EtcdLockApi(_EtcdLeaseLock):
                     f"{self.id}: granted, but reading the token failed ({exc}); "
                     f"{'released' if withdrawn else 'may still be held until its lease expires'}"
                 ) from exc
-            token = num(kvs[0].get("create_revision")) if kvs else None
+            if not kvs:
+                # etcd answered "granted" for a key that is already gone: its lease ran out
+                # while the request was parked (a paused client). The caller holds nothing.
+                self._give_up(held)
+                raise LockTimeout(f"{self.id}: {self.name!r} was granted after its lease expired; not held")
+            token = num(kvs[0].get("create_revision"))
         return self._hand_out(held, owner, token, key)
