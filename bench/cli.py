@@ -53,7 +53,7 @@ def run(
         list[str],
         typer.Option(help="workload name (repeatable: one run, every workload)", envvar=_env("workload")),
     ] = ["flash-sale"],  # noqa: B006
-    duration: Annotated[float, typer.Option(help="seconds of load per case", envvar=_env("duration"))] = 10.0,
+    duration: Annotated[float, typer.Option(help="seconds of load per case", envvar=_env("duration"))] = 8.0,
     users: Annotated[int, typer.Option(help="simulated clients", envvar=_env("users"))] = 50,
     spawn_rate: Annotated[
         float | None, typer.Option(help="clients started per second (default: all in 1 s)")

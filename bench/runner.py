@@ -53,7 +53,7 @@ class RunSettings:
 
     users: int = 50
     spawn_rate: float = 50.0
-    duration: float = 10.0
+    duration: float = 8.0
     processes: int = 1
     ttl: float = 10.0
     retry_interval: float = DEFAULT_RETRY_INTERVAL
