@@ -55,8 +55,6 @@ CASE_COLUMNS: list[str] = [
     "verdict",
 ]
 
-TIMELINE_COLUMNS = ["t_s", "acquisitions", "purchases", "acquire_p50_us", "acquire_p99_us", "timeouts"]
-
 
 # small selectors -------------------------------------------------------------------------
 
@@ -199,53 +197,6 @@ def fairness(history: pd.DataFrame) -> dict[str, Any]:
 
 
 # over time -------------------------------------------------------------------------------
-
-
-def _acquire_latencies(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per acquire ok: its time and its latency (invoke -> ok) in us."""
-    inv = history.loc[_mask(history, "acquire", "invoke"), ["client", "seq", "t_ns"]]
-    ok = history.loc[_mask(history, "acquire", "ok"), ["client", "seq", "t_ns"]]
-    m = ok.merge(inv.drop_duplicates(["client", "seq"]), on=["client", "seq"], suffixes=("", "_invoke"))
-    return pd.DataFrame(
-        {"t_ns": m["t_ns"].to_numpy(), "us": (m["t_ns"] - m["t_ns_invoke"]).to_numpy() / 1000.0}
-    )
-
-
-def timeline(history: pd.DataFrame, start_ns: int, bucket_s: float = 1.0) -> pd.DataFrame:
-    """Per bucket since ``start_ns``: acquisitions, purchases, acquire p50/p99 (us), timeouts.
-
-    Events before ``start_ns`` are left out. Each event lands in the bucket of its own
-    completion time; buckets without events are present with zero counts and NaN
-    percentiles so the series has no holes. ``t_s`` is the bucket's start in seconds.
-    """
-    if history is None or history.empty:
-        return pd.DataFrame({c: pd.Series([], dtype="float64") for c in TIMELINE_COLUMNS})
-    bucket_ns = int(bucket_s * 1e9)
-    t = history["t_ns"].to_numpy(dtype=np.int64)
-    after = t >= start_ns
-    last = int(t[after].max()) if after.any() else start_ns - 1
-    n_buckets = (last - start_ns) // bucket_ns + 1 if after.any() else 0
-
-    def counts(mask: np.ndarray) -> np.ndarray:
-        b = (t[mask & after] - start_ns) // bucket_ns
-        return np.bincount(b, minlength=n_buckets)[:n_buckets]
-
-    lat = _acquire_latencies(history)
-    lat = lat[lat["t_ns"] >= start_ns]
-    lb = (lat["t_ns"] - start_ns) // bucket_ns
-    p50 = lat["us"].groupby(lb).quantile(0.5).reindex(range(n_buckets))
-    p99 = lat["us"].groupby(lb).quantile(0.99).reindex(range(n_buckets))
-    return pd.DataFrame(
-        {
-            "t_s": np.arange(n_buckets) * bucket_s,
-            "acquisitions": counts(_mask(history, "acquire", "ok")),
-            "purchases": counts(_purchase_mask(history)),
-            "acquire_p50_us": p50.to_numpy(dtype=np.float64),
-            "acquire_p99_us": p99.to_numpy(dtype=np.float64),
-            "timeouts": counts(_timeout_mask(history)),
-        },
-        columns=TIMELINE_COLUMNS,
-    )
 
 
 def steady_window(history: pd.DataFrame) -> tuple[int, int]:

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+
+import lockimpls.urls
 
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 _DSN_PASSWORD = re.compile(r"(?i)\bpassword\s*=\s*('[^']*'|\S+)")
 
 
 def redact_url(url: str) -> str:
-    """redis://user:secret@host:1/0 -> redis://user:***@host:1/0 (anything else unchanged)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_text(url)
-    if parts.password is None:
-        return redact_text(url)
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+    """redis://user:secret@host:1/0 -> redis://user:***@host:1/0; libpq ``password=`` too."""
+    return redact_text(lockimpls.urls.redact_url(url))
 
 
 def redact_text(text: str) -> str:

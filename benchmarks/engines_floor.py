@@ -30,6 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GEVENT_LOOP_SCRIPT = Path(__file__).resolve().parent / "gevent_loop.py"
 sys.path.insert(0, str(ROOT))
 
 from infra import catalog  # noqa: E402
@@ -46,34 +47,6 @@ FLOOR_NAMES = {"etcd": "one put", "memcached": "one get", "file": "open+close"}
 #: Samples per impl relative to --samples: an etcd pair costs several fsyncs.
 SCALE = {"etcd": 0.25, "memcached": 1.0, "file": 1.0}
 ROUNDS = 5
-
-HOT_LOOP = r"""
-from gevent import monkey; monkey.patch_all()
-import sys, time, json, gevent
-sys.path.insert(0, sys.argv[1])
-from lockimpls.registry import resolve
-from lockimpls.base import LockOptions
-impl, url, users, duration, cs = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-cls = resolve(impl)
-name = f"hot-{impl}-{time.time_ns()}"
-count, errors = [0], [0]
-def loop(i):
-    lock = cls(name, [url], LockOptions())
-    end = time.monotonic() + duration
-    while time.monotonic() < end:
-        try:
-            lease = lock.acquire(timeout=5)
-        except Exception:
-            errors[0] += 1
-            continue
-        gevent.sleep(cs)
-        lock.release(lease)
-        count[0] += 1
-warm = cls(name, [url], LockOptions()); warm.release(warm.acquire(timeout=5))
-start = time.monotonic()
-gevent.joinall([gevent.spawn(loop, i) for i in range(users)])
-print(json.dumps({"acq_per_s": count[0] / (time.monotonic() - start), "errors": errors[0]}))
-"""
 
 
 def pct(samples_ns: list[int], q: float) -> float:
@@ -164,7 +137,7 @@ def hot(urls: dict[str, str], users: int, duration: float, cs: float) -> list[di
     impls.append(("redis.set-nx-px-lua", urls["redis"]))
     for impl, url in impls:
         out = subprocess.run(
-            [sys.executable, "-c", HOT_LOOP, str(ROOT), impl, url, str(users), str(duration), str(cs)],
+            [sys.executable, str(GEVENT_LOOP_SCRIPT), impl, url, str(users), str(duration), str(cs), "hot"],
             capture_output=True,
             text=True,
             timeout=duration * 10 + 60,

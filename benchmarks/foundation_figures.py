@@ -31,27 +31,6 @@ from infra.redis_server import RedisServer  # noqa: E402
 from lockimpls.base import LockOptions  # noqa: E402
 from lockimpls.registry import resolve  # noqa: E402
 
-GEVENT_LOOP = r"""
-from gevent import monkey; monkey.patch_all()
-import sys, time, gevent, json
-sys.path.insert(0, sys.argv[1])
-from lockimpls.registry import resolve
-from lockimpls.base import LockOptions
-url, users, duration = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-cls = resolve("redis.set-nx-px-lua")
-count = [0]
-def loop(i):
-    lock = cls(f"plain:{i}", [url], LockOptions())
-    end = time.monotonic() + duration
-    while time.monotonic() < end:
-        lease = lock.acquire(timeout=5)
-        lock.release(lease)
-        count[0] += 1
-start = time.monotonic()
-gevent.joinall([gevent.spawn(loop, i) for i in range(users)])
-print(json.dumps({"pairs_per_s": count[0] / (time.monotonic() - start)}))
-"""
-
 
 def p50_us(samples_ns: list[int]) -> float:
     return statistics.median(samples_ns) / 1000
@@ -98,12 +77,21 @@ def main() -> None:
         try:
             floor = uncontended(server.url, a.samples)
             gevent = subprocess.run(
-                [sys.executable, "-c", GEVENT_LOOP, str(ROOT), server.url, str(a.users), str(a.duration)],
+                [
+                    sys.executable,
+                    str(ROOT / "benchmarks" / "gevent_loop.py"),
+                    "redis.set-nx-px-lua",
+                    server.url,
+                    str(a.users),
+                    str(a.duration),
+                    "0",
+                    "own",
+                ],
                 check=True,
                 capture_output=True,
                 text=True,
             )
-            plain = json.loads(gevent.stdout.strip().splitlines()[-1])["pairs_per_s"]
+            plain = json.loads(gevent.stdout.strip().splitlines()[-1])["acq_per_s"]
         finally:
             server.stop()
         out["1 uncontended"] = {

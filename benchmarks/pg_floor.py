@@ -24,40 +24,13 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GEVENT_LOOP_SCRIPT = Path(__file__).resolve().parent / "gevent_loop.py"
 sys.path.insert(0, str(ROOT))
 
 from infra.postgres_server import PostgresServer  # noqa: E402
 from lockimpls import pg_conn  # noqa: E402
 from lockimpls.base import LockOptions  # noqa: E402
 from lockimpls.registry import ids_for_backend, resolve  # noqa: E402
-
-HOT_LOOP = r"""
-from gevent import monkey; monkey.patch_all()
-import sys, time, json, gevent
-sys.path.insert(0, sys.argv[1])
-from lockimpls.registry import resolve
-from lockimpls.base import LockOptions
-impl, url, users, duration, cs = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-cls = resolve(impl)
-name = f"hot-{impl}-{time.time_ns()}"
-count, timeouts = [0], [0]
-def loop(i):
-    lock = cls(name, [url], LockOptions())
-    end = time.monotonic() + duration
-    while time.monotonic() < end:
-        try:
-            lease = lock.acquire(timeout=5)
-        except Exception:
-            timeouts[0] += 1
-            continue
-        gevent.sleep(cs)
-        lock.release(lease)
-        count[0] += 1
-warm = cls(name, [url], LockOptions()); warm.release(warm.acquire(timeout=5))
-start = time.monotonic()
-gevent.joinall([gevent.spawn(loop, i) for i in range(users)])
-print(json.dumps({"acq_per_s": count[0] / (time.monotonic() - start), "errors": timeouts[0]}))
-"""
 
 
 def p50_us(samples_ns: list[int]) -> float:
@@ -111,7 +84,7 @@ def uncontended(dsn: str, n: int) -> dict[str, dict[str, float]]:
 
 def hot(impl: str, url: str, users: int, duration: float, cs: float) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", HOT_LOOP, str(ROOT), impl, url, str(users), str(duration), str(cs)],
+        [sys.executable, str(GEVENT_LOOP_SCRIPT), impl, url, str(users), str(duration), str(cs), "hot"],
         check=True,
         capture_output=True,
         text=True,

@@ -7,7 +7,6 @@ subset of HTML in text, and decodes entities, so escaped names display literally
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -232,12 +231,6 @@ def acquisitions_per_client(history: pd.DataFrame) -> pd.Series:
     tried = pd.unique(history["client"])
     got = history.loc[(history["op"] == "acquire") & (history["type"] == "ok"), "client"]
     return got.value_counts().reindex(tried, fill_value=0)
-
-
-def jain_index(counts: list[float]) -> float | None:
-    """(sum x)^2 / (n sum x^2): 1 when every client got the same, 1/n when one got everything."""
-    sq = sum(x * x for x in counts)
-    return sum(counts) ** 2 / (len(counts) * sq) if counts and sq else None
 
 
 def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
@@ -475,7 +468,3 @@ def percentile_us(hist: HdrHistogram | None, pct: float) -> float | None:
     if pct >= 100.0:
         return float(hist.get_max_value())
     return float(hist.get_value_at_percentile(pct))
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

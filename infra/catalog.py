@@ -20,9 +20,6 @@ SERVERS: dict[str, str | None] = {
     "zookeeper": "infra.zookeeper_server:ZooKeeperServer",
 }
 
-#: The resource (stock, ledger, witness) always lives on its own Redis.
-RESOURCE_SERVER = "infra.redis_server:RedisServer"
-
 
 #: (backend, topology) -> server class for the multi-node set-ups faults need.
 TOPOLOGIES: dict[tuple[str, str], str] = {

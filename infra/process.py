@@ -161,8 +161,3 @@ def stop_pid(pid: int, grace: float = 5.0) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     return True
-
-
-def require_alive(proc: ServerProcess) -> None:
-    if not proc.alive():
-        raise InfraError(f"{proc.name} is not running; see {proc.log_path}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -29,6 +29,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from lockimpls.base import BackendUnavailable, LockConfigError, LockOutcomeUnknown
+from lockimpls.urls import redact_url
 
 #: Seconds to wait for a TCP connect (an unreachable server fails fast).
 CONNECT_TIMEOUT = 2.0
@@ -130,23 +131,6 @@ def _sentinel_client(url: str) -> redis.Redis:
         health_check_interval=0,
         retry=Retry(NoBackoff(), 0),
     )
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (userinfo and ``password=`` query)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, sep, _password = userinfo.partition(":")
-        netloc = f"{user}{':***' if sep else ''}@{hostport}"
-    query = parts.query
-    if "password=" in query:
-        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query)])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def client_for(url: str) -> redis.Redis:

@@ -11,13 +11,11 @@ from hdrh.histogram import HdrHistogram
 
 from bench.analysis import (
     CASE_COLUMNS,
-    TIMELINE_COLUMNS,
     case_row,
     fairness,
     handoff_gaps_us,
     percentiles,
     steady_window,
-    timeline,
     utilization,
 )
 from workloads.checkers import check_flash_sale
@@ -159,41 +157,6 @@ def test_jain_index_of_one_client_taking_all_is_one_over_n() -> None:
     assert f["jain_index"] == pytest.approx(0.25)
     assert (f["min"], f["max"]) == (0, 1)
     assert f["per_client"] == {"a": 1, "b": 0, "c": 0, "d": 0}
-
-
-# timeline ----------------------------------------------------------------------------------
-
-
-def test_timeline_counts_per_bucket() -> None:
-    t0 = 10 * S
-    ev = history(
-        *pair("a", 0, "L", t0 - S // 2, t0 - S // 4, t0 - S // 8),  # before start: left out
-        *pair("a", 2, "L", t0 + S // 10, t0 + S // 10 + 100_000, t0 + S // 5),  # 100 us, bucket 0
-        *pair("b", 0, "L", t0 + S // 2, t0 + S // 2 + 300_000, t0 + S // 2 + 400_000),  # 300 us, bucket 0
-        ("a", 4, "purchase", "ok", "L", t0 + S // 5 - 10, None, 2),
-        ("b", 2, "purchase", "ok", "L", t0 + S // 2 + 350_000, None, 0),  # sold out: not a purchase
-        ("c", 0, "acquire", "invoke", "L", t0 + S // 2),
-        ("c", 0, "acquire", "fail", "L", t0 + 2 * S + 5, None, None, "gave up after 2 s"),  # bucket 2
-        ("d", 0, "acquire", "invoke", "L", t0 + S),
-        ("d", 0, "acquire", "fail", "L", t0 + 2 * S + 7, None, None, "BackendUnavailable: refused"),
-        *pair("c", 2, "L", t0 + 2 * S + 10, t0 + 2 * S + 1_010, t0 + 2 * S + 2_000),  # 1 us, bucket 2
-    )
-    tl = timeline(ev, t0)
-    assert list(tl.columns) == TIMELINE_COLUMNS
-    assert tl["t_s"].tolist() == [0.0, 1.0, 2.0]
-    assert tl["acquisitions"].tolist() == [2, 0, 1]
-    assert tl["purchases"].tolist() == [1, 0, 0]
-    assert tl["timeouts"].tolist() == [0, 0, 1]  # BackendUnavailable is not a timeout
-    assert tl["acquire_p50_us"][0] == pytest.approx(200.0)
-    assert math.isnan(tl["acquire_p50_us"][1])
-    assert tl["acquire_p99_us"][2] == pytest.approx(1.0)
-
-
-def test_timeline_with_half_second_buckets() -> None:
-    ev = history(*pair("a", 0, "L", 0, S // 4, S // 3), *pair("a", 2, "L", S // 2, 3 * S // 4, S))
-    tl = timeline(ev, 0, bucket_s=0.5)
-    assert tl["t_s"].tolist() == [0.0, 0.5, 1.0]
-    assert tl["acquisitions"].tolist() == [1, 1, 0]
 
 
 # window and row ----------------------------------------------------------------------------

@@ -127,8 +127,6 @@ def lock_urls(opts: Any) -> list[str]:
 
 def lock_class(opts: Any) -> type:
     if STATE.lock_class is None:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())  # user impls given as module:Class live beside the user
         STATE.lock_class = resolve(opts.lock_impl)
     return STATE.lock_class
 
