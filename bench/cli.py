@@ -58,7 +58,12 @@ def run(
     spawn_rate: Annotated[
         float | None, typer.Option(help="clients started per second (default: all in 1 s)")
     ] = None,
-    processes: Annotated[int, typer.Option(help="Locust worker processes (1 = one local process)")] = 1,
+    processes: Annotated[
+        str,
+        typer.Option(
+            help="Locust worker processes: N, or auto = one per core when users > 1 (1 = one local process)"
+        ),
+    ] = "auto",
     trials: Annotated[int, typer.Option(help="repeat every case this many times, interleaved")] = 1,
     items: Annotated[int, typer.Option(help="flash-sale: items, one lock each")] = 1,
     skew: Annotated[float, typer.Option(help="flash-sale: Zipf exponent of item popularity")] = 1.0,
@@ -204,6 +209,47 @@ def _given(ctx: typer.Context, name: str) -> bool:
     """True when the user set the option (command line or environment), not a default."""
     source = ctx.get_parameter_source(name)
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    backend: Annotated[
+        list[str], typer.Option(help="backend(s) whose impls to calibrate, or 'all'", envvar=_env("backend"))
+    ] = [],  # noqa: B006
+    impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
+    workload: Annotated[str, typer.Option(help="workload whose steps the solo client runs")] = "flash-sale",
+    duration: Annotated[float, typer.Option(help="seconds of the one-client run per impl")] = 3.0,
+    cs: Annotated[str, typer.Option(help="critical-section time, as for bench run")] = "1ms",
+    ttl: Annotated[float, typer.Option(help="lease (TTL) in seconds for locks that have one")] = 10.0,
+    retry_interval: Annotated[
+        float, typer.Option(help="seconds between attempts of polling locks")
+    ] = DEFAULT_RETRY_INTERVAL,
+    lock_params: Annotated[str | None, typer.Option(help="JSON object of impl-specific options")] = None,
+) -> None:
+    """Print each backend's floor (one round trip) and each impl's solo hold; keeps no results."""
+    from rich.console import Console as RichConsole
+
+    from bench.calibrate import calibrate_command
+    from bench.runner import RunSettings
+    from workloads.distributions import SpecError, parse_distribution
+
+    if duration < 1:
+        raise UserError(f"--duration must be at least 1, got {duration:g}")
+    try:
+        parse_distribution(cs)
+    except SpecError as exc:
+        raise UserError(f"--cs: {exc}") from None
+    settings = RunSettings(
+        users=1, spawn_rate=1.0, duration=duration, processes=1, ttl=ttl, retry_interval=retry_interval,
+        lock_params=_lock_params(lock_params),
+        workload_options={"items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3, "cs": cs, "shared_keys": 0,
+                          "read_ratio": 0.9, "depth": 3},
+    )  # fmt: skip
+    code = calibrate_command(
+        backends=backend, impls=impl, workload=workload, settings=settings, console=console,
+        out=RichConsole(width=None if sys.stdout.isatty() else 140),
+    )  # fmt: skip
+    raise typer.Exit(code)
 
 
 @app.command("report")

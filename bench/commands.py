@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from bench.errors import UserError
 from bench.faults import parse_fault
 from bench.redact import redact_text
 from bench.results import RunFolder, write_merged_histograms
-from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan
+from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan, with_calibration
 from infra.stack import Stack
 from lockimpls import registry
 from lockimpls.base import LockConfigError
@@ -64,6 +65,28 @@ FENCING_CHOICES = ("off", "observe", "enforce", "both")
 #: Workloads whose fault takes down a whole Locust process: someone else must carry on.
 NEEDS_PROCESSES = ("crash", "lease-expiry")
 
+#: Most Locust workers ``--processes auto`` starts: beyond this many, the workers' own
+#: coordination with the master costs more than the cores they add on a loopback run.
+AUTO_PROCESSES_CAP = 8
+
+
+def resolve_processes(value: str | int, users: int) -> int:
+    """``--processes``: an integer, or ``auto`` = one Locust worker per core when users > 1.
+
+    Simulated clients that share a process delay each other's steps (docs/architecture.md,
+    "Fidelity"), so ``auto`` spreads them over every core; a single client needs no
+    workers. Never more workers than users.
+    """
+    if str(value).strip().lower() == "auto":
+        if users <= 1:
+            return 1
+        return max(1, min(os.cpu_count() or 1, AUTO_PROCESSES_CAP, users))
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise UserError(f"--processes must be a whole number or auto, got {value!r}") from None
+    return number
+
 
 def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console, quiet: bool = False) -> list[str]:
     """The fencing modes to run an impl in; an impl without tokens runs unfenced and says so."""
@@ -104,6 +127,7 @@ def _plan_workload(
 ) -> dict[str, Any]:
     """Validate one workload's effective values; bump processes where the fault needs a survivor."""
     opts = {**workload_options, "cs": v["cs"]}
+    v = {**v, "processes": resolve_processes(v["processes"], v["users"])}
     _check_numbers(
         duration=(v["duration"], 1), users=(v["users"], 1), processes=(v["processes"], 1),
         items=(opts["items"], 1), stock=(opts["stock"], 0), max_qty=(opts["max_qty"], 1), ttl=(v["ttl"], 0.001),
@@ -131,7 +155,7 @@ def run_command(
     duration: float,
     users: int,
     spawn_rate: float | None,
-    processes: int,
+    processes: int | str,
     trials: int,
     workload_options: dict[str, Any],
     ttl: float,
@@ -235,6 +259,7 @@ def run_command(
         for impl_id, backend in runnable[w]
         for mode in fencing_modes(plans[w]["fencing"], impl_classes[impl_id], impl_id, console, quiet=t > 0)
     ]  # fmt: skip
+    cases = with_calibration(cases)  # each impl's solo hold, measured next to its cases
     needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
     all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
@@ -268,8 +293,9 @@ def run_command(
                 cases, stack, folder,
                 progress=lambda c, i, n: console.print(
                     f"[{i + 1}/{n}] {c.impl} x {c.scenario}"
-                    + (f" (trial {c.trial + 1})" if trials > 1 else "")
+                    + (" solo calibration" if c.solo else f" (trial {c.trial + 1})" if trials > 1 else "")
                     + f": {c.settings.duration:g}s, {c.settings.users} users"
+                    + (f", {c.settings.processes} processes" if c.settings.processes > 1 else "")
                 ),
                 on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
             )  # fmt: skip

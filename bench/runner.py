@@ -16,14 +16,15 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from bench import analysis
+from bench import analysis, fidelity
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
+from bench.floors import floors as measure_floors
 from bench.redact import redact_text, redact_url
 from bench.reset import reset_lock_state
 from bench.results import RunFolder
@@ -35,8 +36,9 @@ from lockimpls.base import DEFAULT_RETRY_INTERVAL
 from workloads.catalog import WorkloadInfo
 from workloads.recording import decode_histogram
 
-#: CPU share of one core above which a Locust process is taken to be the bottleneck.
-GENERATOR_BOUND_SHARE = 0.9
+#: Seconds of load of a solo calibration case (one client): a few hundred acquisitions
+#: at the solo rate of a 1 ms critical section, enough for a stable hold p50.
+CALIBRATION_S = 3.0
 
 
 class ServerDied(Exception):
@@ -76,6 +78,8 @@ class Case:
     fencing: str = "off"  # off | observe (unfenced, stale writes counted) | enforce (fenced)
     fault: FaultSpec | None = None
     settings: RunSettings = field(default_factory=RunSettings)
+    #: a one-client calibration of the impl (bench/fidelity.py), not a case of the results
+    solo: bool = False
 
     @property
     def scenario(self) -> str:
@@ -91,7 +95,38 @@ class Case:
     def case_id(self) -> str:
         safe = self.impl.replace(":", "_").replace("/", "_")
         base = f"{safe}__{self.scenario.replace('+', '__').replace('@', '-')}"
+        if self.solo:
+            return f"{base}__solo"
         return f"{base}__t{self.trial}" if self.params.get("trials", 1) > 1 else base
+
+    @property
+    def calibration_key(self) -> tuple[str, str, str]:
+        """Cases that share a solo calibration: same impl, workload steps and fencing mode."""
+        return (self.impl, self.workload.name, self.fencing)
+
+
+def calibration_case(case: Case) -> Case:
+    """The one-client, short, fault-free twin of ``case``: its solo calibration."""
+    settings = replace(case.settings, users=1, spawn_rate=1.0, processes=1, duration=CALIBRATION_S)
+    return replace(case, fault=None, trial=0, settings=settings, solo=True)
+
+
+def with_calibration(cases: list[Case]) -> list[Case]:
+    """``cases`` with each impl's solo calibration just before its first contended case.
+
+    Interleaved rather than all at the start, so a calibration sees the same machine as
+    the cases it calibrates. Only workloads whose steps one client reproduces are
+    calibrated (:data:`bench.fidelity.CALIBRATED_WORKLOADS`).
+    """
+    out: list[Case] = []
+    seen: set[tuple[str, str, str]] = set()
+    for case in cases:
+        key = case.calibration_key
+        if case.workload.name in fidelity.CALIBRATED_WORKLOADS and key not in seen:
+            seen.add(key)
+            out.append(calibration_case(case))
+        out.append(case)
+    return out
 
 
 def locust_argv(
@@ -165,7 +200,19 @@ def _log_tail(path: Path, lines: int = 4) -> str:
     return redact_text(" | ".join(text[-lines:]))
 
 
-def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
+def _server_pids(stack: Stack, backend: str) -> list[int]:
+    """Processes of the lock servers this stack started for ``backend`` (none for reused ones)."""
+    pids: list[int] = []
+    for key, server in stack.servers.items():
+        if key == f"{backend}-lock" or key.startswith(f"{backend}-lock-"):
+            for member in [server, *getattr(server, "nodes", [])]:
+                pid = getattr(getattr(member, "process", None), "pid", None)
+                if pid:
+                    pids.append(pid)
+    return pids
+
+
+def run_case(case: Case, stack: Stack, scratch: Path, solo: fidelity.Solo | None = None) -> dict[str, Any]:
     """Run one case in Locust and return its judged, summarised outcome."""
     settings = case.settings
     out = scratch / case.case_id
@@ -178,6 +225,8 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a server that cannot be cleaned cannot be measured
         raise CaseFailed(f"{case.case_id}: could not clear lock state before the case: {exc}") from exc
     before = server_stats.snapshot(case.backend, lock_urls)
+    pids = _server_pids(stack, case.backend)
+    cpu_before = server_stats.cpu_snapshot(case.backend, lock_urls, pids)
     fault = None
     if case.fault is not None:
         server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
@@ -190,6 +239,7 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
             fault.stop()
             fault.join(60)
     commands = server_stats.delta(before, server_stats.snapshot(case.backend, lock_urls))
+    server_cpu = server_stats.cpu_delta(cpu_before, server_stats.cpu_snapshot(case.backend, lock_urls, pids))
     rec_path = out / "recording.json"
     if not rec_path.exists():
         raise CaseFailed(
@@ -205,7 +255,9 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
             history = with_fault_window(history, w)
             history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
-    result = judge(case, settings, recording, history, out / "history.parquet")
+    if server_cpu is not None:
+        recording["server_cpu"] = {"seconds": server_cpu.seconds, "source": server_cpu.source}
+    result = judge(case, settings, recording, history, out / "history.parquet", solo)
     result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
     return result
 
@@ -230,9 +282,14 @@ def with_fault_window(history: pd.DataFrame, window: FaultWindow) -> pd.DataFram
 
 
 def judge(
-    case: Case, settings: RunSettings, recording: dict[str, Any], history: pd.DataFrame, history_file: Path
+    case: Case,
+    settings: RunSettings,
+    recording: dict[str, Any],
+    history: pd.DataFrame,
+    history_file: Path,
+    solo: fidelity.Solo | None = None,
 ) -> dict[str, Any]:
-    """Checkers and metrics for one recorded case."""
+    """Checkers and metrics for one recorded case; ``solo`` is its impl's calibration, if any."""
     verdict = case.workload.check_function()(history, recording["final_state"])
     hists = {name: decode_histogram(text) for name, text in recording["histograms"].items()}
     window = analysis.steady_window(history)
@@ -259,13 +316,21 @@ def judge(
         w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
     ]
     row["harness_cpu_max"] = max(shares) if shares else None
-    # A load generator at ~one full core cannot issue requests any faster: its figures
-    # measure the harness as much as the lock, and the report says so.
-    row["generator_bound"] = bool(shares) and max(shares) >= GENERATOR_BOUND_SHARE
     commands = recording.get("server_commands") or {}
     acquisitions = row.get("acquisitions") or 0
     row["server_cmds_per_acquire"] = (
         sum(commands.values()) / acquisitions if commands and acquisitions else None
+    )
+    # Does the row describe the lock or the load generator? (bench/fidelity.py)
+    row.update(
+        fidelity.columns(
+            row,
+            solo,
+            case.workload.name in fidelity.CALIBRATED_WORKLOADS,
+            recording.get("workers", {}),
+            recording.get("lock_stats") or {},
+            (recording.get("server_cpu") or {}).get("seconds"),
+        )
     )
     for key, value in sorted((recording.get("lock_stats") or {}).items()):
         row[f"lockstat_{key}"] = value
@@ -280,6 +345,7 @@ def judge(
             "merged_totals": recording.get("merged_totals", {}),
             "final_state": recording.get("final_state", {}),
             "server_commands": recording.get("server_commands", {}),
+            "server_cpu": recording.get("server_cpu"),
             "lock_stats": recording.get("lock_stats", {}),
             "fault": recording.get("fault"),
             "checks": [
@@ -297,19 +363,38 @@ def run_plan(
     progress: Callable[[Case, int, int], None] | None = None,
     on_failure: Callable[[Case, str], None] | None = None,
 ) -> list[str]:
-    """Run every case into ``folder``; returns the list of failed case messages."""
+    """Run every case into ``folder``; returns the list of failed case messages.
+
+    Floors are measured first; solo calibration cases (``case.solo``) go into run.json's
+    ``calibration``, never into the case table, and calibrate the cases after them.
+    """
     failures: list[str] = []
+    backends = list(dict.fromkeys(c.backend for c in cases))
+    calibration = new_calibration(measure_floors(stack.urls, backends))
+    folder.note("calibration", calibration)
+    solos: dict[tuple[str, str, str], fidelity.Solo] = {}
     with tempfile.TemporaryDirectory(prefix="lockbench-cases-") as tmp:
         for i, case in enumerate(cases):
             if progress:
                 progress(case, i, len(cases))
             try:
-                result = run_case(case, stack, Path(tmp))
+                result = run_case(case, stack, Path(tmp), solos.get(case.calibration_key))
             except CaseFailed as exc:
+                if case.solo:
+                    calibration["errors"].append(str(exc))
+                    folder.note("calibration", calibration)
                 failures.append(str(exc))
                 if on_failure:
                     on_failure(case, str(exc))
                 continue
+            if case.solo:
+                solo = fidelity.solo_from(result["row"])
+                if solo is not None:
+                    solos[case.calibration_key] = solo
+                record_solo(calibration, case, solo, result)
+                folder.note("calibration", calibration)
+                continue
+            record_case(calibration, case.backend, result)
             folder.add_case(
                 result["row"],
                 result["histograms"],
@@ -317,12 +402,59 @@ def run_plan(
                 result["extra"],
                 result.get("log"),
             )
+            folder.note("calibration", calibration)
             dead = stack.dead()
             if dead:
                 raise ServerDied(
                     f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"
                 )
     return failures
+
+
+def new_calibration(floors: dict[str, dict]) -> dict[str, Any]:
+    """run.json's ``calibration``: floors, solo holds and how generator-bound cases are judged."""
+    return {
+        "floors": floors,
+        "solo": {},
+        "solo_by_scenario": {},
+        "errors": [],
+        "server_cpu_sources": {},
+        "generator_bound": {
+            "inflation_threshold": fidelity.INFLATION_THRESHOLD,
+            "cpu_share_fallback": fidelity.CPU_BOUND_SHARE,
+            "schedule_lag_limit_us": fidelity.SCHEDULE_LAG_LIMIT_US,
+            "calibrated_workloads": sorted(fidelity.CALIBRATED_WORKLOADS),
+            "meaning": f"a generator-bound case's {fidelity.BOUND_MEANING}",
+            "cases": [],
+        },
+    }
+
+
+def record_solo(
+    calibration: dict[str, Any], case: Case, solo: fidelity.Solo | None, result: dict[str, Any]
+) -> None:
+    """File one solo calibration: ``solo[impl]`` (its first scenario) and ``solo_by_scenario``."""
+    entry = {
+        **(solo.as_json() if solo else {"hold_p50_us": None, "acquire_p50_us": None, "acquisitions": 0}),
+        "workload": case.workload.name,
+        "scenario": case.scenario,
+        "duration_s": case.settings.duration,
+        "verdict": result["row"].get("verdict"),
+    }
+    calibration["solo"].setdefault(case.impl, entry)
+    calibration["solo_by_scenario"].setdefault(case.scenario, {})[case.impl] = entry
+
+
+def record_case(calibration: dict[str, Any], backend: str, result: dict[str, Any]) -> None:
+    """Note a finished case's server CPU source and, when it is generator-bound, its reason."""
+    source = (result["extra"].get("server_cpu") or {}).get("source")
+    if source:
+        calibration["server_cpu_sources"][backend] = source
+    row = result["row"]
+    if row.get("generator_bound"):
+        calibration["generator_bound"]["cases"].append(
+            {"case": row["case"], "reason": row.get("generator_bound_reason", "")}
+        )
 
 
 def endpoints_for_meta(stack: Stack) -> dict[str, Any]:

@@ -136,6 +136,8 @@ class Lock(ABC):
     summary: ClassVar[str] = ""
     #: How many independent servers of its backend the algorithm wants (RedLock: 5).
     servers: ClassVar[int] = 1
+    #: Attempts made by the polling template (``stats()["attempts"]``): polls per acquisition.
+    _attempts: int = 0
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         self.name = name
@@ -148,6 +150,7 @@ class Lock(ABC):
         start = time.monotonic()
         interval = self.options.retry_interval
         while True:
+            self._attempts += 1
             lease = self._try_acquire()
             if lease is not None:
                 return lease
@@ -170,8 +173,10 @@ class Lock(ABC):
         """Counters the algorithm keeps about itself (conflicts, retries, notifications).
 
         The harness sums them over all clients of a case into ``lockstat_<name>`` columns.
+        The polling template counts ``attempts``; a subclass that adds counters merges
+        ``super().stats()`` when it keeps the template.
         """
-        return {}
+        return {"attempts": self._attempts} if self._attempts else {}
 
     def close(self) -> None:  # noqa: B027 - optional hook, most locks hold nothing per instance
         """Free per-instance resources (threads, sessions). Connections are shared."""

@@ -199,7 +199,7 @@ class UniqueInsertExpiry(_PollingPgLock):
 
     def stats(self) -> dict[str, int]:
         """takeovers: grants that replaced an expired holder's row."""
-        return {"takeovers": self.takeovers}
+        return {**super().stats(), "takeovers": self.takeovers}
 
     def _try_acquire(self) -> Lease | None:
         owner = new_owner_id(self.options.owner_prefix)

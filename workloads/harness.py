@@ -166,10 +166,21 @@ def _cpu_share() -> float | None:
     return (_cpu_seconds() - cpu0) / wall if wall > 0 else None
 
 
+#: Keys of a worker's totals that are measurements, not counts the master must match.
+MEASURED_TOTALS = ("cpu_share", "cpu_s")
+
+
+def _cpu_totals() -> dict[str, float | None]:
+    """This process's CPU since test start: share of one core and seconds (bench divides by acquisitions)."""
+    cpu_s = None if STATE.cpu_start is None else _cpu_seconds() - STATE.cpu_start[0]
+    return {"cpu_share": _cpu_share(), "cpu_s": cpu_s}
+
+
 def _send_final(environment: Any, crashed: bool = False) -> None:
     chunk = RECORDER.drain()
     chunk["crashed"] = crashed
-    chunk["totals"] = {**RECORDER.totals, "cpu_share": _cpu_share()}
+    chunk["totals"] = {**RECORDER.totals, **_cpu_totals()}
+    chunk["lock_stats"] = dict(RECORDER.lock_stats)  # summed by users' on_stop, before this
     chunk["pid"] = os.getpid()
     STATE.sent_final = True
     environment.runner.send_message("lockbench_final", chunk)
@@ -269,7 +280,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         for worker, totals in STATE.finals.items():
             got = STATE.received.get(worker, {})
             for key, value in totals.items():
-                if key != "cpu_share" and got.get(key, 0) != value:
+                if key not in MEASURED_TOTALS and got.get(key, 0) != value:
                     complete = False
                     problems.append(f"{worker}: {key} recorded {value}, received {got.get(key, 0)}")
     elif not isinstance(runner, LocalRunner):
@@ -284,7 +295,7 @@ def _write_output(environment: Any, complete: bool, problems: list[str]) -> None
     history = RECORDER.history_frame()
     totals = dict(RECORDER.totals)
     if isinstance(environment.runner, LocalRunner):
-        workers = {str(os.getpid()): {**totals, "cpu_share": _cpu_share()}}
+        workers = {str(os.getpid()): {**totals, **_cpu_totals()}}
     else:
         workers = STATE.finals
     recording = {
