@@ -14,6 +14,10 @@ How it decides, per impl x workload (the trials of a case are one group):
 * Too few trials is "not enough data": fewer than :data:`MIN_TRIALS` per side, or so few
   that even complete separation (every candidate trial worse than every baseline trial)
   could not reach the corrected alpha.
+* A generator-bound figure (``generator_bound`` in either side's trials: the load
+  generator, not the lock, set it; bench/fidelity.py) is "not enough data" too: its
+  throughput is only a lower bound and its latencies an upper bound, so it can show
+  neither a regression nor a pass. Safety is judged as always.
 
 Exit codes: 0 pass; 1 regression; 2 unusable input (bad folder, schema, rule, machine
 class) or not enough data to decide. "Not enough data" is 2, not 0: a CI job must not go
@@ -93,6 +97,7 @@ class Row:
     note: str = ""
     baseline_trials: list[float] = field(default_factory=list)
     candidate_trials: list[float] = field(default_factory=list)
+    generator_bound: str = ""  # why a side's figure describes the load generator, "" when neither does
 
 
 @dataclass
@@ -191,6 +196,20 @@ def _violations(rows: pd.DataFrame) -> tuple[int, bool, bool]:
     return count, unsafe, (not unsafe and "unknown" in verdicts)
 
 
+def _bound_note(side: str, rows: pd.DataFrame) -> str:
+    """Why a side's trials are generator-bound ("" when none is); older runs lack the column."""
+    if "generator_bound" not in rows.columns:
+        return ""
+    flags = rows["generator_bound"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
+    if not flags.any():
+        return ""
+    reasons = rows.loc[flags, "generator_bound_reason"] if "generator_bound_reason" in rows.columns else []
+    reason = next((str(r) for r in reasons if isinstance(r, str) and r), "")
+    return f"the {side} is generator-bound in {int(flags.sum())} of {len(rows)} trial(s)" + (
+        f" ({reason})" if reason else ""
+    )
+
+
 def _median(values: list[float]) -> float | None:
     if not values:
         return None
@@ -276,6 +295,9 @@ def evaluate(
                 continue
             bv = _values(b_rows, rule.info.column)
             row.baseline, row.n_baseline, row.baseline_trials = _median(bv), len(bv), bv
+            row.generator_bound = "; ".join(
+                n for n in (_bound_note("baseline", b_rows), _bound_note("candidate", c_rows)) if n
+            )
             perf.append(row)
             result.rows.append(row)
     for group, b_rows in b_groups.items():
@@ -313,7 +335,8 @@ def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) ->
     for i, row in enumerate(rows):
         rule = rules[row.rule]
         testable[i] = (
-            row.n_baseline >= MIN_TRIALS
+            not row.generator_bound
+            and row.n_baseline >= MIN_TRIALS
             and row.n_candidate >= MIN_TRIALS
             and min_p_value(row.n_candidate, row.n_baseline) <= alpha / m
         )
@@ -328,6 +351,10 @@ def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) ->
                 row.change = (row.candidate - row.baseline) / abs(row.baseline) if row.baseline else None
             else:
                 row.change = row.candidate - row.baseline
+        if row.generator_bound:
+            row.verdict, row.outcome = "not enough data", INSUFFICIENT
+            row.note = f"{row.generator_bound}: the load generator, not the lock, set this figure"
+            continue
         if row.baseline is None or row.candidate is None:
             side = "baseline" if row.baseline is None else "candidate"
             row.verdict, row.outcome = "not enough data", INSUFFICIENT

@@ -107,7 +107,8 @@ class Case:
 
 def calibration_case(case: Case) -> Case:
     """The one-client, short, fault-free twin of ``case``: its solo calibration."""
-    settings = replace(case.settings, users=1, spawn_rate=1.0, processes=1, duration=CALIBRATION_S)
+    duration = min(CALIBRATION_S, case.settings.duration)  # never longer than the case itself
+    settings = replace(case.settings, users=1, spawn_rate=1.0, processes=1, duration=duration)
     return replace(case, fault=None, trial=0, settings=settings, solo=True)
 
 
