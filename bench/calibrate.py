@@ -19,7 +19,7 @@ from bench.commands import plan_impls
 from bench.errors import UserError
 from bench.floors import floors as measure_floors
 from bench.runner import Case as RunCase
-from bench.runner import CaseFailed, RunSettings, run_case
+from bench.runner import RunSettings, calibrate_solo, new_calibration
 from infra.stack import Stack
 from workloads.catalog import WORKLOADS
 
@@ -62,14 +62,13 @@ def calibrate_command(
         tempfile.TemporaryDirectory(prefix="lockbench-calibrate-") as tmp,
     ):
         floors = measure_floors(stack.urls, needed)
+        calibration = new_calibration(floors)
         for impl_id, backend, _ in planned:
             case = RunCase(impl=impl_id, backend=backend, workload=info, settings=settings, solo=True)
             console.print(f"calibrating {impl_id}: 1 user, {case.settings.duration:g}s")
-            try:
-                solo = fidelity.solo_from(run_case(case, stack, Path(tmp))["row"])
-            except CaseFailed as exc:
-                console.print(f"  calibration failed: {exc}")
-                solo = None
+            solo = calibrate_solo(case, stack, Path(tmp), calibration)
+            if solo is None:
+                console.print(f"  {calibration['errors'][-1]}")
             failed += solo is None
             floor = floors.get(backend, {})
             ratio = (

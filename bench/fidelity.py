@@ -37,6 +37,9 @@ SCHEDULE_LAG_LIMIT_US = 1000.0
 #: client), so a solo hold p50 says nothing about what contention did to them.
 CALIBRATED_WORKLOADS = frozenset({"flash-sale", "reentrant", "read-mostly"})
 
+#: Fewest acquisitions of a usable solo calibration: below, its hold p50 is noise.
+MIN_SOLO_ACQUISITIONS = 20
+
 #: What a bound case's figures mean; the reason column ends with it.
 BOUND_MEANING = "throughput is a lower bound, latencies an upper bound"
 

@@ -91,7 +91,7 @@ def test_world_pause_outlives_the_lease_task_pause_does_too(tmp_path: Path) -> N
     row = cases.loc["redis.set-nx-px-lua__lease-expiry__unfenced"]
     assert row["pauses"] >= 1
     assert row["overlapping_holds"] > 0 and row["verdict"] == "invalid"
-    assert json.loads((run / "run.json").read_text())["params"]["processes"] == 2
+    assert json.loads((run / "run.json").read_text())["params"]["processes"] >= 2  # auto: a core each
     assert not stopped_or_orphaned_servers()
 
 
