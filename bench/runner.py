@@ -387,8 +387,12 @@ def run_plan(
                     on_failure(case, calibration["errors"][-1])
                 folder.note("calibration", calibration)
                 continue
+            solo = solos.get(case.calibration_key)
+            if solo is None and case.workload.name in fidelity.CALIBRATED_WORKLOADS:
+                same_steps = [s for k, s in solos.items() if k[1:] == case.calibration_key[1:]]
+                solo = fidelity.pooled(same_steps)
             try:
-                result = run_case(case, stack, Path(tmp), solos.get(case.calibration_key))
+                result = run_case(case, stack, Path(tmp), solo)
             except CaseFailed as exc:
                 failures.append(str(exc))
                 if on_failure:
@@ -414,15 +418,17 @@ def run_plan(
 def calibrate_solo(
     case: Case, stack: Stack, scratch: Path, calibration: dict[str, Any]
 ) -> fidelity.Solo | None:
-    """Run a solo calibration, once more when it got too few acquisitions; file it in ``calibration``.
+    """Run a solo calibration, once more and twice as long when it got too few acquisitions.
 
-    On a busy machine Locust's start-up can eat most of a short window (measured: 0 and 38
-    acquisitions in 3 s where 500 are usual), and a p50 of a handful of holds is noise.
+    On a busy machine Locust's start-up can eat most of a short window (measured with a
+    load average of 12 on 2 cores: 0 and 38 acquisitions in 3 s where about 500 are
+    usual), and a p50 of a handful of holds is noise. The result goes into ``calibration``.
     """
     solo, result, problem = None, None, ""
-    for _ in range(2):
+    longer = replace(case, settings=replace(case.settings, duration=2 * case.settings.duration))
+    for attempt in (case, longer):
         try:
-            result = run_case(case, stack, scratch)
+            result = run_case(attempt, stack, scratch)
         except CaseFailed as exc:
             problem = str(exc)
             continue
@@ -431,9 +437,8 @@ def calibrate_solo(
             solo = got
         if solo is not None and solo.acquisitions >= fidelity.MIN_SOLO_ACQUISITIONS:
             break
-        problem = (
-            f"{case.case_id}: {solo.acquisitions if solo else 0} acquisitions in {case.settings.duration:g}s"
-        )
+        got_n = solo.acquisitions if solo else 0
+        problem = f"{case.case_id}: {got_n} acquisitions in {attempt.settings.duration:g}s"
     if solo is None or solo.acquisitions < fidelity.MIN_SOLO_ACQUISITIONS:
         calibration["errors"].append(f"solo calibration unusable: {problem}")
         solo = None

@@ -193,3 +193,12 @@ def test_calibrate_prints_floors_and_solo_holds(tmp_path: Path) -> None:
     assert "PING" in r.stdout and "redis.set-nx-px-lua" in r.stdout and "solo hold p50 us" in r.stdout
     bad = bench("calibrate", "--impl", "redis.set-nx-px-lua", "--workload", "crash")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no solo calibration" in bad.stderr
+
+
+def test_an_impl_whose_calibration_failed_borrows_the_median_of_the_others() -> None:
+    own = [fidelity.Solo(h, 100.0, 300) for h in (2800.0, 3000.0, 3800.0)]
+    stand_in = fidelity.pooled([*own, fidelity.Solo(9999.0, 0.0, 0, borrowed_from="x")])
+    assert stand_in is not None and stand_in.hold_p50_us == 3000.0
+    assert fidelity.pooled([]) is None
+    bound, reason = fidelity.judge_bound(12_000.0, stand_in, None, True)
+    assert bound and "median of 3 other impls' solo holds" in reason
