@@ -19,7 +19,7 @@ from typing import Any
 #: Contended hold p50 / solo hold p50 above which a case is generator-bound. Measured on
 #: the shared 2-core machine (docs/architecture.md, "Fidelity"): where the generator is
 #: clearly not the limit (one client per Locust process, or one client against its own
-#: calibration) the ratio stayed within 0.44-1.56; polling locks with 50 clients in one
+#: calibration) the ratio stayed within 0.44-2.00; polling locks with 50 clients in one
 #: process reached 2.3-23.6 (main) and 6.1-14.0 (this branch, --processes 1).
 INFLATION_THRESHOLD = 2.0
 

@@ -210,7 +210,7 @@ def _server_pids(stack: Stack, backend: str) -> list[int]:
                 pid = getattr(getattr(member, "process", None), "pid", None)
                 if pid:
                     pids.append(pid)
-    return pids
+    return list(dict.fromkeys(pids))  # a cluster's own process is its first member's
 
 
 def run_case(case: Case, stack: Stack, scratch: Path, solo: fidelity.Solo | None = None) -> dict[str, Any]:
