@@ -139,7 +139,8 @@ def test_expiry_variant_is_taken_over_after_ttl(pg_url: str) -> None:
     assert lease.remaining() is not None and lease.remaining() <= 0.3
     assert b.try_acquire() is None
     lease_b = b.acquire(timeout=5)
-    assert lease_b.extra.get("takeover") is True and b.stats() == {"takeovers": 1}
+    assert lease_b.extra.get("takeover") is True and b.stats()["takeovers"] == 1
+    assert b.stats()["attempts"] >= 2  # the polling template counts its attempts
     assert a.release(lease) is False, "the taken-over holder must learn it lost the lock"
     assert make(name).try_acquire() is None, "the old holder's release freed the new holder's lock"
     assert b.release(lease_b) is True
