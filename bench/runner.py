@@ -386,6 +386,7 @@ def run_plan(
                 elif on_failure:
                     on_failure(case, calibration["errors"][-1])
                 folder.note("calibration", calibration)
+                _stop_if_a_server_died(stack, case)
                 continue
             solo = solos.get(case.calibration_key)
             if solo is None and case.workload.name in fidelity.CALIBRATED_WORKLOADS:
@@ -407,12 +408,14 @@ def run_plan(
                 result.get("log"),
             )
             folder.note("calibration", calibration)
-            dead = stack.dead()
-            if dead:
-                raise ServerDied(
-                    f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"
-                )
+            _stop_if_a_server_died(stack, case)
     return failures
+
+
+def _stop_if_a_server_died(stack: Stack, case: Case) -> None:
+    dead = stack.dead()
+    if dead:
+        raise ServerDied(f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept")
 
 
 def calibrate_solo(
