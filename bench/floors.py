@@ -69,14 +69,13 @@ def _memcached(url: str) -> Iterator[Callable[[], object]]:
 
 @contextlib.contextmanager
 def _etcd(url: str) -> Iterator[Callable[[], object]]:
-    from lockimpls.etcd_client import EtcdClient
+    from lockimpls.etcd_client import client_for, close_clients
 
-    client = EtcdClient([url])
+    client = client_for([url])
     try:
         yield lambda: client.range("lockbench-floor")
     finally:
-        for member in client._members:
-            member.close()
+        close_clients()  # this process's pools; the next user opens new ones
 
 
 @contextlib.contextmanager
