@@ -14,11 +14,19 @@ the same thing for the same trouble:
 
 redis-py's own retries are switched off: a silently retried ``SET NX`` that was applied the
 first time would come back "not acquired" while the caller holds the lock.
+
+The seed locks' commands (every poll of a waiter) go through :func:`execute` instead of
+the client: a connection of the same settings taken from a plain free list, one command
+sent and its raw reply read. redis-py's client path spends about 4x the socket's own
+cost per command (pool bookkeeping, a readiness poll, observability hooks, argument
+checks), and under 50 polling clients in one process that CPU is what delayed the
+holder (docs/architecture.md, "Client hot path"). The error rules above are unchanged.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -41,6 +49,7 @@ MAX_CONNECTIONS = 256
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _scripts: dict[tuple[int, str, str], Script] = {}
+_direct: dict[tuple[int, str], _DirectPool | None] = {}
 
 
 class _NotSent(redis.ConnectionError):
@@ -179,9 +188,137 @@ def script_for(url: str, source: str) -> Script:
     return script
 
 
+def _stale(conn: redis.connection.AbstractConnection) -> bool:
+    """True when an idle connection must not carry a command (closed by the server, or data waiting).
+
+    What redis-py's pool checks before lending a connection, without its cost: under gevent
+    its check is a ``select.poll`` of gevent's (watchers made and torn down per command);
+    here it is one non-blocking ``recv(MSG_PEEK)`` on the OS socket gevent wraps. TLS
+    sockets and plain blocking sockets keep redis-py's own check.
+    """
+    sock = conn._sock
+    if sock is None:
+        return False  # not connected: connect() makes a fresh one
+    raw = getattr(sock, "_sock", None)  # gevent's socket keeps the OS socket, non-blocking
+    if raw is None or hasattr(sock, "pending") or raw.gettimeout() != 0.0:
+        try:
+            return conn.can_read()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return True  # hiredis reports a closed connection by raising
+    try:
+        raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True  # EOF (server closed it) or an unread reply: either way, not reusable
+
+
+class _DirectPool:
+    """Idle connections to one server, lent one command at a time (see :func:`execute`).
+
+    Why not redis-py's pool: a list's pop and append are all the bookkeeping a command
+    needs here, and they are atomic under the GIL. No upper bound: the number of
+    connections follows the number of commands in flight (one per simulated client).
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        pool = client.connection_pool
+        self._make = lambda: pool.connection_class(**pool.connection_kwargs)
+        self._idle: list[redis.connection.AbstractConnection] = []
+        self._all: list[redis.connection.AbstractConnection] = []
+
+    def take(self) -> redis.connection.AbstractConnection:
+        """A connected connection, ready for a command; errors are raised as :class:`_NotSent`."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._make()
+            self._all.append(conn)
+        try:
+            if _stale(conn):
+                conn.disconnect()
+            conn.connect()
+        except (redis.RedisError, OSError) as exc:
+            conn.disconnect()
+            self._idle.append(conn)
+            raise _NotSent(str(exc)) from exc
+        except BaseException:
+            self._idle.append(conn)
+            raise
+        return conn
+
+    def give_back(self, conn: redis.connection.AbstractConnection) -> None:
+        self._idle.append(conn)
+
+    def close(self) -> None:
+        for conn in self._all:
+            conn.disconnect()
+        self._all.clear()
+        self._idle.clear()
+
+
+def _direct_pool(url: str) -> _DirectPool | None:
+    """This process's direct pool for ``url``; None for Sentinel URLs (they use the client)."""
+    key = (os.getpid(), url)
+    try:
+        return _direct[key]
+    except KeyError:
+        pass
+    for old in [k for k in _direct if k[0] != key[0]]:
+        del _direct[old]  # inherited across a fork: the parent's sockets
+    client = client_for(url)
+    pool = None if isinstance(client.connection_pool, _SentinelPool) else _DirectPool(client)
+    return _direct.setdefault(key, pool)
+
+
+def execute(url: str, *args: object) -> object:
+    """Send one command to ``url``'s server and return its raw reply (bytes, int, None...).
+
+    Replies are not post-processed: ``SET`` answers ``b"OK"`` or None, ``SETNX`` 1 or 0.
+    Errors are redis-py's, and a connection that could not be made raises
+    :class:`_NotSent`, exactly as through :func:`client_for`'s pool. A command interrupted
+    before its reply was read (timeout, dropped connection, greenlet killed) drops the
+    connection, so no late reply is ever read as the answer to another command.
+    """
+    pool = _direct_pool(url)
+    if pool is None:
+        return client_for(url).execute_command(*args)
+    conn = pool.take()
+    try:
+        conn.send_command(*args, check_health=False)
+        reply = conn.read_response()
+    except redis.ResponseError:
+        pool.give_back(conn)  # the whole error reply was read: the connection is clean
+        raise
+    except BaseException:
+        conn.disconnect()
+        pool.give_back(conn)
+        raise
+    pool.give_back(conn)
+    return reply
+
+
+def evalsha(url: str, script: Script, keys: list[str], args: list[object]) -> object:
+    """Run a registered script by its SHA through :func:`execute`, loading it on NOSCRIPT.
+
+    What redis-py's ``Script.__call__`` does: EVALSHA refused with NOSCRIPT ran nothing,
+    so loading the script and sending EVALSHA again cannot apply it twice.
+    """
+    try:
+        return execute(url, "EVALSHA", script.sha, len(keys), *keys, *args)
+    except redis.exceptions.NoScriptError:
+        execute(url, "SCRIPT", "LOAD", script.script)
+        return execute(url, "EVALSHA", script.sha, len(keys), *keys, *args)
+
+
 def close_clients() -> None:
     """Close this process's clients (tests and short-lived tools; workers just exit)."""
     pid = os.getpid()
+    for key in [k for k in _direct if k[0] == pid]:
+        pool = _direct.pop(key)
+        if pool is not None:
+            pool.close()
     for key in [k for k in _clients if k[0] == pid]:
         client = _clients.pop(key)
         client.close()
