@@ -49,7 +49,7 @@ MAX_CONNECTIONS = 256
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _scripts: dict[tuple[int, str, str], Script] = {}
-_direct: dict[tuple[int, str], _DirectPool | None] = {}
+_direct: dict[tuple[int, str], DirectCommands | None] = {}
 
 
 class _NotSent(redis.ConnectionError):
@@ -214,12 +214,16 @@ def _stale(conn: redis.connection.AbstractConnection) -> bool:
     return True  # EOF (server closed it) or an unread reply: either way, not reusable
 
 
-class _DirectPool:
-    """Idle connections to one server, lent one command at a time (see :func:`execute`).
+class DirectCommands:
+    """Commands to one server on connections of ``client``'s settings, without its per-command work.
 
-    Why not redis-py's pool: a list's pop and append are all the bookkeeping a command
-    needs here, and they are atomic under the GIL. No upper bound: the number of
-    connections follows the number of commands in flight (one per simulated client).
+    Why not the client: redis-py spends about 4x the socket's own cost per command (pool
+    bookkeeping, a readiness poll, observability hooks, argument checks); a waiter polls
+    every ``retry_interval`` and a holder's every step waits behind that work. Here the
+    bookkeeping is a list's pop and append (atomic under the GIL). No upper bound on
+    connections: they follow the commands in flight (one per simulated client at most).
+    Replies are raw (``SET`` answers ``b"OK"`` or None); errors are redis-py's, and a
+    connection that could not be made raises :class:`_NotSent`, as through the pool.
     """
 
     def __init__(self, client: redis.Redis) -> None:
@@ -227,6 +231,38 @@ class _DirectPool:
         self._make = lambda: pool.connection_class(**pool.connection_kwargs)
         self._idle: list[redis.connection.AbstractConnection] = []
         self._all: list[redis.connection.AbstractConnection] = []
+
+    def execute(self, *args: object) -> object:
+        """Send one command and return its raw reply.
+
+        A command interrupted before its reply was read (timeout, dropped connection,
+        greenlet killed) drops the connection, so no late reply is ever read as the
+        answer to another command.
+        """
+        conn = self.take()
+        try:
+            conn.send_command(*args, check_health=False)
+            reply = conn.read_response()
+        except redis.ResponseError:
+            self._idle.append(conn)  # the whole error reply was read: the connection is clean
+            raise
+        except BaseException:
+            conn.disconnect()
+            self._idle.append(conn)
+            raise
+        self._idle.append(conn)
+        return reply
+
+    def evalsha(self, script: Script, keys: list[str], args: list[object]) -> object:
+        """Run a registered script by its SHA, loading it on NOSCRIPT (as ``Script.__call__``).
+
+        EVALSHA refused with NOSCRIPT ran nothing, so sending it again cannot apply it twice.
+        """
+        try:
+            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            self.execute("SCRIPT", "LOAD", script.script)
+            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def take(self) -> redis.connection.AbstractConnection:
         """A connected connection, ready for a command; errors are raised as :class:`_NotSent`."""
@@ -248,18 +284,16 @@ class _DirectPool:
             raise
         return conn
 
-    def give_back(self, conn: redis.connection.AbstractConnection) -> None:
-        self._idle.append(conn)
-
     def close(self) -> None:
+        """Disconnect every connection made here (the object stays usable)."""
         for conn in self._all:
             conn.disconnect()
         self._all.clear()
         self._idle.clear()
 
 
-def _direct_pool(url: str) -> _DirectPool | None:
-    """This process's direct pool for ``url``; None for Sentinel URLs (they use the client)."""
+def _direct_pool(url: str) -> DirectCommands | None:
+    """This process's direct commands for ``url``; None for Sentinel URLs (they use the client)."""
     key = (os.getpid(), url)
     try:
         return _direct[key]
@@ -268,48 +302,28 @@ def _direct_pool(url: str) -> _DirectPool | None:
     for old in [k for k in _direct if k[0] != key[0]]:
         del _direct[old]  # inherited across a fork: the parent's sockets
     client = client_for(url)
-    pool = None if isinstance(client.connection_pool, _SentinelPool) else _DirectPool(client)
+    pool = None if isinstance(client.connection_pool, _SentinelPool) else DirectCommands(client)
     return _direct.setdefault(key, pool)
 
 
 def execute(url: str, *args: object) -> object:
-    """Send one command to ``url``'s server and return its raw reply (bytes, int, None...).
+    """One command to ``url``'s server through :class:`DirectCommands`; its raw reply.
 
-    Replies are not post-processed: ``SET`` answers ``b"OK"`` or None, ``SETNX`` 1 or 0.
-    Errors are redis-py's, and a connection that could not be made raises
-    :class:`_NotSent`, exactly as through :func:`client_for`'s pool. A command interrupted
-    before its reply was read (timeout, dropped connection, greenlet killed) drops the
-    connection, so no late reply is ever read as the answer to another command.
+    Sentinel URLs go through the client (the master is found per connection there), so
+    their replies are the client's parsed ones (``SET``: True or None).
     """
     pool = _direct_pool(url)
     if pool is None:
         return client_for(url).execute_command(*args)
-    conn = pool.take()
-    try:
-        conn.send_command(*args, check_health=False)
-        reply = conn.read_response()
-    except redis.ResponseError:
-        pool.give_back(conn)  # the whole error reply was read: the connection is clean
-        raise
-    except BaseException:
-        conn.disconnect()
-        pool.give_back(conn)
-        raise
-    pool.give_back(conn)
-    return reply
+    return pool.execute(*args)
 
 
 def evalsha(url: str, script: Script, keys: list[str], args: list[object]) -> object:
-    """Run a registered script by its SHA through :func:`execute`, loading it on NOSCRIPT.
-
-    What redis-py's ``Script.__call__`` does: EVALSHA refused with NOSCRIPT ran nothing,
-    so loading the script and sending EVALSHA again cannot apply it twice.
-    """
-    try:
-        return execute(url, "EVALSHA", script.sha, len(keys), *keys, *args)
-    except redis.exceptions.NoScriptError:
-        execute(url, "SCRIPT", "LOAD", script.script)
-        return execute(url, "EVALSHA", script.sha, len(keys), *keys, *args)
+    """A registered script on ``url``'s server (see :meth:`DirectCommands.evalsha`)."""
+    pool = _direct_pool(url)
+    if pool is None:
+        return script(keys=keys, args=args)
+    return pool.evalsha(script, keys, args)
 
 
 def close_clients() -> None:

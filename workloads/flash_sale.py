@@ -111,8 +111,10 @@ class FlashSaleUser(User):
     def on_stop(self) -> None:
         harness.close_locks(getattr(self, "locks", {}).values())
 
-    def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:
-        harness.fire_request(self.environment, name, started_ns, exc)
+    def _fire(
+        self, name: str, started_ns: int, exc: Exception | None = None, ended_ns: int | None = None
+    ) -> None:
+        harness.fire_request(self.environment, name, started_ns, exc, ended_ns)
 
     @task
     def buy(self) -> None:
@@ -123,13 +125,15 @@ class FlashSaleUser(User):
         if lease is None:
             self._fire("acquire", started, RuntimeError(error))
             return
-        self._fire("acquire", started)
+        acquired = time.monotonic_ns()
         try:
             self._critical_section(lock, item, lease)
         finally:
-            started = time.monotonic_ns()
+            releasing = time.monotonic_ns()
             lock.release(lease)
-            self._fire("release", started)
+            # Locust's events after the release: their cost is no part of the hold.
+            self._fire("acquire", started, ended_ns=acquired)
+            self._fire("release", releasing)
 
     def think(self, lock: RecordedLock, item: str) -> None:
         """The work done while holding the lock, between reading and writing the stock."""
