@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockimpls.base import LockOptions  # noqa: E402
 from lockimpls.registry import resolve  # noqa: E402
+from workloads import holder_first  # noqa: E402
 from workloads.recording import new_histogram  # noqa: E402
 from workloads.resource import FlashSaleResource  # noqa: E402
 
@@ -45,7 +46,7 @@ def main() -> None:
     cls = resolve(impl)
     users_n, duration_s, cs_s = int(users), float(duration), float(cs)
     options = LockOptions(retry_interval=float(retry))
-    resource = FlashSaleResource(resource_url)
+    resource = FlashSaleResource(resource_url, on_connect=holder_first.prioritize_connection)
     resource.reset([ITEM], STOCK)
     hold = new_histogram()
     acquired_at: list[int] = []
@@ -65,7 +66,7 @@ def main() -> None:
             acquired_at.append(got)
             resource.witness_enter(ITEM)
             stock = resource.read_stock(ITEM)
-            time.sleep(cs_s)
+            holder_first.holder_sleep(cs_s)
             qty = rng.randint(1, MAX_QTY)
             if stock >= qty:
                 resource.write_stock(ITEM, stock - qty)

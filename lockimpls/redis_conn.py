@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -226,11 +227,17 @@ class DirectCommands:
     connection that could not be made raises :class:`_NotSent`, as through the pool.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        on_connect: Callable[[redis.connection.AbstractConnection], None] | None = None,
+    ) -> None:
         pool = client.connection_pool
         self._make = lambda: pool.connection_class(**pool.connection_kwargs)
         self._idle: list[redis.connection.AbstractConnection] = []
         self._all: list[redis.connection.AbstractConnection] = []
+        #: called with each connection just (re)connected, before its first command
+        self._on_connect = on_connect
 
     def execute(self, *args: object) -> object:
         """Send one command and return its raw reply.
@@ -274,7 +281,10 @@ class DirectCommands:
         try:
             if _stale(conn):
                 conn.disconnect()
-            conn.connect()
+            if conn._sock is None:
+                conn.connect()
+                if self._on_connect is not None:
+                    self._on_connect(conn)
         except (redis.RedisError, OSError) as exc:
             conn.disconnect()
             self._idle.append(conn)

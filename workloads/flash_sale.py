@@ -21,7 +21,7 @@ from typing import Any
 
 from locust import User, constant, events, task
 
-from workloads import harness
+from workloads import harness, holder_first
 from workloads.checkers import check_flash_sale
 from workloads.distributions import parse_distribution, zipf_weights
 from workloads.recording import RecordedLock
@@ -71,7 +71,7 @@ def shared_resource(url: str) -> FlashSaleResource:
     """One resource client (and connection pool) per process and URL."""
     key = (os.getpid(), url)
     if key not in _resources:
-        _resources[key] = FlashSaleResource(url)
+        _resources[key] = FlashSaleResource(url, on_connect=holder_first.prioritize_connection)
     return _resources[key]
 
 
@@ -137,7 +137,7 @@ class FlashSaleUser(User):
 
     def think(self, lock: RecordedLock, item: str) -> None:
         """The work done while holding the lock, between reading and writing the stock."""
-        time.sleep(self.cs())
+        holder_first.holder_sleep(self.cs())
 
     def mark(
         self, lock: RecordedLock, op: str, type_: str, seq: int | None = None, value: int | None = None
