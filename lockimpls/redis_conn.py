@@ -189,6 +189,10 @@ def script_for(url: str, source: str) -> Script:
     return script
 
 
+#: recv flags of :func:`_stale`, as a plain int (OR-ing the enum members costs an Enum per call)
+_PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
+
+
 def _stale(conn: redis.connection.AbstractConnection) -> bool:
     """True when an idle connection must not carry a command (closed by the server, or data waiting).
 
@@ -207,7 +211,7 @@ def _stale(conn: redis.connection.AbstractConnection) -> bool:
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return True  # hiredis reports a closed connection by raising
     try:
-        raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        raw.recv(1, _PEEK_NOW)
     except BlockingIOError:
         return False
     except OSError:
