@@ -46,7 +46,8 @@ def main() -> None:
     cls = resolve(impl)
     users_n, duration_s, cs_s = int(users), float(duration), float(cs)
     options = LockOptions(retry_interval=float(retry))
-    resource = FlashSaleResource(resource_url, on_connect=holder_first.prioritize_connection)
+    holder_first.install()
+    resource = FlashSaleResource(resource_url)
     resource.reset([ITEM], STOCK)
     hold = new_histogram()
     acquired_at: list[int] = []
@@ -64,16 +65,17 @@ def main() -> None:
                 continue
             got = time.monotonic_ns()
             acquired_at.append(got)
-            resource.witness_enter(ITEM)
-            stock = resource.read_stock(ITEM)
-            holder_first.holder_sleep(cs_s)
-            qty = rng.randint(1, MAX_QTY)
-            if stock >= qty:
-                resource.write_stock(ITEM, stock - qty)
-                resource.append_order(ITEM, "plain", qty)
-            resource.witness_exit(ITEM)
-            hold.record_value(max(1, (time.monotonic_ns() - got) // 1000))
-            lock.release(lease)
+            with holder_first.holding():
+                resource.witness_enter(ITEM)
+                stock = resource.read_stock(ITEM)
+                holder_first.holder_sleep(cs_s)
+                qty = rng.randint(1, MAX_QTY)
+                if stock >= qty:
+                    resource.write_stock(ITEM, stock - qty)
+                    resource.append_order(ITEM, "plain", qty)
+                resource.witness_exit(ITEM)
+                hold.record_value(max(1, (time.monotonic_ns() - got) // 1000))
+                lock.release(lease)
 
     warm = cls(f"flash-sale:{ITEM}", [lock_url], options)
     warm.release(warm.acquire(timeout=5))

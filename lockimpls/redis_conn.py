@@ -51,6 +51,7 @@ MAX_CONNECTIONS = 256
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _scripts: dict[tuple[int, str, str], Script] = {}
 _direct: dict[tuple[int, str], DirectCommands | None] = {}
+_take_hook: list[Callable[[redis.connection.AbstractConnection], None]] = []
 
 
 class _NotSent(redis.ConnectionError):
@@ -231,17 +232,11 @@ class DirectCommands:
     connection that could not be made raises :class:`_NotSent`, as through the pool.
     """
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        on_connect: Callable[[redis.connection.AbstractConnection], None] | None = None,
-    ) -> None:
+    def __init__(self, client: redis.Redis) -> None:
         pool = client.connection_pool
         self._make = lambda: pool.connection_class(**pool.connection_kwargs)
         self._idle: list[redis.connection.AbstractConnection] = []
         self._all: list[redis.connection.AbstractConnection] = []
-        #: called with each connection just (re)connected, before its first command
-        self._on_connect = on_connect
 
     def execute(self, *args: object) -> object:
         """Send one command and return its raw reply.
@@ -287,8 +282,8 @@ class DirectCommands:
                 conn.disconnect()
             if conn._sock is None:
                 conn.connect()
-                if self._on_connect is not None:
-                    self._on_connect(conn)
+            for hook in _take_hook:
+                hook(conn)
         except (redis.RedisError, OSError) as exc:
             conn.disconnect()
             self._idle.append(conn)
@@ -304,6 +299,15 @@ class DirectCommands:
             conn.disconnect()
         self._all.clear()
         self._idle.clear()
+
+
+def set_take_hook(hook: Callable[[redis.connection.AbstractConnection], None] | None) -> None:
+    """Call ``hook`` with every connection :class:`DirectCommands` lends, before its command.
+
+    The load generator uses it to schedule a lock holder's replies before waiters'
+    (``workloads.holder_first``); lock algorithms never do. None removes it.
+    """
+    _take_hook[:] = [] if hook is None else [hook]
 
 
 def _direct_pool(url: str) -> DirectCommands | None:

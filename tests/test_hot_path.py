@@ -32,7 +32,7 @@ def test_contended_locust_run_records_every_operation_exactly_once(
     out = tmp_path / "case"
     argv = [
         sys.executable, "-m", "locust", "-f", str(ROOT / "workloads" / "flash_sale.py"), "--headless",
-        "--users", "20", "--spawn-rate", "20", "--run-time", "3s", "--stop-timeout", "10",
+        "--users", "10", "--spawn-rate", "10", "--run-time", "3s", "--stop-timeout", "30",
         "--exit-code-on-error", "0", "--only-summary", "--loglevel", "WARNING",
         "--lock-impl", "redis.set-nx-px-lua", "--lock-url", redis_url,
         "--resource-url", resource_server.url, "--cs", "1ms",
@@ -42,6 +42,9 @@ def test_contended_locust_run_records_every_operation_exactly_once(
     assert proc.returncode == 0, proc.stderr[-2000:]
     recording = json.loads((out / "recording.json").read_text())
     history = pd.read_parquet(out / "history.parquet")
+    # an operation cut by a forced stop has no completion by design; 30 s covers the 5 s
+    # acquire timeout many times over
+    assert "Not all users finished" not in proc.stderr
     assert recording["complete"], recording["problems"]
     assert recording["merged_totals"]["events"] == len(history)
 
@@ -50,14 +53,15 @@ def test_contended_locust_run_records_every_operation_exactly_once(
         rows = history[history["op"] == op]
         per_call = rows.groupby(["client", "seq"])["type"].agg(list)
         assert len(per_call) > 0, op
-        assert all(types[0] == "invoke" and len(types) == 2 for types in per_call), (op, per_call.head())
+        bad = per_call[[not (len(types) == 2 and types[0] == "invoke") for types in per_call]]
+        assert bad.empty, (op, bad.head())
 
     def count(op: str, type_: str) -> int:
         return int(((history["op"] == op) & (history["type"] == type_)).sum())
 
     hists = {name: decode_histogram(text).get_total_count() for name, text in recording["histograms"].items()}
     acquired = count("acquire", "ok")
-    assert acquired > 20
+    assert acquired > 10
     assert hists["acquire_ok"] == acquired
     assert hists["hold"] == hists["cs"] == count("release", "invoke") == acquired
     assert hists["release"] == count("release", "ok") == acquired
@@ -111,26 +115,30 @@ HOLDER_FIRST_SCRIPT = textwrap.dedent(
     from workloads import holder_first
     from workloads.resource import FlashSaleResource
 
-    order = []
+    holder_first.install()
+    res = FlashSaleResource(sys.argv[1])
+    order, priorities = [], {}
 
     def waiter():
         gevent.sleep(0.05)
         order.append("waiter")
+        res.witness_enter("x")
+        priorities["waiter"] = res._direct._idle[-1]._sock._read_event.priority
 
     def holder():
-        holder_first.holder_sleep(0.05)
-        order.append("holder")
+        with holder_first.holding():
+            holder_first.holder_sleep(0.05)
+            order.append("holder")
+            res.witness_enter("x")
+            priorities["holder"] = res._direct._idle[-1]._sock._read_event.priority
 
     t0 = time.monotonic()
     greenlets = [gevent.spawn(waiter), gevent.spawn(holder)]
     gevent.sleep(0)  # both start their timers, the waiter's first
     monkey.get_original("time", "sleep")(0.1)  # the loop stalls: both are due in one turn
-    gevent.joinall(greenlets)
+    gevent.joinall(greenlets, raise_error=True)
     assert time.monotonic() - t0 >= 0.05
-    res = FlashSaleResource(sys.argv[1], on_connect=holder_first.prioritize_connection)
-    res.witness_enter("x")
-    conn = res._direct._idle[0]
-    print(order[0], conn._sock._read_event.priority)
+    print(order[0], priorities["holder"], priorities["waiter"])
     """
 )
 
@@ -144,4 +152,5 @@ def test_holder_wakes_before_a_waiter_due_in_the_same_loop_turn(resource_server:
         timeout=60,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["holder", "2"]
+    # the holder's timer and its command's reply outrank a waiter's; the waiter's do not
+    assert out.stdout.split() == ["holder", "2", "0"]

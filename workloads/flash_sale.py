@@ -63,6 +63,7 @@ class FlashSale:
 
 
 harness.use_workload(FlashSale())
+holder_first.install()
 _resources: dict[tuple[int, str], FlashSaleResource] = {}
 _client_numbers = itertools.count()
 
@@ -71,7 +72,7 @@ def shared_resource(url: str) -> FlashSaleResource:
     """One resource client (and connection pool) per process and URL."""
     key = (os.getpid(), url)
     if key not in _resources:
-        _resources[key] = FlashSaleResource(url, on_connect=holder_first.prioritize_connection)
+        _resources[key] = FlashSaleResource(url)
     return _resources[key]
 
 
@@ -127,10 +128,13 @@ class FlashSaleUser(User):
             return
         acquired = time.monotonic_ns()
         try:
-            self._critical_section(lock, item, lease)
+            with holder_first.holding():
+                try:
+                    self._critical_section(lock, item, lease)
+                finally:
+                    releasing = time.monotonic_ns()
+                    lock.release(lease)
         finally:
-            releasing = time.monotonic_ns()
-            lock.release(lease)
             # Locust's events after the release: their cost is no part of the hold.
             self._fire("acquire", started, ended_ns=acquired)
             self._fire("release", releasing)

@@ -12,8 +12,6 @@ without fencing); ``enforce`` refuses them and counts the refusals (what fencing
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import redis
 
 from lockimpls.redis_conn import DirectCommands
@@ -58,21 +56,14 @@ class FlashSaleResource:
     The steps a holder takes (witness, read, write, order) are sent through
     :class:`~lockimpls.redis_conn.DirectCommands`: they lie inside every hold, so the
     client's own cost per command would be measured as the lock's hold time.
-    ``on_connect`` is called with each connection those steps open (the load generator
-    gives them the holder's scheduling priority, see ``workloads.holder_first``).
     """
 
-    def __init__(
-        self,
-        url: str,
-        namespace: str = "lockbench:res",
-        on_connect: Callable[[redis.connection.AbstractConnection], None] | None = None,
-    ) -> None:
+    def __init__(self, url: str, namespace: str = "lockbench:res") -> None:
         self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10)
         self.ns = namespace
         self._read = self.client.register_script(FENCED_READ)
         self._write = self.client.register_script(FENCED_WRITE)
-        self._direct = DirectCommands(self.client, on_connect)
+        self._direct = DirectCommands(self.client)
         self._keys: dict[tuple[str, str], str] = {}
 
     def _k(self, kind: str, item: str) -> str:
