@@ -1,4 +1,4 @@
-"""etcd, memcached and file lock figures (issue 8), each next to a floor measured in the same run.
+"""etcd, memcached and file lock figures, each next to a floor measured in the same run.
 
 1. Uncontended acquire+release p50 of every etcd, memcached and file impl over its
    backend's floor: etcd one ``put`` over the same gateway client (urllib3 keep-alive),

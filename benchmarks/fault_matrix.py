@@ -1,4 +1,4 @@
-"""The fault verdict matrix of issue 6: every impl x (long-cs, lease-expiry task and world
+"""The fault verdict matrix: every impl x (long-cs, lease-expiry task and world
 pauses, crash, server restart), fenced and unfenced, plus recovery time after a crash.
 
 Runs ``bench`` three times (faults need different set-ups), then prints one table:

@@ -1,7 +1,7 @@
-"""PostgreSQL figures (issue 4), each next to a floor measured in the same run.
+"""PostgreSQL figures, each next to a floor measured in the same run.
 
 1. Uncontended acquire+release p50 of every postgres impl, over ``SELECT 1`` p50 on one
-   pooled connection, and the issue's two ratios: advisory pair / two ``SELECT 1``;
+   pooled connection, and two ratios of equal round trips: advisory pair / two ``SELECT 1``;
    FOR UPDATE + COMMIT / an empty ``BEGIN`` + ``COMMIT`` (both two round trips).
 2. ``--hot``: one hot key, N greenlets (default 50), 1 ms critical section, plain gevent
    without Locust or recording: acquisitions/s of each impl next to redis.set-nx-px-lua.
@@ -73,7 +73,7 @@ def uncontended(dsn: str, n: int) -> dict[str, dict[str, float]]:
     return {
         "p50_us": p50,
         "pair_over_select1": ratios,
-        "issue_ratios": {
+        "equal_round_trip_ratios": {
             "advisory_pair_over_two_select1": round(p50["postgres.advisory"] / p50["two_select1"], 2),
             "for_update_commit_over_empty_begin_commit": round(
                 p50["postgres.for-update"] / p50["begin_commit"], 2

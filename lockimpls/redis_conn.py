@@ -14,11 +14,20 @@ the same thing for the same trouble:
 
 redis-py's own retries are switched off: a silently retried ``SET NX`` that was applied the
 first time would come back "not acquired" while the caller holds the lock.
+
+The seed locks' commands (every poll of a waiter) go through :func:`execute` instead of
+the client: a connection of the same settings taken from a plain free list, one command
+sent and its raw reply read. redis-py's client path spends about 4x the socket's own
+cost per command (pool bookkeeping, a readiness poll, observability hooks, argument
+checks), and under 50 polling clients in one process that CPU is what delayed the
+holder (docs/architecture.md, "Client hot path"). The error rules above are unchanged.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Callable
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -41,6 +50,8 @@ MAX_CONNECTIONS = 256
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _scripts: dict[tuple[int, str, str], Script] = {}
+_direct: dict[tuple[int, str], DirectCommands | None] = {}
+_take_hook: list[Callable[[redis.connection.AbstractConnection], None]] = []
 
 
 class _NotSent(redis.ConnectionError):
@@ -179,9 +190,167 @@ def script_for(url: str, source: str) -> Script:
     return script
 
 
+#: recv flags of :func:`_stale`, as a plain int (OR-ing the enum members costs an Enum per call)
+_PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
+
+
+def _stale(conn: redis.connection.AbstractConnection) -> bool:
+    """True when an idle connection must not carry a command (closed by the server, or data waiting).
+
+    What redis-py's pool checks before lending a connection, without its cost: under gevent
+    its check is a ``select.poll`` of gevent's (watchers made and torn down per command);
+    here it is one non-blocking ``recv(MSG_PEEK)`` on the OS socket gevent wraps. TLS
+    sockets and plain blocking sockets keep redis-py's own check.
+    """
+    sock = conn._sock
+    if sock is None:
+        return False  # not connected: connect() makes a fresh one
+    raw = getattr(sock, "_sock", None)  # gevent's socket keeps the OS socket, non-blocking
+    if raw is None or hasattr(sock, "pending") or raw.gettimeout() != 0.0:
+        try:
+            return conn.can_read()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return True  # hiredis reports a closed connection by raising
+    try:
+        raw.recv(1, _PEEK_NOW)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True  # EOF (server closed it) or an unread reply: either way, not reusable
+
+
+class DirectCommands:
+    """Commands to one server on connections of ``client``'s settings, without its per-command work.
+
+    Why not the client: redis-py spends about 4x the socket's own cost per command (pool
+    bookkeeping, a readiness poll, observability hooks, argument checks); a waiter polls
+    every ``retry_interval`` and a holder's every step waits behind that work. Here the
+    bookkeeping is a list's pop and append (atomic under the GIL). No upper bound on
+    connections: they follow the commands in flight (one per simulated client at most).
+    Replies are raw (``SET`` answers ``b"OK"`` or None); errors are redis-py's, and a
+    connection that could not be made raises :class:`_NotSent`, as through the pool.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        pool = client.connection_pool
+        self._make = lambda: pool.connection_class(**pool.connection_kwargs)
+        self._idle: list[redis.connection.AbstractConnection] = []
+        self._all: list[redis.connection.AbstractConnection] = []
+
+    def execute(self, *args: object) -> object:
+        """Send one command and return its raw reply.
+
+        A command interrupted before its reply was read (timeout, dropped connection,
+        greenlet killed) drops the connection, so no late reply is ever read as the
+        answer to another command.
+        """
+        conn = self.take()
+        try:
+            conn.send_command(*args, check_health=False)
+            reply = conn.read_response()
+        except redis.ResponseError:
+            self._idle.append(conn)  # the whole error reply was read: the connection is clean
+            raise
+        except BaseException:
+            conn.disconnect()
+            self._idle.append(conn)
+            raise
+        self._idle.append(conn)
+        return reply
+
+    def evalsha(self, script: Script, keys: list[str], args: list[object]) -> object:
+        """Run a registered script by its SHA, loading it on NOSCRIPT (as ``Script.__call__``).
+
+        EVALSHA refused with NOSCRIPT ran nothing, so sending it again cannot apply it twice.
+        """
+        try:
+            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            self.execute("SCRIPT", "LOAD", script.script)
+            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def take(self) -> redis.connection.AbstractConnection:
+        """A connected connection, ready for a command; errors are raised as :class:`_NotSent`."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._make()
+            self._all.append(conn)
+        try:
+            if _stale(conn):
+                conn.disconnect()
+            if conn._sock is None:
+                conn.connect()
+            for hook in _take_hook:
+                hook(conn)
+        except (redis.RedisError, OSError) as exc:
+            conn.disconnect()
+            self._idle.append(conn)
+            raise _NotSent(str(exc)) from exc
+        except BaseException:
+            self._idle.append(conn)
+            raise
+        return conn
+
+    def close(self) -> None:
+        """Disconnect every connection made here (the object stays usable)."""
+        for conn in self._all:
+            conn.disconnect()
+        self._all.clear()
+        self._idle.clear()
+
+
+def set_take_hook(hook: Callable[[redis.connection.AbstractConnection], None] | None) -> None:
+    """Call ``hook`` with every connection :class:`DirectCommands` lends, before its command.
+
+    The load generator uses it to schedule a lock holder's replies before waiters'
+    (``workloads.holder_first``); lock algorithms never do. None removes it.
+    """
+    _take_hook[:] = [] if hook is None else [hook]
+
+
+def _direct_pool(url: str) -> DirectCommands | None:
+    """This process's direct commands for ``url``; None for Sentinel URLs (they use the client)."""
+    key = (os.getpid(), url)
+    try:
+        return _direct[key]
+    except KeyError:
+        pass
+    for old in [k for k in _direct if k[0] != key[0]]:
+        del _direct[old]  # inherited across a fork: the parent's sockets
+    client = client_for(url)
+    pool = None if isinstance(client.connection_pool, _SentinelPool) else DirectCommands(client)
+    return _direct.setdefault(key, pool)
+
+
+def execute(url: str, *args: object) -> object:
+    """One command to ``url``'s server through :class:`DirectCommands`; its raw reply.
+
+    Sentinel URLs go through the client (the master is found per connection there), so
+    their replies are the client's parsed ones (``SET``: True or None).
+    """
+    pool = _direct_pool(url)
+    if pool is None:
+        return client_for(url).execute_command(*args)
+    return pool.execute(*args)
+
+
+def evalsha(url: str, script: Script, keys: list[str], args: list[object]) -> object:
+    """A registered script on ``url``'s server (see :meth:`DirectCommands.evalsha`)."""
+    pool = _direct_pool(url)
+    if pool is None:
+        return script(keys=keys, args=args)
+    return pool.evalsha(script, keys, args)
+
+
 def close_clients() -> None:
     """Close this process's clients (tests and short-lived tools; workers just exit)."""
     pid = os.getpid()
+    for key in [k for k in _direct if k[0] == pid]:
+        pool = _direct.pop(key)
+        if pool is not None:
+            pool.close()
     for key in [k for k in _clients if k[0] == pid]:
         client = _clients.pop(key)
         client.close()

@@ -13,7 +13,10 @@ Common to all five:
 - the lease deadline is counted from the moment the attempt started (before the request
   left), so the client's deadline never falls after the server's expiry;
 - errors go through :class:`lockimpls.redis_conn.RedisCall` (unreachable server ->
-  BackendUnavailable, lost reply -> LockOutcomeUnknown).
+  BackendUnavailable, lost reply -> LockOutcomeUnknown);
+- commands go through :func:`lockimpls.redis_conn.execute` (raw replies, no client-side
+  machinery per command): a waiter polls every ``retry_interval``, so each poll's client
+  cost is paid thousands of times a second.
 
 Some steps are separate methods (``_step_setnx``, ``_release_check``...) so that tests can
 drive a crash or an interleaving between two commands; the production path calls them in
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 import redis
 
 from lockimpls.base import Capabilities, Lease, Lock, LockConfigError, LockOptions, new_owner_id
-from lockimpls.redis_conn import RedisCall, client_for, script_for
+from lockimpls.redis_conn import RedisCall, client_for, evalsha, execute, script_for
 
 KEY_PREFIX = "lockbench:lock:"
 
@@ -70,6 +73,7 @@ class _RedisLock(Lock):
         self.fence_key = f"{self.key}:fence"
         self.ttl_ms = max(1, round(self.options.ttl * 1000))
         self._owner = new_owner_id(self.options.owner_prefix)
+        self._whats: dict[str, str] = {}
 
     @property
     def client(self) -> redis.Redis:
@@ -77,12 +81,15 @@ class _RedisLock(Lock):
         return client_for(self.url)
 
     def _call(self, what: str) -> RedisCall:
-        return RedisCall(f"{self.id} {what} of {self.name!r}", self.url)
+        label = self._whats.get(what)
+        if label is None:
+            label = self._whats[what] = f"{self.id} {what} of {self.name!r}"
+        return RedisCall(label, self.url)
 
     def _fence(self) -> int | None:
         if not self.options.fencing:
             return None
-        return int(self.client.incr(self.fence_key))
+        return int(execute(self.url, "INCR", self.fence_key))
 
     def _granted(self, token: int | None, started_ns: int, ttl: float | None) -> Lease:
         lease = self._new_lease(self._owner, token)
@@ -93,11 +100,11 @@ class _RedisLock(Lock):
 
     def _step_setnx(self, value: str | None = None) -> bool:
         """SETNX key value (the current owner id by default): True when this call set it."""
-        return bool(self.client.setnx(self.key, self._owner if value is None else value))
+        return execute(self.url, "SETNX", self.key, self._owner if value is None else value) == 1
 
     def _delete(self) -> bool:
         """Unconditional DEL: True when a key was there (whoever's it was)."""
-        return self.client.delete(self.key) == 1
+        return execute(self.url, "DEL", self.key) == 1
 
 
 class SetnxDel(_RedisLock):
@@ -166,7 +173,7 @@ class SetnxExpire(_RedisLock):
         return self._granted(token, started, self.options.ttl)
 
     def _step_expire(self) -> None:
-        self.client.pexpire(self.key, self.ttl_ms)
+        execute(self.url, "PEXPIRE", self.key, self.ttl_ms)
 
     def _release(self, lease: Lease) -> bool:
         with self._call("release"):
@@ -216,14 +223,14 @@ class SetnxGetset(_RedisLock):
             if self._step_setnx(value):
                 call.applied()
             else:
-                seen = _parse_ms(self.client.get(self.key))
+                seen = _parse_ms(execute(self.url, "GET", self.key))
                 if seen is None or seen >= now_ms:
                     return None
-                previous = _parse_ms(self.client.getset(self.key, value))
+                previous = _parse_ms(execute(self.url, "GETSET", self.key, value))
                 call.applied()
                 if previous != seen:
                     return None
-            self.client.pexpire(self.key, self.ttl_ms)
+            execute(self.url, "PEXPIRE", self.key, self.ttl_ms)
             token = self._fence()
         lease = self._granted(token, started, self.options.ttl)
         lease.extra["expires_at_ms"] = expires_ms
@@ -256,7 +263,7 @@ class SetNxPx(_RedisLock):
     def _try_acquire(self) -> Lease | None:
         started = time.monotonic_ns()
         with self._call("acquire") as call:
-            if not self.client.set(self.key, self._owner, nx=True, px=self.ttl_ms):
+            if execute(self.url, "SET", self.key, self._owner, "NX", "PX", self.ttl_ms) is None:
                 return None
             call.applied()
             token = self._fence()
@@ -270,7 +277,7 @@ class SetNxPx(_RedisLock):
 
     def _release_check(self, lease: Lease) -> bool:
         """First half of the release: does the key still hold this lease's owner id?"""
-        return self.client.get(self.key) == lease.owner.encode()
+        return execute(self.url, "GET", self.key) == lease.owner.encode()
 
 
 class SetNxPxLua(_RedisLock):
@@ -298,16 +305,16 @@ class SetNxPxLua(_RedisLock):
         with self._call("acquire"):
             if self.options.fencing:
                 script = script_for(self.url, ACQUIRE_FENCED_LUA)
-                token = script(keys=[self.key, self.fence_key], args=[self._owner, self.ttl_ms])
+                token = evalsha(self.url, script, [self.key, self.fence_key], [self._owner, self.ttl_ms])
                 if token is None:
                     return None
                 token = int(token)
             else:
-                if not self.client.set(self.key, self._owner, nx=True, px=self.ttl_ms):
+                if execute(self.url, "SET", self.key, self._owner, "NX", "PX", self.ttl_ms) is None:
                     return None
                 token = None
         return self._granted(token, started, self.options.ttl)
 
     def _release(self, lease: Lease) -> bool:
         with self._call("release"):
-            return script_for(self.url, RELEASE_LUA)(keys=[self.key], args=[lease.owner]) == 1
+            return evalsha(self.url, script_for(self.url, RELEASE_LUA), [self.key], [lease.owner]) == 1

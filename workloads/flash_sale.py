@@ -21,7 +21,7 @@ from typing import Any
 
 from locust import User, constant, events, task
 
-from workloads import harness
+from workloads import harness, holder_first
 from workloads.checkers import check_flash_sale
 from workloads.distributions import parse_distribution, zipf_weights
 from workloads.recording import RecordedLock
@@ -63,6 +63,7 @@ class FlashSale:
 
 
 harness.use_workload(FlashSale())
+holder_first.install()
 _resources: dict[tuple[int, str], FlashSaleResource] = {}
 _client_numbers = itertools.count()
 
@@ -111,8 +112,10 @@ class FlashSaleUser(User):
     def on_stop(self) -> None:
         harness.close_locks(getattr(self, "locks", {}).values())
 
-    def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:
-        harness.fire_request(self.environment, name, started_ns, exc)
+    def _fire(
+        self, name: str, started_ns: int, exc: Exception | None = None, ended_ns: int | None = None
+    ) -> None:
+        harness.fire_request(self.environment, name, started_ns, exc, ended_ns)
 
     @task
     def buy(self) -> None:
@@ -123,17 +126,22 @@ class FlashSaleUser(User):
         if lease is None:
             self._fire("acquire", started, RuntimeError(error))
             return
-        self._fire("acquire", started)
+        acquired = time.monotonic_ns()
         try:
-            self._critical_section(lock, item, lease)
+            with holder_first.holding():
+                try:
+                    self._critical_section(lock, item, lease)
+                finally:
+                    releasing = time.monotonic_ns()
+                    lock.release(lease)
         finally:
-            started = time.monotonic_ns()
-            lock.release(lease)
-            self._fire("release", started)
+            # Locust's events after the release: their cost is no part of the hold.
+            self._fire("acquire", started, ended_ns=acquired)
+            self._fire("release", releasing)
 
     def think(self, lock: RecordedLock, item: str) -> None:
         """The work done while holding the lock, between reading and writing the stock."""
-        time.sleep(self.cs())
+        holder_first.holder_sleep(self.cs())
 
     def mark(
         self, lock: RecordedLock, op: str, type_: str, seq: int | None = None, value: int | None = None

@@ -139,6 +139,9 @@ def use_workload(workload: Any) -> None:
 # --- worker side -------------------------------------------------------------------------
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
+    # gevent's loop caches "now" and the locustfile's imports took seconds without a loop
+    # turn: a --run-time timer started from that stale time fires seconds early.
+    gevent.get_hub().loop.update_now()
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lockbench_flush", _on_flush_request)
@@ -329,15 +332,19 @@ def _write_output(environment: Any, complete: bool, problems: list[str]) -> None
     os.replace(tmp, path / "recording.json")
 
 
-def fire_request(environment: Any, name: str, started_ns: int, exc: Exception | None = None) -> None:
-    """Tell Locust about an operation, for its live UI and totals only.
+def fire_request(
+    environment: Any, name: str, started_ns: int, exc: Exception | None = None, ended_ns: int | None = None
+) -> None:
+    """Tell Locust about an operation (ended now, or at ``ended_ns``), for its live UI and totals only.
 
     Locust's own stats round to milliseconds; lockbench's measurement is the recording.
+    A holder fires after its release, so that Locust's bookkeeping is no part of the hold.
     """
+    ended = time.monotonic_ns() if ended_ns is None else ended_ns
     environment.events.request.fire(
         request_type="lock",
         name=name,
-        response_time=(time.monotonic_ns() - started_ns) / 1e6,
+        response_time=(ended - started_ns) / 1e6,
         response_length=0,
         exception=exc,
         context={},

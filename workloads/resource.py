@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import redis
 
+from lockimpls.redis_conn import DirectCommands
+
 #: KEYS: stock, orders, fence-max, stale-counter; ARGV: token, enforce(0/1), [new stock, order]
 FENCED_READ = """
 local max = tonumber(redis.call('GET', KEYS[3]) or '-1')
@@ -49,16 +51,26 @@ class StaleToken(Exception):
 
 
 class FlashSaleResource:
-    """Stock per item, a ledger of orders, and a witness counter of clients inside."""
+    """Stock per item, a ledger of orders, and a witness counter of clients inside.
+
+    The steps a holder takes (witness, read, write, order) are sent through
+    :class:`~lockimpls.redis_conn.DirectCommands`: they lie inside every hold, so the
+    client's own cost per command would be measured as the lock's hold time.
+    """
 
     def __init__(self, url: str, namespace: str = "lockbench:res") -> None:
         self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10)
         self.ns = namespace
         self._read = self.client.register_script(FENCED_READ)
         self._write = self.client.register_script(FENCED_WRITE)
+        self._direct = DirectCommands(self.client)
+        self._keys: dict[tuple[str, str], str] = {}
 
     def _k(self, kind: str, item: str) -> str:
-        return f"{self.ns}:{kind}:{item}"
+        key = self._keys.get((kind, item))
+        if key is None:
+            key = self._keys[(kind, item)] = f"{self.ns}:{kind}:{item}"
+        return key
 
     def reset(self, items: list[str], stock: int) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -82,36 +94,37 @@ class FlashSaleResource:
     def read_stock(self, item: str, token: int | None = None, enforce: bool = False) -> int:
         """The stock; with a token, a fenced read (raises StaleToken when enforced and stale)."""
         if token is None:
-            return int(self.client.get(self._k("stock", item)) or 0)
-        value = int(self._read(keys=self._fence_keys(item, "stale_reads"), args=[token, int(enforce)]))
+            return int(self._direct.execute("GET", self._k("stock", item)) or 0)
+        keys = self._fence_keys(item, "stale_reads")
+        value = int(self._direct.evalsha(self._read, keys, [token, int(enforce)]))
         if value < 0:
             raise StaleToken(f"read of {item} with token {token} refused")
         return value
 
     def write_stock(self, item: str, value: int) -> None:
-        self.client.set(self._k("stock", item), value)
+        self._direct.execute("SET", self._k("stock", item), value)
 
     def append_order(self, item: str, client: str, qty: int) -> None:
-        self.client.rpush(self._k("orders", item), f"{client}:{qty}")
+        self._direct.execute("RPUSH", self._k("orders", item), f"{client}:{qty}")
 
     def fenced_sale(
         self, item: str, token: int, new_stock: int, client: str, qty: int, enforce: bool
     ) -> bool:
         """Write the new stock and the order in one step, guarded by the token."""
         args = [token, int(enforce), new_stock, f"{client}:{qty}"]
-        return bool(self._write(keys=self._fence_keys(item, "stale_writes"), args=args))
+        return bool(self._direct.evalsha(self._write, self._fence_keys(item, "stale_writes"), args))
 
     def witness_enter(self, item: str) -> int:
         """INCR on entry; the value read says how many clients are inside, this one included."""
-        return int(self.client.incr(self._k("witness", item)))
+        return int(self._direct.execute("INCR", self._k("witness", item)))
 
     def witness_exit(self, item: str) -> None:
-        self.client.decr(self._k("witness", item))
+        self._direct.execute("DECR", self._k("witness", item))
 
     # fault coordination (bench's fault thread <-> holders) ------------------------------
     def armed(self) -> bool:
         """True when a fault waits for a holder's signal (see bench.faults)."""
-        return self.client.get(f"{self.ns}:armed") is not None
+        return self._direct.execute("GET", f"{self.ns}:armed") is not None
 
     def signal_held(self, client: str) -> bool:
         """Claim the armed fault for this holder (only one claims it); True when claimed."""

@@ -1,4 +1,4 @@
-"""Figures for the foundation (issue 2), each as a ratio against a floor measured in this run.
+"""Redis lock costs against floors of the same run: PINGs, a plain gevent loop, and one hot key.
 
 1. Uncontended acquire+release p50 of redis.set-nx-px-lua / two raw redis-py PINGs on the
    same connection (one process, no gevent, no recording).
@@ -7,7 +7,7 @@
 3. One hot key, 50 users, 1 ms critical section (``bench run --backend redis``):
    acquisitions/s and p99 acquire wait of each impl, next to the floor of (1).
 
-Run: ``.venv/bin/python benchmarks/foundation_figures.py [--duration 10]``. Machines here
+Run: ``.venv/bin/python benchmarks/redis_vs_ping_floor.py [--duration 10]``. Machines here
 are noisy: quote the ratios, and run it more than once before believing a difference.
 """
 

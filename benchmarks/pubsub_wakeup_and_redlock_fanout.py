@@ -1,4 +1,4 @@
-"""Figures of issue 5: Redisson's pub/sub lock against polling, and RedLock's fan-out cost.
+"""Pub/sub wake-up against polling on one hot key, and RedLock's fan-out cost over one instance.
 
 1. One hot key, ``--users`` (50) clients, 1 ms critical section, flash-sale through
    ``bench run``: ``redis.reentrant`` (waiters woken by pub/sub) next to
@@ -11,7 +11,7 @@
    RedLock's validity left at acquisition and first-try quorum rate come from its
    ``lockstat_*`` columns.
 
-Run: ``.venv/bin/python benchmarks/issue5_figures.py [--duration 10] [--trials 3]
+Run: ``.venv/bin/python benchmarks/pubsub_wakeup_and_redlock_fanout.py [--duration 10] [--trials 3]
 [--retry-interval S] [--json FILE]``. Everything runs on servers bench starts on
 loopback. Machines here are noisy: quote ratios, and run it more than once.
 """
@@ -69,7 +69,7 @@ def hot_key(
         args += ["--impl", impl]
     if retry_interval is not None:
         args += ["--retry-interval", str(retry_interval)]
-    with tempfile.TemporaryDirectory(prefix="issue5-hot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pubsub-hot-") as tmp:
         cases = bench_run(args, Path(tmp))
     cols = ["throughput_acq_s", "acquire_p99_us", "handoff_p50_us", "jain_index", "acquire_timeouts",
             "server_cmds_per_acquire"]  # fmt: skip
@@ -82,7 +82,7 @@ def uncontended_bench(duration: float, trials: int) -> dict[str, Any]:
     args = ["--workload", "lock-pairs", "--users", "1", "--duration", str(duration), "--trials", str(trials)]
     for impl in PAIR:
         args += ["--impl", impl]
-    with tempfile.TemporaryDirectory(prefix="issue5-pairs-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="redlock-pairs-") as tmp:
         cases = bench_run(args, Path(tmp))
     cases["pair_p50_us"] = cases["acquire_p50_us"] + cases["release_p50_us"]
     cols = ["pair_p50_us", "acquire_p50_us", "release_p50_us", "throughput_acq_s"]
@@ -107,7 +107,7 @@ def _pairs(lock: Lock, n: int) -> list[float]:
 
 
 def uncontended_loop(samples: int, rounds: int = 5) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="issue5-loop-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="redlock-loop-") as tmp:
         servers = [RedisServer(Path(tmp), name=f"master-{i}").start() for i in range(5)]
         try:
             urls = [s.url for s in servers]
