@@ -54,7 +54,8 @@ class FlashSale:
         self._resource(opts).reset(item_names(opts.items), opts.stock)
 
     def final_state(self, opts: Any) -> dict:
-        return self._resource(opts).final_state(item_names(opts.items), harness.fencing_mode(opts))
+        state = self._resource(opts).final_state(item_names(opts.items), harness.fencing_mode(opts))
+        return {**state, "max_qty": opts.max_qty}
 
     def summarize(self, history: Any, final_state: dict) -> str:
         verdict = check_flash_sale(history, final_state)
@@ -164,7 +165,12 @@ class FlashSaleUser(User):
         try:
             self._answer_fault(lock)
             seq = lock.next_seq()
-            rec.event(self.client_id, seq, "purchase", "invoke", lock.lock.name, time.monotonic_ns())
+            # the invoke carries the units wanted: a purchase cut off before its ok (Locust's
+            # stop, a killed process) may have taken that much stock without an order
+            qty = self.rng.randint(1, self.opts.max_qty)
+            rec.event(
+                self.client_id, seq, "purchase", "invoke", lock.lock.name, time.monotonic_ns(), value=qty
+            )
             try:
                 stock = res.read_stock(item, token, enforce)
             except StaleToken:
@@ -179,7 +185,6 @@ class FlashSaleUser(User):
                 )
                 return
             self.think(lock, item)
-            qty = self.rng.randint(1, self.opts.max_qty)
             bought = 0
             if stock >= qty:
                 if token is None:
