@@ -26,6 +26,10 @@ try:  # typer >= 0.20 vendors click; older ones use the click package
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
 
+# typer prints an argument's Python type (``RUN... <list[Path]>``) in --help, with no switch to
+# turn it off; the metavars here already say what to give.
+typer.core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 app = typer.Typer(
     add_completion=False,

@@ -79,13 +79,17 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1e6 and x == int(x) else f"{x:g}"
+
+
 def range_text(name: str) -> str:
-    """The documented range of an option, e.g. ``1..86400 s``."""
+    """The documented range of an option, e.g. ``1..86400 s`` or ``above 0, at most 10000 users/s``."""
     r = RANGES[name]
     unit = f" {r.unit}" if r.unit else ""
     if r.open_low:
-        return f"> {r.low:g} and <= {r.high:g}{unit}"
-    return f"{r.low:g}..{r.high:g}{unit}"
+        return f"above {_num(r.low)}, at most {_num(r.high)}{unit}"
+    return f"{_num(r.low)}..{_num(r.high)}{unit}"
 
 
 def help_for(name: str, text: str) -> str:
