@@ -358,6 +358,19 @@ def _number(value: Any) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
 
 
+def _latency(us: Any) -> str:
+    """Microseconds in the unit that keeps the cell short: 850us, 3.12ms, 854ms, 1.23s."""
+    if not isinstance(us, (int, float)) or us != us:
+        return "-"
+    if us < 1000:
+        return f"{us:.0f}us"
+    if us < 10_000:
+        return f"{us / 1000:.2f}ms"
+    if us < 1_000_000:
+        return f"{us / 1000:.0f}ms"
+    return f"{us / 1e6:.2f}s" if us < 1e8 else f"{us / 1e6:,.0f}s"
+
+
 def _is_true(value: Any) -> bool:
     return value is True or str(value).lower() in ("true", "1")
 
@@ -393,13 +406,12 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
     """The console table (fits 80 columns: ids and numbers never wrap) and the notes under it."""
     several = len({row.get("scenario") for row in rows}) > 1
     fidelity = any(_fidelity(r) for r in rows)
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("impl" + (" / scenario" if several else ""), no_wrap=True)
-    for name in ("acq/s", "p50 us", "p99 us"):
+    table.add_column("acq/s" + ("\nhold" if fidelity else ""), justify="right", no_wrap=True)
+    for name in ("acq p50", "acq p99"):
         table.add_column(name, justify="right", no_wrap=True)
-    if fidelity:
-        table.add_column("hold", justify="right", no_wrap=True)
-    table.add_column("verdict", overflow="fold", min_width=9)
+    table.add_column("verdict", min_width=12)
     notes: list[str] = []
     for row in rows:
         label = str(row.get("impl", ""))
@@ -409,19 +421,15 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
             label += f"\n  {row.get('scenario', '')}"
         safety = _safety(row)
         reason = str(row.get("verdict_reason") or "")
-        if reason and reason == reason and reason != "nan":
+        if reason and reason != "nan":
             notes.append(f"({len(notes) + 1}) {row.get('case', label)}: {reason}")
             safety += f" ({len(notes)})"
-        cells = [label, _number(row.get("throughput_acq_s")), _number(row.get("acquire_p50_us")),
-                 _number(row.get("acquire_p99_us"))]  # fmt: skip
-        if fidelity:
-            cells.append(_fidelity(row))
-        style = (
-            "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
-        )
+        rate = _number(row.get("throughput_acq_s")) + (f"\n{_fidelity(row)}" if _fidelity(row) else "")
+        cells = [label, rate, _latency(row.get("acquire_p50_us")), _latency(row.get("acquire_p99_us"))]
+        style = "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
         table.add_row(*cells, safety, style=style)
     if fidelity:
-        notes.append("hold: contended hold p50 / solo hold p50; bound: the load generator was the bottleneck")
+        notes.append("hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck")
     return table, notes
 
 
