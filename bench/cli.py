@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from bench import config, validate
-from bench.errors import Interrupted, UserError
+from bench.errors import Interrupted, UserError, on_interrupt_signal, quiet_swallowed_interrupts
 from bench.suites import SUITES
 from lockimpls.base import DEFAULT_RETRY_INTERVAL
 from lockimpls.registry import backends as _backends
@@ -463,7 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     from lockimpls.base import LockConfigError
 
     # SIGTERM behaves like Ctrl-C so that servers and partial results are cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, on_interrupt_signal)
+    signal.signal(signal.SIGINT, on_interrupt_signal)
+    sys.unraisablehook = quiet_swallowed_interrupts
     try:
         # read [tool.lockbench] now, from the directory the command runs in
         code = app(args=argv, standalone_mode=False, default_map=config.default_map())

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import evidence, meta, validate
-from bench.errors import Interrupted, UserError
+from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.faults import parse_fault
 from bench.progress import LiveProgress
 from bench.redact import redact_text
@@ -301,6 +301,7 @@ class _Execution:
         ) as stack:  # fmt: skip
             meta_fields["versions"] = {"servers": stack.versions, "libraries": meta.library_versions()}
             meta_fields["endpoints"] = endpoints_for_meta(stack)
+            raise_if_interrupted()
             folder = self.folder = RunFolder(results_dir, {**meta_fields, "report": "missing"})
             console.print(f"lockbench: results in {folder.path}")
             status = "complete"
@@ -325,13 +326,14 @@ class _Execution:
                 folder.finish("incomplete")
                 raise
             folder.finish(status)
+        self.stage = "rendering"  # every case is in the folder; what is left is the summary and report
         _write_trial_summaries(folder, console)
         _summary(folder, console)
         report_path = folder.path / "report.html"
         if render and folder.rows:
             from dashboards import render_report
 
-            self.stage = "rendering"
+            raise_if_interrupted()
             report_path = render_report([folder.path], slo_us=slo_us)
             folder.note("report", "report.html")
         elif not render:
@@ -406,7 +408,9 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
     """The console table (fits 80 columns: ids and numbers never wrap) and the notes under it."""
     several = len({row.get("scenario") for row in rows}) > 1
     fidelity = any(_fidelity(r) for r in rows)
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
     table.add_column("impl" + (" / scenario" if several else ""), no_wrap=True)
     table.add_column("acq/s" + ("\nhold" if fidelity else ""), justify="right", no_wrap=True)
     for name in ("acq p50", "acq p99"):
@@ -426,10 +430,14 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
             safety += f" ({len(notes)})"
         rate = _number(row.get("throughput_acq_s")) + (f"\n{_fidelity(row)}" if _fidelity(row) else "")
         cells = [label, rate, _latency(row.get("acquire_p50_us")), _latency(row.get("acquire_p99_us"))]
-        style = "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
+        style = (
+            "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
+        )
         table.add_row(*cells, safety, style=style)
     if fidelity:
-        notes.append("hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck")
+        notes.append(
+            "hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck"
+        )
     return table, notes
 
 

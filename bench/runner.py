@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from bench import analysis, evidence
+from bench.errors import raise_if_interrupted
 from bench.evidence import checker_reason
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
 from bench.redact import redact_text, redact_url
@@ -177,6 +178,7 @@ def _run_locust(
                 try:
                     return proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
                 except subprocess.TimeoutExpired:
+                    raise_if_interrupted()
                     if time.monotonic() >= deadline:
                         raise
                     if on_tick is not None:
@@ -342,6 +344,7 @@ def run_plan(
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="lockbench-cases-") as tmp:
         for i, case in enumerate(cases):
+            raise_if_interrupted()
             if progress:
                 progress(case, i, len(cases))
             try:

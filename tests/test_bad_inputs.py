@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,9 +114,11 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         real_init(self, args, *a, **kw)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", spy)
-    old_term = signal.getsignal(signal.SIGTERM)
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # main() replaces it
     yield {"tmp": tmp_path, "started": started, "monkeypatch": monkeypatch}
-    signal.signal(signal.SIGTERM, old_term)
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
 
 
 def _main(args: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:

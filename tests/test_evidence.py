@@ -26,14 +26,20 @@ def acquires(ok: int, errors: int = 0, timeouts: int = 0) -> pd.DataFrame:
     ev, t = [], 0
     for i in range(ok):
         ev += [("c", i, "acquire", "invoke", "L", t), ("c", i, "acquire", "ok", "L", t + 1)]
-        ev += [("c", 10_000 + i, "release", "invoke", "L", t + 2), ("c", 10_000 + i, "release", "ok", "L", t + 3)]
+        ev += [
+            ("c", 10_000 + i, "release", "invoke", "L", t + 2),
+            ("c", 10_000 + i, "release", "ok", "L", t + 3),
+        ]
         t += 10
     for i in range(errors):
         ev += [("e", i, "acquire", "invoke", "L", t), ("e", i, "acquire", "fail", "L", t + 1, None, None,
                                                         "BackendUnavailable: Connection refused")]  # fmt: skip
         t += 10
     for i in range(timeouts):
-        ev += [("w", i, "acquire", "invoke", "L", t), ("w", i, "acquire", "fail", "L", t + 1, None, None, "timed out")]
+        ev += [
+            ("w", i, "acquire", "invoke", "L", t),
+            ("w", i, "acquire", "fail", "L", t + 1, None, None, "timed out"),
+        ]
         t += 10
     return history(*ev)
 
@@ -64,7 +70,9 @@ def test_an_injected_server_fault_may_cause_errors() -> None:
 
 def test_too_few_acquisitions_say_why_and_explain_a_short_duration() -> None:
     row = {"verdict": "valid"}
-    evidence.apply(row, acquires(evidence.MIN_ACQUISITIONS - 1), fault_injected=False, duration_s=1, spawn_s=1)
+    evidence.apply(
+        row, acquires(evidence.MIN_ACQUISITIONS - 1), fault_injected=False, duration_s=1, spawn_s=1
+    )
     assert row["verdict"] == "unknown"
     assert f"at least {evidence.MIN_ACQUISITIONS}" in row["verdict_reason"]
     assert "--duration 3" in row["verdict_reason"]
@@ -75,7 +83,9 @@ def test_invalid_stays_invalid_and_incomplete_recordings_are_unknown() -> None:
     evidence.apply(row, acquires(2, errors=100), fault_injected=False)
     assert row["verdict"] == "invalid"
     row = {"verdict": "valid"}
-    evidence.apply(row, acquires(100), fault_injected=False, recording_complete=False, recording_problems=["w1 lost"])
+    evidence.apply(
+        row, acquires(100), fault_injected=False, recording_complete=False, recording_problems=["w1 lost"]
+    )
     assert row["verdict"] == "unknown" and "w1 lost" in row["verdict_reason"]
     row = {"verdict": "valid"}
     evidence.server_died(row, ["redis-lock"])

@@ -136,6 +136,11 @@ class FlashSaleUser(User):
         """The work done while holding the lock, between reading and writing the stock."""
         time.sleep(self.cs())
 
+    def sell(self, item: str, new_stock: int, qty: int) -> None:
+        """Unfenced sale: two separate writes, stock then order (the lock must make them safe)."""
+        self.resource.write_stock(item, new_stock)
+        self.resource.append_order(item, self.client_id, qty)
+
     def mark(
         self, lock: RecordedLock, op: str, type_: str, seq: int | None = None, value: int | None = None
     ) -> int:
@@ -188,8 +193,7 @@ class FlashSaleUser(User):
             bought = 0
             if stock >= qty:
                 if token is None:
-                    res.write_stock(item, stock - qty)
-                    res.append_order(item, self.client_id, qty)
+                    self.sell(item, stock - qty, qty)
                     bought = qty
                 elif res.fenced_sale(item, token, stock - qty, self.client_id, qty, enforce):
                     bought = qty

@@ -161,6 +161,10 @@ def use_workload(workload: Any) -> None:
 # --- worker side -------------------------------------------------------------------------
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
+    # gevent's loop caches "now" and has not run since it was created, before seconds of
+    # imports (pandas, pyarrow, lock clients); Locust's --run-time timer, set from that stale
+    # "now" right after this event, would fire at once on a busy machine: no load at all
+    gevent.get_hub().loop.update_now()
     if environment.parsed_options is not None:
         apply_urls_file(environment.parsed_options)
     runner = environment.runner
