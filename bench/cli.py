@@ -224,9 +224,7 @@ def run(
     from bench.suites import apply_suite
 
     # every number and URL is checked before anything starts, naming where it came from
-    sources = {n: _source(ctx, n) for n in ctx.params}
-    validate.check_numbers(ctx.params, sources)
-    validate.check_urls(ctx.params, sources)
+    sources = check_options(ctx)
     # a workload's own defaults (long-cs: a 0.5 s lease ...) apply where the user set nothing:
     # on the command line, in the environment or in [tool.lockbench]
     explicit = {
@@ -295,6 +293,16 @@ def _source(ctx: typer.Context, name: str) -> str:
     return ""
 
 
+def check_options(ctx: typer.Context) -> dict[str, str]:
+    """Validate every number and URL option of a command (bench/validate.py); returns their sources.
+
+    Commands that take these options (run, report, gate, calibrate, matrix ...) call it first.
+    """
+    sources = {n: _source(ctx, n) for n in ctx.params}
+    validate.check_all(ctx.params, sources)
+    return sources
+
+
 def _from(sources: dict[str, str], name: str) -> str:
     return f" (from {sources[name]})" if sources.get(name) else ""
 
@@ -321,7 +329,7 @@ def report_cmd(
     """Render report.html from results folders alone (no server is contacted)."""
     from dashboards import ReportInputError, render_report
 
-    validate.check_numbers(ctx.params, {n: _source(ctx, n) for n in ctx.params})
+    check_options(ctx)
 
     try:
         path = render_report(list(runs), out=out, slo_us=slo_us)
@@ -358,7 +366,7 @@ def gate_cmd(
     """Exit 0 pass, 1 regression, 2 unusable input or not enough data to decide."""
     from bench.gate import append_step_summary, run_gate, to_json, to_markdown
 
-    validate.check_numbers(ctx.params, {n: _source(ctx, n) for n in ctx.params})
+    check_options(ctx)
 
     result = run_gate(baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine)
     markdown = to_markdown(result)

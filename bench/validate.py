@@ -182,3 +182,9 @@ def check_urls(
             continue
         for url in [value] if isinstance(value, str) else list(value):
             check_url(name, url, (sources or {}).get(name, ""))
+
+
+def check_all(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
+    """Numbers and URLs of one command's options (e.g. click's ``ctx.params``), in one call."""
+    check_numbers(values, sources)
+    check_urls(values, sources)
