@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from rich.console import Console
 
 from bench import evidence
@@ -183,3 +184,32 @@ def test_locust_argv_keeps_urls_with_passwords_in_a_private_file(tmp_path: Path)
         "lock_urls": lock_urls,
         "resource_url": "redis://u:resourcepw@127.0.0.1:6380/0",
     }
+
+
+# live progress -------------------------------------------------------------------------------
+
+
+def test_progress_line_has_rate_elapsed_and_an_eta_for_the_whole_run() -> None:
+    from bench.progress import FIRST_GUESS_OVERHEAD_S, LiveProgress
+
+    cases = [
+        Case(
+            impl=f"redis.i{i}",
+            backend="redis",
+            workload=WORKLOADS["flash-sale"],
+            settings=RunSettings(duration=d),
+        )
+        for i, d in enumerate((8, 8, 4))
+    ]
+    progress = LiveProgress(Console(file=open(os.devnull, "w")), cases)  # noqa: SIM115
+    progress.case_started(cases[0], 0, 3)
+    eta = progress.eta_s()
+    assert 20 + 3 * FIRST_GUESS_OVERHEAD_S - 1 < eta <= 20 + 3 * FIRST_GUESS_OVERHEAD_S
+    progress.tick({"t": 100.0, "acquisitions": 0})
+    progress.tick({"t": 102.0, "acquisitions": 500, "errors": 3})
+    text = progress.text(3)
+    assert "250 acq/s" in text and "3 errors" in text and "left" in text and "redis.i0 x flash-sale" in text
+    progress.case_t0 -= 10  # the first case took 10 s of wall time for 8 s of load: 2 s overhead
+    progress.case_started(cases[1], 1, 3)
+    assert progress.overheads == [pytest.approx(2, abs=0.5)]
+    assert progress.eta_s() == pytest.approx(8 + 2 + 4 + 2, abs=0.5)

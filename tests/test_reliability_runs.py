@@ -223,3 +223,5 @@ def test_plain_locust_run_time_stop_mid_critical_section_is_valid(
     taken_not_ordered = sum(it["initial"] - it["stock"] - it["orders_units"] for it in items)
     assert taken_not_ordered > 0, "the stop never cut a sale between its two writes"
     assert "indeterminate_purchases=0" not in verdict
+    progress = json.loads((tmp_path / "progress.json").read_text())  # what bench's live line polls
+    assert progress["acquisitions"] > 0
