@@ -29,12 +29,14 @@ class Range:
     unit: str = ""
     open_low: bool = False
     integer: bool = False
+    open_high: bool = False
 
     def contains(self, value: float) -> bool:
         if not math.isfinite(value):
             return False
         above = value > self.low if self.open_low else value >= self.low
-        return above and value <= self.high
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
 
 
 #: option name (as in ``bench run --help``, dashes as underscores) -> its range
@@ -61,7 +63,7 @@ RANGES: dict[str, Range] = {
     "crash_after": Range(1, 1_000_000, integer=True),
     "stuck_bound": Range(0, 3_600, "s", open_low=True),
     "slo_us": Range(0, 3.6e9, "us", open_low=True),
-    "alpha": Range(0, 0.5, open_low=True),
+    "alpha": Range(0, 1, open_low=True, open_high=True),
 }
 
 #: URL options -> the schemes each accepts and an example for the error message
@@ -84,12 +86,21 @@ def _num(x: float) -> str:
 
 
 def range_text(name: str) -> str:
-    """The documented range of an option, e.g. ``1..86400 s`` or ``above 0, at most 10000 users/s``."""
+    """The documented range of an option: ``1..86400 s``, ``above 0, at most 10000 users/s``, ``between 0 and 1``."""
     r = RANGES[name]
     unit = f" {r.unit}" if r.unit else ""
+    if r.open_low and r.open_high:
+        return f"between {_num(r.low)} and {_num(r.high)}{unit} (both excluded)"
     if r.open_low:
         return f"above {_num(r.low)}, at most {_num(r.high)}{unit}"
+    if r.open_high:
+        return f"at least {_num(r.low)}, below {_num(r.high)}{unit}"
     return f"{_num(r.low)}..{_num(r.high)}{unit}"
+
+
+def _range_phrase(name: str) -> str:
+    r = RANGES[name]
+    return range_text(name) if (r.open_low or r.open_high) else f"in {range_text(name)}"
 
 
 def help_for(name: str, text: str) -> str:
@@ -108,11 +119,11 @@ def check_number(name: str, value: Any, source: str = "") -> None:
         number = float(value)
     except (TypeError, ValueError):
         raise UserError(
-            f"{flag(name)} must be a number in {range_text(name)}, got {value!r}{_from(source)}"
+            f"{flag(name)} must be a number {_range_phrase(name)}, got {value!r}{_from(source)}"
         ) from None
     if not r.contains(number) or (r.integer and number != int(number)):
         kind = "a whole number" if r.integer else "a finite number"
-        raise UserError(f"{flag(name)} must be {kind} in {range_text(name)}, got {value}{_from(source)}")
+        raise UserError(f"{flag(name)} must be {kind} {_range_phrase(name)}, got {value}{_from(source)}")
 
 
 def check_numbers(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
