@@ -76,13 +76,17 @@ def reason(
         )
     if counts["ok"] < MIN_ACQUISITIONS:
         text = f"{NO_EVIDENCE}only {counts['ok']} acquisitions (a verdict needs at least {MIN_ACQUISITIONS})"
-        if duration_s is not None and spawn_s is not None and duration_s <= spawn_s + 1:
+        short = duration_s is not None and spawn_s is not None and duration_s <= spawn_s + 1
+        if counts["error"]:
+            text += f"; {counts['error']:,} attempts failed with {_top_error(history)}"
+        elif finished == 0:
+            text += "; no client even tried to acquire: they could not start (the case's log says why)"
+            text += " or had no time" if short else ""
+        if short and not counts["error"]:
             text += (
                 f"; the case lasted {duration_s:g}s and clients start during the first {spawn_s:g}s: "
                 "give --duration 3 or more"
             )
-        elif counts["error"]:
-            text += f"; {counts['error']:,} attempts failed with {_top_error(history)}"
         return text
     return ""
 
