@@ -9,19 +9,26 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from bench import config
-from bench.errors import UserError
+from bench import config, validate
+from bench.errors import Interrupted, UserError, on_interrupt_signal, quiet_swallowed_interrupts
+from bench.suites import SUITES
 from lockimpls.base import DEFAULT_RETRY_INTERVAL
+from lockimpls.registry import backends as _backends
+from workloads.catalog import WORKLOADS
 
 try:  # typer >= 0.20 vendors click; older ones use the click package
     from typer._click import exceptions as click_exc
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
+
+# typer prints an argument's Python type (``RUN... <list[Path]>``) in --help, with no switch to
+# turn it off; the metavars here already say what to give.
+typer.core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 app = typer.Typer(
@@ -29,135 +36,209 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    help="lockbench: which distributed lock should I use, what does it cost, and is it safe?",
-    context_settings={"default_map": config.default_map()},
+    help="lockbench: which distributed lock should I use, what does it cost, and is it safe? "
+    "Every option can also be set with a LOCKBENCH_<OPTION> environment variable "
+    "(e.g. LOCKBENCH_TTL=0.5) or in [tool.lockbench] of pyproject.toml.",
 )
 infra_app = typer.Typer(no_args_is_help=True, help="Keep local servers up between runs (optional).")
-app.add_typer(infra_app, name="infra")
+app.add_typer(infra_app, name="infra", short_help="Keep local servers up between runs (optional).")
 baseline_app = typer.Typer(no_args_is_help=True, help="Committed baselines for bench gate.")
-app.add_typer(baseline_app, name="baseline")
+app.add_typer(baseline_app, name="baseline", short_help="Committed baselines for bench gate.")
 
 
 def _env(name: str) -> str:
     return f"LOCKBENCH_{name.upper()}"
 
 
-@app.command()
+def _opt(name: str, text: str, *decls: str, metavar: str | None = None) -> Any:
+    """An option with its LOCKBENCH_* variable, a plain metavar and, when it has one, its range."""
+    return typer.Option(
+        *decls,
+        help=validate.help_for(name, text) if name in validate.RANGES else text,
+        envvar=_env(name),
+        metavar=metavar,
+    )
+
+
+BACKENDS = _backends()
+_WORKLOAD_NAMES = ", ".join(WORKLOADS)
+_SUITE_NAMES = ", ".join(SUITES)
+_REPEATS = "repeatable; in the environment: space-separated"
+
+
+@app.command(short_help="Run lock impls against real servers; print the report's path.")
 def run(
     ctx: typer.Context,
     backend: Annotated[
-        list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
+        list[str],
+        _opt(
+            "backend",
+            f"backend(s) whose impls to run: {', '.join(BACKENDS)} or all ({_REPEATS})",
+            metavar="NAME",
+        ),
     ] = [],  # noqa: B006
-    impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
+    impl: Annotated[
+        list[str],
+        _opt("impl", f"impl id (see `bench list`) or package.module:Class ({_REPEATS})", metavar="ID"),
+    ] = [],  # noqa: B006
     workload: Annotated[
         list[str],
-        typer.Option(help="workload name (repeatable: one run, every workload)", envvar=_env("workload")),
+        _opt(
+            "workload", f"workload: {_WORKLOAD_NAMES} (repeatable: one run, every workload)", metavar="NAME"
+        ),
     ] = ["flash-sale"],  # noqa: B006
-    duration: Annotated[float, typer.Option(help="seconds of load per case", envvar=_env("duration"))] = 8.0,
-    users: Annotated[int, typer.Option(help="simulated clients", envvar=_env("users"))] = 50,
+    duration: Annotated[float, _opt("duration", "seconds of load per case", metavar="SECONDS")] = 8.0,
+    users: Annotated[int, _opt("users", "simulated clients", metavar="N")] = 50,
     spawn_rate: Annotated[
-        float | None, typer.Option(help="clients started per second (default: all in 1 s)")
+        float | None, _opt("spawn_rate", "clients started per second (default: all in 1 s)", metavar="RATE")
     ] = None,
     processes: Annotated[
         str,
-        typer.Option(
-            help="Locust worker processes: N, or auto = one per core when users > 1 (1 = one local process)"
+        _opt(
+            "processes",
+            "Locust worker processes: N, or auto = one per core when users > 1 (1 = one local process)",
+            metavar="N|auto",
         ),
     ] = "auto",
-    trials: Annotated[int, typer.Option(help="repeat every case this many times, interleaved")] = 1,
-    items: Annotated[int, typer.Option(help="flash-sale: items, one lock each")] = 1,
-    skew: Annotated[float, typer.Option(help="flash-sale: Zipf exponent of item popularity")] = 1.0,
-    stock: Annotated[int, typer.Option(help="flash-sale: initial stock per item")] = 100_000,
-    max_qty: Annotated[int, typer.Option(help="flash-sale: a buyer wants 1..max-qty units")] = 3,
+    trials: Annotated[int, _opt("trials", "repeat every case this many times, interleaved", metavar="N")] = 1,
+    items: Annotated[int, _opt("items", "flash-sale: items, one lock each", metavar="N")] = 1,
+    skew: Annotated[
+        float, _opt("skew", "flash-sale: Zipf exponent of item popularity (0 = uniform)", metavar="X")
+    ] = 1.0,
+    stock: Annotated[int, _opt("stock", "flash-sale: initial stock per item", metavar="N")] = 100_000,
+    max_qty: Annotated[int, _opt("max_qty", "flash-sale: a buyer wants 1..max-qty units", metavar="N")] = 3,
     shared_keys: Annotated[
-        int, typer.Option(help="lock-pairs: 0 = each user its own lock; N = users share N locks")
+        int,
+        _opt("shared_keys", "lock-pairs: 0 = each user its own lock; N = users share N locks", metavar="N"),
     ] = 0,
     cs: Annotated[
-        str, typer.Option(help="critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, pareto:1ms:1.5")
+        str,
+        _opt(
+            "cs",
+            "critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, pareto:1ms:1.5 (shape > 0), "
+            "lognormal:1ms:0.5 (median, sigma); units us, ms, s; each time at most 1 h",
+            metavar="SPEC",
+        ),
     ] = "1ms",
-    ttl: Annotated[float, typer.Option(help="lease (TTL) in seconds for locks that have one")] = 10.0,
+    ttl: Annotated[
+        float, _opt("ttl", "lease (TTL) in seconds for locks that have one", metavar="SECONDS")
+    ] = 10.0,
     retry_interval: Annotated[
-        float, typer.Option(help="seconds between attempts of polling locks")
+        float, _opt("retry_interval", "seconds between attempts of polling locks", metavar="SECONDS")
     ] = DEFAULT_RETRY_INTERVAL,
-    acquire_timeout: Annotated[float, typer.Option(help="seconds an acquire may wait before it fails")] = 5.0,
+    acquire_timeout: Annotated[
+        float, _opt("acquire_timeout", "seconds an acquire may wait before it fails", metavar="SECONDS")
+    ] = 5.0,
     fencing: Annotated[
         str,
-        typer.Option(
-            help="off | observe (tokens; the resource counts stale writes) | enforce (it refuses them) | both"
+        _opt(
+            "fencing",
+            "off | observe (tokens; the resource counts stale writes) | enforce (it refuses them) | both",
+            metavar="MODE",
         ),
     ] = "off",
     fault: Annotated[
         str | None,
-        typer.Option(help="server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader"),
+        _opt(
+            "fault",
+            "server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader",
+            metavar="FAULT",
+        ),
     ] = None,
-    clock_skew: Annotated[float, typer.Option(help="seconds added to the clock of skewed clients")] = 0.0,
-    skewed_clients: Annotated[float, typer.Option(help="fraction of clients whose clock is skewed")] = 0.0,
-    pause: Annotated[float, typer.Option(help="lease-expiry: seconds a holder pauses")] = 2.0,
-    pause_every: Annotated[int, typer.Option(help="lease-expiry: pause at every n-th critical section")] = 20,
+    clock_skew: Annotated[
+        float, _opt("clock_skew", "seconds added to the clock of skewed clients", metavar="SECONDS")
+    ] = 0.0,
+    skewed_clients: Annotated[
+        float, _opt("skewed_clients", "fraction of clients whose clock is skewed", metavar="F")
+    ] = 0.0,
+    pause: Annotated[float, _opt("pause", "lease-expiry: seconds a holder pauses", metavar="SECONDS")] = 2.0,
+    pause_every: Annotated[
+        int, _opt("pause_every", "lease-expiry: pause at every n-th critical section", metavar="N")
+    ] = 20,
     pause_kind: Annotated[
-        str, typer.Option(help="lease-expiry: task (holder only) or world (whole process)")
+        str, _opt("pause_kind", "lease-expiry: task (holder only) or world (whole process)", metavar="KIND")
     ] = "task",
-    read_ratio: Annotated[float, typer.Option(help="read-mostly: fraction of operations that read")] = 0.9,
-    depth: Annotated[int, typer.Option(help="reentrant: nested acquires inside the critical section")] = 3,
-    crash_after: Annotated[int, typer.Option(help="crash: worker 0 dies at its n-th critical section")] = 20,
+    read_ratio: Annotated[
+        float, _opt("read_ratio", "read-mostly: fraction of operations that read", metavar="F")
+    ] = 0.9,
+    depth: Annotated[
+        int, _opt("depth", "reentrant: nested acquires inside the critical section", metavar="N")
+    ] = 3,
+    crash_after: Annotated[
+        int, _opt("crash_after", "crash: worker 0 dies at its n-th critical section", metavar="N")
+    ] = 20,
     stuck_bound: Annotated[
-        float, typer.Option(help="crash: seconds after which a lock counts as stuck")
+        float, _opt("stuck_bound", "crash: seconds after which a lock counts as stuck", metavar="SECONDS")
     ] = 5.0,
     redis_url: Annotated[
         list[str],
-        typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
+        _opt(
+            "redis_url",
+            "use this Redis for locks instead of starting one; repeat it for algorithms that need several "
+            f"servers (RedLock takes 5) ({_REPEATS})",
+            metavar="URL",
+        ),
     ] = [],  # noqa: B006
     pg_dsn: Annotated[
         str | None,
-        typer.Option(
-            help="use this PostgreSQL (postgresql://...) instead of starting one", envvar=_env("pg_dsn")
-        ),
+        _opt("pg_dsn", "use this PostgreSQL (postgresql://...) instead of starting one", metavar="DSN"),
     ] = None,
     zk_hosts: Annotated[
-        str | None,
-        typer.Option(help="use this ZooKeeper ensemble (host:port,host:port)", envvar=_env("zk_hosts")),
+        str | None, _opt("zk_hosts", "use this ZooKeeper ensemble (host:port,host:port)", metavar="HOSTS")
     ] = None,
     etcd_url: Annotated[
         list[str],
-        typer.Option(
-            help="use this etcd (http://host:port) instead of starting one", envvar=_env("etcd_url")
+        _opt(
+            "etcd_url",
+            f"use this etcd (http://host:port) instead of starting one ({_REPEATS})",
+            metavar="URL",
         ),
     ] = [],  # noqa: B006
     memcached_url: Annotated[
-        str | None,
-        typer.Option(help="use this memcached (memcached://host:port)", envvar=_env("memcached_url")),
+        str | None, _opt("memcached_url", "use this memcached (memcached://host:port)", metavar="URL")
     ] = None,
     resource_url: Annotated[
         str | None,
-        typer.Option(
-            help="Redis for the protected resource (never a lock server)", envvar=_env("resource_url")
-        ),
+        _opt("resource_url", "Redis for the protected resource (never a lock server)", metavar="URL"),
     ] = None,
-    results_dir: Annotated[
-        Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
-    ] = Path("results"),
-    report: Annotated[bool, typer.Option(help="render report.html at the end")] = True,
+    results_dir: Annotated[Path, _opt("results_dir", "where run folders go", metavar="DIR")] = Path(
+        "results"
+    ),
+    report: Annotated[bool, _opt("report", "render report.html at the end")] = True,
     suite: Annotated[
-        str | None, typer.Option(help="a named option set (e.g. ci); flags you give still win")
+        str | None,
+        _opt("suite", f"a named option set: {_SUITE_NAMES}; flags you give still win", metavar="NAME"),
     ] = None,
     lock_params: Annotated[
-        str | None, typer.Option(help="JSON object of impl-specific options, e.g. '{\"delay_s\": 0.001}'")
+        str | None,
+        _opt(
+            "lock_params", "JSON object of impl-specific options, e.g. '{\"delay_s\": 0.001}'", metavar="JSON"
+        ),
     ] = None,
     slo_us: Annotated[
-        float | None, typer.Option(help="draw an SLO line on the report's latency charts (microseconds)")
+        float | None,
+        _opt("slo_us", "draw an SLO line on the report's latency charts (microseconds)", metavar="US"),
     ] = None,
 ) -> None:
-    """Run lock impls under a workload against real servers; print the report's path."""
+    """Run lock impls under a workload against real servers; print the report's path.
+
+    A case whose verdict lacks evidence (acquisition errors dominate, too few acquisitions,
+    a server died) is `unknown` with a reason, and the run exits 1 naming it.
+    """
     from bench.commands import run_command
     from bench.suites import apply_suite
 
+    # every number and URL is checked before anything starts, naming where it came from
+    sources = check_options(ctx)
     # a workload's own defaults (long-cs: a 0.5 s lease ...) apply where the user set nothing:
     # on the command line, in the environment or in [tool.lockbench]
     explicit = {
         n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name != "DEFAULT"
     }
     if pause_kind not in ("task", "world"):
-        raise UserError(f"--pause-kind must be task or world, got {pause_kind!r}")
+        raise UserError(
+            f"--pause-kind must be task or world, got {pause_kind!r}{_from(sources, 'pause_kind')}"
+        )
     if suite:
         given = {n for n in ctx.params if _given(ctx, n)}
         v = apply_suite(suite, ctx.params, given)
@@ -203,6 +284,32 @@ def _lock_params(text: str | None) -> dict:
     if not isinstance(value, dict):
         raise UserError("--lock-params must be a JSON object, e.g. '{\"delay_s\": 0.001}'")
     return value
+
+
+def _source(ctx: typer.Context, name: str) -> str:
+    """Where an option's value came from, for error messages ("" = the command line or the default)."""
+    src = ctx.get_parameter_source(name)
+    if src is None:
+        return ""
+    if src.name == "ENVIRONMENT":
+        return _env(name)
+    if src.name == "DEFAULT_MAP":
+        return "[tool.lockbench] in pyproject.toml"
+    return ""
+
+
+def check_options(ctx: typer.Context) -> dict[str, str]:
+    """Validate every number and URL option of a command (bench/validate.py); returns their sources.
+
+    Commands that take these options (run, report, gate, calibrate, matrix ...) call it first.
+    """
+    sources = {n: _source(ctx, n) for n in ctx.params}
+    validate.check_all(ctx.params, sources)
+    return sources
+
+
+def _from(sources: dict[str, str], name: str) -> str:
+    return f" (from {sources[name]})" if sources.get(name) else ""
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -252,18 +359,23 @@ def calibrate_cmd(
     raise typer.Exit(code)
 
 
-@app.command("report")
+@app.command("report", short_help="Render report.html from results folders (no server).")
 def report_cmd(
-    runs: Annotated[list[Path], typer.Argument(help="run folder(s); the first is the baseline")],
+    ctx: typer.Context,
+    runs: Annotated[
+        list[Path], typer.Argument(help="run folder(s); the first is the baseline", metavar="RUN...")
+    ],
     out: Annotated[
-        Path | None, typer.Option(help="output HTML file (default: <last run>/report.html)")
+        Path | None, _opt("out", "output HTML file (default: <last run>/report.html)", metavar="FILE")
     ] = None,
     slo_us: Annotated[
-        float | None, typer.Option(help="draw an SLO line on the latency spectrum (microseconds)")
+        float | None, _opt("slo_us", "draw an SLO line on the latency spectrum (microseconds)", metavar="US")
     ] = None,
 ) -> None:
     """Render report.html from results folders alone (no server is contacted)."""
     from dashboards import ReportInputError, render_report
+
+    check_options(ctx)
 
     try:
         path = render_report(list(runs), out=out, slo_us=slo_us)
@@ -272,29 +384,35 @@ def report_cmd(
     print(path)
 
 
-@app.command("gate")
+@app.command("gate", short_help="Compare two runs: exit 0 pass, 1 regression, 2 undecided.")
 def gate_cmd(
-    baseline: Annotated[Path, typer.Argument(help="baseline run or results/baselines/<name> folder")],
-    candidate: Annotated[Path, typer.Argument(help="candidate run folder")],
+    ctx: typer.Context,
+    baseline: Annotated[
+        Path, typer.Argument(help="baseline run or results/baselines/<name> folder", metavar="BASELINE")
+    ],
+    candidate: Annotated[Path, typer.Argument(help="candidate run folder", metavar="CANDIDATE")],
     rule: Annotated[
         list[str],
-        typer.Option(
-            help="METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-10% "
-            "acquire.p99:+20% violations:0; violations:0 always applies)"
+        _opt(
+            "rule",
+            "METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-10% "
+            f"acquire.p99:+20% violations:0; violations:0 always applies) ({_REPEATS})",
+            metavar="RULE",
         ),
     ] = [],  # noqa: B006
-    json_out: Annotated[
-        bool, typer.Option("--json", help="print JSON instead of the Markdown table")
-    ] = False,
+    json_out: Annotated[bool, _opt("json", "print JSON instead of the Markdown table", "--json")] = False,
     alpha: Annotated[
-        float, typer.Option(help="significance level, Holm-corrected over all comparisons")
+        float, _opt("alpha", "significance level, Holm-corrected over all comparisons", metavar="P")
     ] = 0.05,
     allow_other_machine: Annotated[
-        bool, typer.Option(help="compare even when the machine classes differ (timings may not compare)")
+        bool,
+        _opt("allow_other_machine", "compare even when the machine classes differ (timings may not compare)"),
     ] = False,
 ) -> None:
     """Exit 0 pass, 1 regression, 2 unusable input or not enough data to decide."""
     from bench.gate import append_step_summary, run_gate, to_json, to_markdown
+
+    check_options(ctx)
 
     result = run_gate(baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine)
     markdown = to_markdown(result)
@@ -310,14 +428,18 @@ def gate_cmd(
     raise typer.Exit(result.exit_code)
 
 
-@baseline_app.command("update")
+@baseline_app.command("update", short_help="Copy a run's summary into a committable baseline.")
 def baseline_update(
-    run: Annotated[Path | None, typer.Argument(help="run folder (default: the newest finished run)")] = None,
-    name: Annotated[str, typer.Option(help="baseline name: results/baselines/<name>")] = "ci",
-    results_dir: Annotated[
-        Path, typer.Option(help="where run folders are", envvar=_env("results_dir"))
-    ] = Path("results"),
-    baselines_dir: Annotated[Path, typer.Option(help="where baselines go")] = Path("results/baselines"),
+    run: Annotated[
+        Path | None, typer.Argument(help="run folder (default: the newest finished run)", metavar="[RUN]")
+    ] = None,
+    name: Annotated[str, _opt("name", "baseline name: results/baselines/<name>", metavar="NAME")] = "ci",
+    results_dir: Annotated[Path, _opt("results_dir", "where run folders are", metavar="DIR")] = Path(
+        "results"
+    ),
+    baselines_dir: Annotated[Path, _opt("baselines_dir", "where baselines go", metavar="DIR")] = Path(
+        "results/baselines"
+    ),
 ) -> None:
     """Copy a run's summary (run.json, cases.csv, histograms) into a committable baseline folder."""
     import json
@@ -330,21 +452,24 @@ def baseline_update(
     print(dest)
 
 
-@app.command("list")
+@app.command("list", short_help="List backends, impl ids, workloads and suites.")
 def list_cmd() -> None:
-    """List backends, impl ids and workloads."""
+    """List backends, impl ids, workloads and suites."""
     from lockimpls.registry import backends, ids_for_backend
     from workloads.catalog import WORKLOADS
 
     for b in backends():
         print(f"{b}: {' '.join(ids_for_backend(b))}")
     print(f"workloads: {' '.join(WORKLOADS)}")
+    print(f"suites: {' '.join(SUITES)}")
 
 
-@infra_app.command("up")
+@infra_app.command("up", short_help="Start servers that stay up until `bench infra down`.")
 def infra_up(
-    kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis")],
-    nodes: Annotated[int, typer.Option(help="3: a ZooKeeper ensemble or etcd cluster on loopback")] = 1,
+    kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis", metavar="KIND...")],
+    nodes: Annotated[
+        int, _opt("nodes", "1, or 3: a ZooKeeper ensemble or etcd cluster on loopback", metavar="N")
+    ] = 1,
 ) -> None:
     """Start servers that stay up until `bench infra down`; `bench run` reuses single servers."""
     from bench.infra_cmd import up
@@ -352,7 +477,7 @@ def infra_up(
     up(kinds, console, nodes)
 
 
-@infra_app.command("status")
+@infra_app.command("status", short_help="Show servers started by `bench infra up`.")
 def infra_status() -> None:
     """Show servers started by `bench infra up`."""
     from bench.infra_cmd import status
@@ -360,7 +485,7 @@ def infra_status() -> None:
     status()
 
 
-@infra_app.command("down")
+@infra_app.command("down", short_help="Stop every server started by `bench infra up`.")
 def infra_down() -> None:
     """Stop every server started by `bench infra up`."""
     from bench.infra_cmd import down
@@ -372,25 +497,47 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+def _usage_message(exc: click_exc.UsageError) -> str:
+    """Click's message, naming [tool.lockbench] when the bad value came from pyproject.toml."""
+    message = _one_line(exc.format_message())
+    param = getattr(exc, "param", None)
+    ctx = exc.ctx
+    if param is not None and ctx is not None and param.name:
+        source = ctx.get_parameter_source(param.name)
+        if source is not None and source.name == "DEFAULT_MAP":
+            # click names the option's environment variable even when the value came from the table
+            message = message.replace(f" (env var: '{_env(param.name)}')", "")
+            message += f" (from [tool.lockbench] in pyproject.toml: fix or remove {param.name.replace('_', '-')} there)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: map every user error to one line and exit 2; Ctrl-C to exit 130."""
+    """Entry point: map every user error to one line and exit 2; Ctrl-C to one line and exit 130."""
     from infra.errors import InfraError
     from lockimpls.base import LockConfigError
 
     # SIGTERM behaves like Ctrl-C so that servers and partial results are cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, on_interrupt_signal)
+    signal.signal(signal.SIGINT, on_interrupt_signal)
+    sys.unraisablehook = quiet_swallowed_interrupts
     try:
-        code = app(args=argv, standalone_mode=False)
+        # read [tool.lockbench] now, from the directory the command runs in
+        code = app(args=argv, standalone_mode=False, default_map=config.default_map())
+        if code == 130:  # typer turned a KeyboardInterrupt into a silent Exit(130)
+            print("bench: interrupted", file=sys.stderr)
     except click_exc.NoArgsIsHelpError as exc:
         print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
         code = 2
     except click_exc.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "bench"
-        print(f"bench: error: {_one_line(exc.format_message())} (see '{command} --help')", file=sys.stderr)
+        print(f"bench: error: {_usage_message(exc)} (see '{command} --help')", file=sys.stderr)
         code = 2
     except (UserError, InfraError, LockConfigError) as exc:
         print(f"bench: error: {_one_line(str(exc))}", file=sys.stderr)
         code = 2
+    except Interrupted as exc:
+        print(f"bench: {_one_line(str(exc))}", file=sys.stderr)
+        code = 130
     except (KeyboardInterrupt, typer.Abort):
         print("bench: interrupted", file=sys.stderr)
         code = 130

@@ -7,12 +7,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from bench import meta
-from bench.errors import UserError
+from bench import evidence, meta, validate
+from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.faults import parse_fault
+from bench.progress import LiveProgress
 from bench.redact import redact_text
 from bench.results import RunFolder, write_merged_histograms
 from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan, with_calibration
@@ -111,10 +113,11 @@ def _check_user_dsns(user_urls: dict[str, list[str]]) -> None:
             raise UserError(f"--pg-dsn: {exc}") from None
 
 
-def _check_numbers(**values: Any) -> None:
-    for name, (value, minimum) in values.items():
-        if value < minimum:
-            raise UserError(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+#: user_urls key (a backend) -> the option that gave it, for validation messages
+_URL_OPTIONS = {
+    "redis": "redis_url", "postgres": "pg_dsn", "zookeeper": "zk_hosts", "etcd": "etcd_url",
+    "memcached": "memcached_url",
+}  # fmt: skip
 
 
 def _per_workload(info: WorkloadInfo, explicit: set[str], values: dict[str, Any]) -> dict[str, Any]:
@@ -128,10 +131,7 @@ def _plan_workload(
     """Validate one workload's effective values; bump processes where the fault needs a survivor."""
     opts = {**workload_options, "cs": v["cs"]}
     v = {**v, "processes": resolve_processes(v["processes"], v["users"])}
-    _check_numbers(
-        duration=(v["duration"], 1), users=(v["users"], 1), processes=(v["processes"], 1),
-        items=(opts["items"], 1), stock=(opts["stock"], 0), max_qty=(opts["max_qty"], 1), ttl=(v["ttl"], 0.001),
-    )  # fmt: skip
+    validate.check_numbers({**opts, **{k: v[k] for k in ("duration", "users", "processes", "ttl")}})
     try:
         parse_distribution(opts["cs"])
     except SpecError as exc:
@@ -185,9 +185,12 @@ def run_command(
     for workload in workloads:
         if workload not in WORKLOADS:
             raise UserError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
-    _check_numbers(
-        trials=(trials, 1), retry_interval=(retry_interval, 0), acquire_timeout=(acquire_timeout, 0)
-    )
+    validate.check_numbers(
+        {"trials": trials, "retry_interval": retry_interval, "acquire_timeout": acquire_timeout,
+         "spawn_rate": spawn_rate, "clock_skew": clock_skew, "skewed_clients": skewed_clients, "slo_us": slo_us}
+    )  # fmt: skip
+    validate.check_urls({_URL_OPTIONS.get(b, b): urls for b, urls in user_urls.items()})
+    validate.check_urls({"resource_url": resource_url})
     base = {"ttl": ttl, "cs": workload_options["cs"], "fencing": fencing, "duration": duration, "users": users,
             "processes": processes}  # fmt: skip
     plans = {
@@ -263,94 +266,213 @@ def run_command(
     needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
     all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
-    console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
-    topology = {b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {}
-    with Stack(
-        needed,
-        user_urls=user_urls,
-        resource_url=resource_url,
-        servers_per_backend=servers_needed,
-        topology=topology,
-    ) as stack:
-        folder = RunFolder(
-            results_dir,
-            {
-                "started_at": started,
-                "command": redact_text(" ".join(["bench", *argv[1:]])),
-                "git_commit": meta.git_commit(),
-                "host": meta.host_info(),
-                "versions": {"servers": stack.versions, "libraries": meta.library_versions()},
-                "params": params,
-                "impls": all_impls,
-                "endpoints": endpoints_for_meta(stack),
+    run = _Execution(cases, console)
+    try:
+        return run.execute(
+            needed, user_urls=user_urls, resource_url=resource_url, servers_needed=servers_needed,
+            topology={b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {},
+            meta_fields={
+                "started_at": started, "command": redact_text(" ".join(["bench", *argv[1:]])),
+                "git_commit": meta.git_commit(), "host": meta.host_info(), "params": params, "impls": all_impls,
             },
-        )
-        console.print(f"lockbench: results in {folder.path}")
-        status = "complete"
-        failures: list[str] = []
-        try:
-            failures = run_plan(
-                cases, stack, folder,
-                progress=lambda c, i, n: console.print(
-                    f"[{i + 1}/{n}] {c.impl} x {c.scenario}"
-                    + (" solo calibration" if c.solo else f" (trial {c.trial + 1})" if trials > 1 else "")
-                    + f": {c.settings.duration:g}s, {c.settings.users} users"
-                    + (f", {c.settings.processes} processes" if c.settings.processes > 1 else "")
-                ),
-                on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
-            )  # fmt: skip
-            if failures:
-                status = "complete-with-failures"
-                folder.note("failures", failures)
-        except KeyboardInterrupt:
-            status = "incomplete"
-            console.print("lockbench: interrupted; keeping finished cases")
-        except ServerDied as exc:
-            status = "incomplete"
-            failures = [str(exc)]
-            folder.note("failures", failures)
-            console.print(f"lockbench: {exc}")
-        finally:
-            folder.finish(status)
-    _write_trial_summaries(folder, console)
-    _summary(folder, console)
-    report_path = folder.path / "report.html"
-    if render and folder.rows:
-        from dashboards import render_report
+            results_dir=results_dir, render=render, slo_us=slo_us,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        raise Interrupted(run.interrupted_message()) from None
 
-        report_path = render_report([folder.path], slo_us=slo_us)
-    print(report_path if render and folder.rows else folder.path)
-    if status == "incomplete":
-        return 1 if failures else 130
-    return 1 if failures else 0
+
+class _Execution:
+    """One ``bench run`` from servers up to the report, and what to say if Ctrl-C stops it.
+
+    Why a class: the interrupt message must name the folder and the stage that was cut
+    short, wherever the KeyboardInterrupt lands (server start, a case, rendering).
+    """
+
+    def __init__(self, cases: list[Case], console: Console) -> None:
+        self.cases = cases
+        self.console = console
+        self.folder: RunFolder | None = None
+        self.stage = "starting servers"
+
+    def interrupted_message(self) -> str:
+        if self.folder is None:
+            return f"interrupted while {self.stage}; no case had started, nothing was written"
+        done = len(self.folder.rows)
+        path = self.folder.path
+        if self.stage == "rendering":
+            return (
+                f"interrupted; finished cases in {path} (report.html not written: run `bench report {path}`)"
+            )
+        return f"interrupted; finished cases in {path} ({done} of {len(self.cases)} finished)"
+
+    def execute(
+        self,
+        needed: list[str],
+        *,
+        user_urls: dict[str, list[str]],
+        resource_url: str | None,
+        servers_needed: dict[str, int],
+        topology: dict[str, str],
+        meta_fields: dict[str, Any],
+        results_dir: Path,
+        render: bool,
+        slo_us: float | None,
+    ) -> int:
+        console = self.console
+        console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
+        with Stack(
+            needed, user_urls=user_urls, resource_url=resource_url, servers_per_backend=servers_needed,
+            topology=topology,
+        ) as stack:  # fmt: skip
+            meta_fields["versions"] = {"servers": stack.versions, "libraries": meta.library_versions()}
+            meta_fields["endpoints"] = endpoints_for_meta(stack)
+            raise_if_interrupted()
+            folder = self.folder = RunFolder(results_dir, {**meta_fields, "report": "missing"})
+            console.print(f"lockbench: results in {folder.path}")
+            status = "complete"
+            failures: list[str] = []
+            self.stage = "running cases"
+            live = LiveProgress(console, self.cases)
+            try:
+                with live:
+                    failures = run_plan(
+                        self.cases, stack, folder, progress=live.case_started, on_tick=live.tick,
+                        on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
+                    )  # fmt: skip
+                if failures:
+                    status = "complete-with-failures"
+                    folder.note("failures", failures)
+            except ServerDied as exc:
+                status = "incomplete"
+                failures = [str(exc)]
+                folder.note("failures", failures)
+                console.print(f"lockbench: {exc}")
+            except BaseException:  # Ctrl-C, a full disk: the finished cases stay readable
+                folder.finish("incomplete")
+                raise
+            folder.finish(status)
+        self.stage = "rendering"  # every case is in the folder; what is left is the summary and report
+        _write_trial_summaries(folder, console)
+        _summary(folder, console)
+        report_path = folder.path / "report.html"
+        if render and folder.rows:
+            from dashboards import render_report
+
+            raise_if_interrupted()
+            report_path = render_report([folder.path], slo_us=slo_us)
+            folder.note("report", "report.html")
+        elif not render:
+            folder.note("report", "not requested (--no-report): bench report <folder> makes it")
+        print(report_path if render and folder.rows else folder.path)
+        lacking = evidence.lacking(folder.rows)
+        if lacking:
+            first = lacking[0]
+            more = f" (+{len(lacking) - 1} more case(s), see the table)" if len(lacking) > 1 else ""
+            console.print(
+                f"lockbench: case {first['case']} has no verdict: {first['verdict_reason']}{more}",
+                soft_wrap=True,
+            )
+        if status == "incomplete":
+            return 1
+        return 1 if failures or lacking else 0
+
+
+def _number(value: Any) -> str:
+    if value is None or value == "" or (isinstance(value, float) and value != value):
+        return "-"  # NaN / missing: no data for this column
+    if isinstance(value, float) and 0 < abs(value) < 10:
+        return f"{value:.1f}"
+    return f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
+
+
+def _latency(us: Any) -> str:
+    """Microseconds in the unit that keeps the cell short: 850us, 3.12ms, 854ms, 1.23s."""
+    if not isinstance(us, (int, float)) or us != us:
+        return "-"
+    if us < 1000:
+        return f"{us:.0f}us"
+    if us < 10_000:
+        return f"{us / 1000:.2f}ms"
+    if us < 1_000_000:
+        return f"{us / 1000:.0f}ms"
+    return f"{us / 1e6:.2f}s" if us < 1e8 else f"{us / 1e6:,.0f}s"
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or str(value).lower() in ("true", "1")
+
+
+def _safety(row: dict[str, Any]) -> str:
+    """The verdict as a person reads it, with the damage counted when the lock failed."""
+    verdict = str(row.get("verdict", ""))
+    if verdict != "invalid":
+        return verdict
+    damage = [
+        f"{_number(row.get(key))} {label}"
+        for key, label in (("overlapping_holds", "overlaps"), ("oversold_units", "oversold"),
+                           ("lost_updates", "lost"))
+        if _number(row.get(key)) not in ("-", "0")
+    ]  # fmt: skip
+    if _is_true(row.get("data_safe")):
+        return "lock unsafe, data safe (fenced)" + (f": {', '.join(damage)}" if damage else "")
+    return "INVALID" + (f": {', '.join(damage)}" if damage else "")
+
+
+def _fidelity(row: dict[str, Any]) -> str:
+    """hold inflation and whether the load generator was the bottleneck, e.g. "3.1x bound"."""
+    parts = []
+    inflation = row.get("hold_inflation")
+    if isinstance(inflation, (int, float)) and inflation == inflation:
+        parts.append(f"{inflation:.1f}x")
+    if _is_true(row.get("generator_bound")):
+        parts.append("bound")
+    return " ".join(parts)
+
+
+def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[str]]:
+    """The console table (fits 80 columns: ids and numbers never wrap) and the notes under it."""
+    several = len({row.get("scenario") for row in rows}) > 1
+    fidelity = any(_fidelity(r) for r in rows)
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    table.add_column("impl" + (" / scenario" if several else ""), no_wrap=True)
+    table.add_column("acq/s" + ("\nhold" if fidelity else ""), justify="right", no_wrap=True)
+    for name in ("acq p50", "acq p99"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("verdict", min_width=12)
+    notes: list[str] = []
+    for row in rows:
+        label = str(row.get("impl", ""))
+        if row.get("trial"):
+            label += f" #{int(row['trial']) + 1}"
+        if several:
+            label += f"\n  {row.get('scenario', '')}"
+        safety = _safety(row)
+        reason = str(row.get("verdict_reason") or "")
+        if reason and reason != "nan":
+            notes.append(f"({len(notes) + 1}) {row.get('case', label)}: {reason}")
+            safety += f" ({len(notes)})"
+        rate = _number(row.get("throughput_acq_s")) + (f"\n{_fidelity(row)}" if _fidelity(row) else "")
+        cells = [label, rate, _latency(row.get("acquire_p50_us")), _latency(row.get("acquire_p99_us"))]
+        style = (
+            "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
+        )
+        table.add_row(*cells, safety, style=style)
+    if fidelity:
+        notes.append(
+            "hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck"
+        )
+    return table, notes
 
 
 def _summary(folder: RunFolder, console: Console) -> None:
     if not folder.rows:
         return
-    table = Table(title=f"lockbench run {folder.run_id}", title_justify="left")
-    cols = [
-        ("impl", "impl"), ("acq/s", "throughput_acq_s"), ("acquire p50 us", "acquire_p50_us"),
-        ("acquire p99 us", "acquire_p99_us"), ("overlaps", "overlapping_holds"),
-        ("oversold", "oversold_units"), ("lost upd.", "lost_updates"), ("verdict", "verdict"),
-    ]  # fmt: skip
-    for title, _ in cols:
-        table.add_column(title, justify="left" if title in ("impl", "verdict") else "right", overflow="fold")
-    several_scenarios = len({row.get("scenario") for row in folder.rows}) > 1
-    for row in folder.rows:
-        cells = []
-        for _, key in cols:
-            v = row.get(key, "")
-            if isinstance(v, float):
-                cells.append("-" if v != v else f"{v:,.0f}")  # NaN: no data for this column
-            else:
-                cells.append(str(v))
-        if several_scenarios:
-            cells[0] += f" {row['scenario']}"
-        if row.get("trial"):
-            cells[0] += f" #{row['trial'] + 1}"
-        table.add_row(*cells, style="red" if row.get("verdict") == "invalid" else None)
+    table, notes = summary_table(folder.rows, f"lockbench run {folder.run_id}")
     console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, markup=False)
 
 
 def _write_trial_summaries(folder: RunFolder, console: Console) -> None:

@@ -132,6 +132,10 @@ class GateResult:
 def load_side(path: Path, role: str) -> Side:
     """Read and validate a run or baseline folder; UserError (one line) when it is unusable."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(
+            f"{role} {path} is a file, not a results folder: give the run's folder (the one with run.json)"
+        )
     if not path.is_dir():
         raise UserError(f"{role} results folder not found: {path}")
     run_json = path / "run.json"

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import Any
 
 import pandas as pd
 
-from bench import analysis, fidelity
+from bench import analysis, evidence, fidelity
+from bench.errors import raise_if_interrupted
+from bench.evidence import checker_reason
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
 from bench.floors import floors as measure_floors
 from bench.redact import redact_text, redact_url
@@ -130,9 +133,27 @@ def with_calibration(cases: list[Case]) -> list[Case]:
     return out
 
 
+#: File the Locust child rewrites every second with its progress (see workloads/harness.py).
+PROGRESS_FILE = "progress.json"
+#: File in a case's scratch folder (mode 0600) that carries the server URLs to Locust.
+URLS_FILE = "urls.json"
+
+
+def write_urls_file(out: Path, lock_urls: list[str], resource_url: str) -> Path:
+    """The URLs, passwords included, in a file only this user can read: ``ps`` shows argv to all."""
+    path = out / URLS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"lock_urls": list(lock_urls), "resource_url": resource_url}, fh)
+    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
+    return path
+
+
 def locust_argv(
     case: Case, settings: RunSettings, lock_urls: list[str], resource_url: str, out: Path
 ) -> list[str]:
+    """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it."""
+    urls_file = write_urls_file(out, lock_urls, resource_url)
     argv = [
         sys.executable, "-m", "locust",
         "-f", str(case.workload.path),
@@ -145,7 +166,7 @@ def locust_argv(
         "--only-summary",
         "--loglevel", "WARNING",
         "--lock-impl", case.impl,
-        "--resource-url", resource_url,
+        "--lockbench-urls-file", str(urls_file),
         "--lock-ttl", str(settings.ttl),
         "--retry-interval", str(settings.retry_interval),
         "--acquire-timeout", str(settings.acquire_timeout),
@@ -153,8 +174,6 @@ def locust_argv(
         "--lockbench-out", str(out),
         "--lockbench-case", case.case_id,
     ]  # fmt: skip
-    for url in lock_urls:
-        argv += ["--lock-url", url]
     argv += ["--fencing-mode", case.fencing]
     if settings.clock_skew:
         argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
@@ -174,13 +193,32 @@ def locust_argv(
     return argv
 
 
-def _run_locust(argv: list[str], log_path: Path, timeout: float) -> int:
+def _poll_progress(path: Path, on_tick: Callable[[dict[str, Any]], None]) -> None:
+    try:
+        sample = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # not written yet, or caught mid-replace: the next poll gets it
+    on_tick(sample)
+
+
+def _run_locust(
+    argv: list[str], log_path: Path, timeout: float, on_tick: Callable[[dict[str, Any]], None] | None = None
+) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         try:
-            return proc.wait(timeout)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    return proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    raise_if_interrupted()
+                    if time.monotonic() >= deadline:
+                        raise
+                    if on_tick is not None:
+                        _poll_progress(log_path.parent / PROGRESS_FILE, on_tick)
         except BaseException:
             # Ctrl-C, timeout or any error: stop Locust (and its forked workers) for good.
             for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
@@ -213,7 +251,13 @@ def _server_pids(stack: Stack, backend: str) -> list[int]:
     return list(dict.fromkeys(pids))  # a cluster's own process is its first member's
 
 
-def run_case(case: Case, stack: Stack, scratch: Path, solo: fidelity.Solo | None = None) -> dict[str, Any]:
+def run_case(
+    case: Case,
+    stack: Stack,
+    scratch: Path,
+    solo: fidelity.Solo | None = None,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run one case in Locust and return its judged, summarised outcome."""
     settings = case.settings
     out = scratch / case.case_id
@@ -234,7 +278,7 @@ def run_case(case: Case, stack: Stack, scratch: Path, solo: fidelity.Solo | None
         fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
         fault.start()
     try:
-        code = _run_locust(argv, log_path, timeout=settings.duration + 120)
+        code = _run_locust(argv, log_path, timeout=settings.duration + 120, on_tick=on_tick)
     finally:
         if fault is not None:
             fault.stop()
@@ -307,12 +351,14 @@ def judge(
     fault_info = recording.get("fault") or {}
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
-    if not recording.get("complete", True):
-        row["verdict"] = "unknown"
-    if not row.get("acquisitions"):
-        # a lock that never granted anything proved nothing: most often it could not even
-        # start (bad --lock-params, unreachable server); logs/<case>.log says why
-        row["verdict"] = "unknown"
+    row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
+    row["verdict_reason"] = checker_reason(verdict.results) if row["verdict"] == "unknown" else ""
+    # a verdict needs evidence (bench/evidence.py): enough acquisitions, not mostly server errors
+    evidence.apply(
+        row, history, fault_injected=case.fault is not None, recording_complete=recording.get("complete", True),
+        recording_problems=recording.get("problems", []), duration_s=settings.duration,
+        spawn_s=settings.users / settings.spawn_rate if settings.spawn_rate else None,
+    )  # fmt: skip
     shares = [
         w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
     ]
@@ -363,6 +409,7 @@ def run_plan(
     folder: RunFolder,
     progress: Callable[[Case, int, int], None] | None = None,
     on_failure: Callable[[Case, str], None] | None = None,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[str]:
     """Run every case into ``folder``; returns the list of failed case messages.
 
@@ -376,6 +423,7 @@ def run_plan(
     solos: dict[tuple[str, str, str], fidelity.Solo] = {}
     with tempfile.TemporaryDirectory(prefix="lockbench-cases-") as tmp:
         for i, case in enumerate(cases):
+            raise_if_interrupted()
             if progress:
                 progress(case, i, len(cases))
             if case.solo:
@@ -393,13 +441,16 @@ def run_plan(
                 same_steps = [s for k, s in solos.items() if k[1:] == case.calibration_key[1:]]
                 solo = fidelity.pooled(same_steps)
             try:
-                result = run_case(case, stack, Path(tmp), solo)
+                result = run_case(case, stack, Path(tmp), solo, on_tick)
             except CaseFailed as exc:
                 failures.append(str(exc))
                 if on_failure:
                     on_failure(case, str(exc))
                 continue
             record_case(calibration, case.backend, result)
+            dead = stack.dead()
+            if dead:
+                evidence.server_died(result["row"], dead)
             folder.add_case(
                 result["row"],
                 result["histograms"],
@@ -408,7 +459,10 @@ def run_plan(
                 result.get("log"),
             )
             folder.note("calibration", calibration)
-            _stop_if_a_server_died(stack, case)
+            if dead:
+                raise ServerDied(
+                    f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"
+                )
     return failures
 
 

@@ -21,13 +21,16 @@ apt_install() {
 }
 
 if [ ! -x .venv/bin/python ]; then
+  echo "lockbench: first use: creating .venv (a Python environment inside this checkout); once only" >&2
   "$PY" -m venv .venv 2>/dev/null || { rm -rf .venv; apt_install python3-venv; "$PY" -m venv .venv; }
 fi
 stamp=.venv/.lockbench-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "lockbench: installing Python dependencies into .venv" >&2
+  echo "lockbench: installing Python dependencies into .venv (Locust, redis-py, psycopg, kazoo, pandas," \
+    "plotly ...): about a minute the first time, quiet while pip works; later runs skip this" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' >&2 || true
   .venv/bin/python -c 'import bench.cli, locust, redis, hdrh, plotly' || { echo "lockbench: pip install failed" >&2; exit 2; }
   touch "$stamp"
+  echo "lockbench: .venv ready" >&2
 fi

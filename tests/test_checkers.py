@@ -255,24 +255,24 @@ def _state(**items: tuple[int, int, int]) -> dict:
 def test_oversold_stock_is_invalid() -> None:
     r = check_stock(_state(phone=(100, -5, 105)))
     assert r.status == "invalid"
-    assert r.counters == {"oversold_units": 5, "lost_updates": 0}
+    assert r.counters == {"oversold_units": 5, "lost_updates": 0, "indeterminate_purchases": 0}
 
 
 def test_lost_update_is_invalid() -> None:
     r = check_stock(_state(phone=(100, 90, 20)))
     assert r.status == "invalid"
-    assert r.counters == {"oversold_units": 0, "lost_updates": 10}
+    assert r.counters == {"oversold_units": 0, "lost_updates": 10, "indeterminate_purchases": 0}
 
 
 def test_consistent_stock_is_valid() -> None:
     r = check_stock(_state(phone=(100, 0, 100), tv=(50, 20, 30)))
     assert r.status == "valid"
-    assert r.counters == {"oversold_units": 0, "lost_updates": 0}
+    assert r.counters == {"oversold_units": 0, "lost_updates": 0, "indeterminate_purchases": 0}
 
 
 def test_stock_sums_over_items() -> None:
     r = check_stock(_state(phone=(100, 0, 103), tv=(50, 45, 10)))
-    assert r.counters == {"oversold_units": 3, "lost_updates": 3 + 5}
+    assert r.counters == {"oversold_units": 3, "lost_updates": 3 + 5, "indeterminate_purchases": 0}
 
 
 def test_missing_final_state_is_unknown() -> None:

@@ -31,7 +31,7 @@ def _one_clear_line(r, *needles: str) -> None:
             ["unknown workload 'fire-sale'", "flash-sale"],
         ),
         (["run"], ["--backend", "--impl"]),
-        (["run", "--backend", "redis", "--users", "0"], ["--users must be at least 1"]),
+        (["run", "--backend", "redis", "--users", "0"], ["--users must be a whole number in 1..10000"]),
         (["run", "--backend", "redis", "--cs", "weird:1"], ["--cs", "exp:1ms"]),
         (["run", "--backend", "redis", "--duration", "abc"], ["--duration", "valid number"]),
         (["run", "--impl", "no_such_module:Lock"], ["cannot import module 'no_such_module'"]),

@@ -211,8 +211,10 @@ def test_a_lock_that_never_grants_is_unknown_not_valid(tmp_path: Path) -> None:
     results = tmp_path / "results"
     r = bench("run", "--impl", "test.slowed", "--lock-params", '{"delay_s": -1}', "--duration", "2",
               "--users", "2", "--no-report", "--results-dir", str(results))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # a case without evidence fails the run, naming it
+    assert r.stderr.splitlines()[-1].startswith("lockbench: case test.slowed__flash-sale has no verdict")
     run = _only_run(results)
     row = pd.read_csv(run / "cases.csv").iloc[0]
     assert row["acquisitions"] == 0 and row["verdict"] == "unknown"
+    assert "no client even tried to acquire" in row["verdict_reason"]
     assert (run / "logs" / "test.slowed__flash-sale.log").read_text().strip()

@@ -333,7 +333,7 @@ def test_unusable_baseline_is_one_line_exit_2(
         (["--rule", "acquire.p99:10%"], "malformed gate rule 'acquire.p99:10%'"),
         (["--rule", "p99:+10%"], "unknown metric 'p99'"),
         (["--rule", "violations:3"], "violations:0"),
-        (["--alpha", "0"], "--alpha must be between 0 and 1"),
+        (["--alpha", "0"], "--alpha must be a finite number between 0 and 1"),
         (["--alpha", "abc"], "--alpha"),
     ],
 )

@@ -54,7 +54,8 @@ class FlashSale:
         self._resource(opts).reset(item_names(opts.items), opts.stock)
 
     def final_state(self, opts: Any) -> dict:
-        return self._resource(opts).final_state(item_names(opts.items), harness.fencing_mode(opts))
+        state = self._resource(opts).final_state(item_names(opts.items), harness.fencing_mode(opts))
+        return {**state, "max_qty": opts.max_qty}
 
     def summarize(self, history: Any, final_state: dict) -> str:
         verdict = check_flash_sale(history, final_state)
@@ -143,6 +144,11 @@ class FlashSaleUser(User):
         """The work done while holding the lock, between reading and writing the stock."""
         holder_first.holder_sleep(self.cs())
 
+    def sell(self, item: str, new_stock: int, qty: int) -> None:
+        """Unfenced sale: two separate writes, stock then order (the lock must make them safe)."""
+        self.resource.write_stock(item, new_stock)
+        self.resource.append_order(item, self.client_id, qty)
+
     def mark(
         self, lock: RecordedLock, op: str, type_: str, seq: int | None = None, value: int | None = None
     ) -> int:
@@ -172,7 +178,12 @@ class FlashSaleUser(User):
         try:
             self._answer_fault(lock)
             seq = lock.next_seq()
-            rec.event(self.client_id, seq, "purchase", "invoke", lock.lock.name, time.monotonic_ns())
+            # the invoke carries the units wanted: a purchase cut off before its ok (Locust's
+            # stop, a killed process) may have taken that much stock without an order
+            qty = self.rng.randint(1, self.opts.max_qty)
+            rec.event(
+                self.client_id, seq, "purchase", "invoke", lock.lock.name, time.monotonic_ns(), value=qty
+            )
             try:
                 stock = res.read_stock(item, token, enforce)
             except StaleToken:
@@ -187,12 +198,10 @@ class FlashSaleUser(User):
                 )
                 return
             self.think(lock, item)
-            qty = self.rng.randint(1, self.opts.max_qty)
             bought = 0
             if stock >= qty:
                 if token is None:
-                    res.write_stock(item, stock - qty)
-                    res.append_order(item, self.client_id, qty)
+                    self.sell(item, stock - qty, qty)
                     bought = qty
                 elif res.fenced_sale(item, token, stock - qty, self.client_id, qty, enforce):
                     bought = qty

@@ -53,6 +53,7 @@ class _State:
         self.written = False
         self.workload: Any = None
         self.lock_class: type | None = None
+        self.progress: Any = None
 
 
 STATE = _State()
@@ -88,6 +89,27 @@ def _add_options(parser: Any) -> None:
     g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
     g.add_argument("--lockbench-out", default="", help="directory for the merged recording")
     g.add_argument("--lockbench-case", default="", help="case id (labels only)")
+    g.add_argument(
+        "--lockbench-urls-file",
+        default="",
+        help="JSON file with lock_urls and resource_url (bench passes URLs this way so ps does not show passwords)",
+    )
+
+
+def apply_urls_file(opts: Any) -> None:
+    """Take ``--lock-url`` / ``--resource-url`` from ``--lockbench-urls-file`` when given.
+
+    bench writes the file (mode 0600) instead of putting URLs, passwords included, on the
+    command line, where ``ps`` shows them to every user of the machine.
+    """
+    path = getattr(opts, "lockbench_urls_file", "")
+    if not path:
+        return
+    data = json.loads(Path(path).read_text())
+    if data.get("lock_urls"):
+        opts.lock_url = list(data["lock_urls"])
+    if data.get("resource_url"):
+        opts.resource_url = data["resource_url"]
 
 
 def fencing_mode(opts: Any) -> str:
@@ -139,9 +161,12 @@ def use_workload(workload: Any) -> None:
 # --- worker side -------------------------------------------------------------------------
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
-    # gevent's loop caches "now" and the locustfile's imports took seconds without a loop
-    # turn: a --run-time timer started from that stale time fires seconds early.
+    # gevent's loop caches "now" and has not run since it was created, before seconds of
+    # imports (pandas, pyarrow, lock clients); Locust's --run-time timer, set from that stale
+    # "now" right after this event, would fire at once on a busy machine: no load at all
     gevent.get_hub().loop.update_now()
+    if environment.parsed_options is not None:
+        apply_urls_file(environment.parsed_options)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lockbench_flush", _on_flush_request)
@@ -251,6 +276,37 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.written = False
     if STATE.workload is not None:
         STATE.workload.setup(environment.parsed_options)
+    if STATE.progress is None:
+        _start_progress(environment)
+
+
+PROGRESS_FILE = "progress.json"
+
+
+def _progress_loop(environment: Any, out: Path) -> None:
+    """Every second, Locust's own counts of acquires (for bench's live progress line only)."""
+    while True:
+        gevent.sleep(1.0)
+        entry = environment.stats.entries.get(("acquire", "lock"))
+        sample = {
+            "t": time.monotonic(),
+            "acquisitions": (entry.num_requests - entry.num_failures) if entry else 0,
+            "errors": entry.num_failures if entry else 0,
+            "users": environment.runner.user_count if environment.runner else 0,
+        }
+        try:
+            tmp = out / f".{PROGRESS_FILE}.tmp"
+            tmp.write_text(json.dumps(sample))
+            os.replace(tmp, out / PROGRESS_FILE)
+        except OSError:
+            return  # the case folder is gone: nobody is watching
+
+
+def _start_progress(environment: Any) -> None:
+    out = environment.parsed_options.lockbench_out if environment.parsed_options else ""
+    if out and not isinstance(environment.runner, WorkerRunner):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        STATE.progress = gevent.spawn(_progress_loop, environment, Path(out))
 
 
 @events.spawning_complete.add_listener

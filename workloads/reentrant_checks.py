@@ -27,6 +27,7 @@ from workloads.checkers import (
     check_unknown,
     check_witness,
     holds,
+    indeterminate_purchases,
 )
 
 
@@ -120,7 +121,7 @@ def check_reentrant(history: pd.DataFrame, final_state: dict[str, Any] | None) -
         [
             check_overlaps(history, h),
             check_witness(history),
-            check_stock(final_state),
+            check_stock(final_state, indeterminate_purchases(history)),
             check_nesting(history, h),
             check_free_at_end(history, final_state, h),
             check_unknown(history),

@@ -1,0 +1,104 @@
+"""Live progress of a run on the terminal: the case, acquisitions/s, elapsed time, an ETA.
+
+The Locust child writes ``progress.json`` (acquisitions and errors so far, from Locust's
+own counters: fine for a progress line, never a measurement) into its case folder every
+second; the runner polls it and calls :meth:`LiveProgress.tick`. Without a terminal
+(CI, tests) only the one line per case is printed.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.status import Status
+
+#: Seconds a case takes beyond its load (Locust start, checkers, writing) until one is measured.
+FIRST_GUESS_OVERHEAD_S = 4.0
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class LiveProgress:
+    """A one-line live status under the per-case lines (rich), with an ETA for the whole run.
+
+    Why a class: the ETA needs what earlier cases cost beyond their load time, and the
+    rate needs the previous sample.
+    """
+
+    def __init__(self, console: Console, cases: list[Any]) -> None:
+        self.console = console
+        self.cases = cases
+        self.started = time.monotonic()
+        self.case_index = -1
+        self.case_t0 = self.started
+        self.overheads: list[float] = []
+        self.last: tuple[float, int] | None = None
+        self.rate = 0.0
+        self.status: Status | None = None
+
+    def __enter__(self) -> LiveProgress:
+        if self.console.is_terminal:
+            self.status = self.console.status("lockbench: starting the first case")
+            self.status.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+    def case_started(self, case: Any, index: int, total: int) -> None:
+        """Called before each case: prints its line, and books what the previous case cost."""
+        now = time.monotonic()
+        if self.case_index >= 0:
+            load = self.cases[self.case_index].settings.duration
+            self.overheads.append(max(0.0, now - self.case_t0 - load))
+        self.case_index, self.case_t0, self.last, self.rate = index, now, None, 0.0
+        trial = f" (trial {case.trial + 1})" if case.params.get("trials", 1) > 1 else ""
+        if getattr(case, "solo", False):
+            trial = " solo calibration"
+        procs = case.settings.processes
+        self.console.print(
+            f"[{index + 1}/{total}] {case.impl} x {case.scenario}{trial}: "
+            f"{case.settings.duration:g}s, {case.settings.users} users"
+            + (f", {procs} processes" if isinstance(procs, int) and procs > 1 else "")
+        )
+        self._show()
+
+    def eta_s(self, now: float | None = None) -> float:
+        """Seconds until the whole run ends: the load still to run plus each case's measured overhead."""
+        now = time.monotonic() if now is None else now
+        overhead = sum(self.overheads) / len(self.overheads) if self.overheads else FIRST_GUESS_OVERHEAD_S
+        current = self.cases[self.case_index] if self.case_index >= 0 else None
+        left_now = max(0.0, current.settings.duration + overhead - (now - self.case_t0)) if current else 0.0
+        later = self.cases[self.case_index + 1 :]
+        return left_now + sum(c.settings.duration + overhead for c in later)
+
+    def tick(self, sample: dict[str, Any]) -> None:
+        """A sample from the case's progress.json: ``{"t": seconds, "acquisitions": n, "errors": n}``."""
+        t, n = float(sample.get("t", time.monotonic())), int(sample.get("acquisitions", 0))
+        if self.last is not None and t > self.last[0]:
+            self.rate = (n - self.last[1]) / (t - self.last[0])
+        self.last = (t, n)
+        self._show(int(sample.get("errors", 0)))
+
+    def text(self, errors: int = 0) -> str:
+        now = time.monotonic()
+        case = self.cases[self.case_index] if self.case_index >= 0 else None
+        label = f"{case.impl} x {case.scenario}" if case else "starting"
+        errs = f", {errors:,} errors" if errors else ""
+        return (
+            f"{label}: {self.rate:,.0f} acq/s{errs} | case {_clock(now - self.case_t0)} | "
+            f"run {_clock(now - self.started)}, about {_clock(self.eta_s(now))} left"
+        )
+
+    def _show(self, errors: int = 0) -> None:
+        if self.status is not None:
+            self.status.update(self.text(errors))

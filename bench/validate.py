@@ -1,0 +1,203 @@
+"""Every number and URL a user can give, checked before anything starts.
+
+One table (``RANGES``) holds the allowed range of every numeric option; the ``--help``
+texts and the README quote it, and every command that takes these options (``run``,
+``report``, ``gate``, ``calibrate``, ``matrix`` ...) calls :func:`check_numbers` and
+:func:`check_urls` on what it was given. A value outside its range, NaN or infinite is a
+:class:`~bench.errors.UserError` (one line, exit 2) that names the option, the range and
+where the value came from (the command line, a ``LOCKBENCH_*`` variable or
+``[tool.lockbench]`` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from bench.errors import UserError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option accepts: finite, ``low`` (inclusive unless ``open_low``) .. ``high``."""
+
+    low: float
+    high: float
+    unit: str = ""
+    open_low: bool = False
+    integer: bool = False
+    open_high: bool = False
+
+    def contains(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        above = value > self.low if self.open_low else value >= self.low
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
+
+
+#: option name (as in ``bench run --help``, dashes as underscores) -> its range
+RANGES: dict[str, Range] = {
+    "duration": Range(1, 86_400, "s"),
+    "users": Range(1, 10_000, integer=True),
+    "spawn_rate": Range(0, 10_000, "users/s", open_low=True),
+    "processes": Range(1, 32, integer=True),
+    "trials": Range(1, 1_000, integer=True),
+    "items": Range(1, 100_000, integer=True),
+    "skew": Range(0, 10),
+    "stock": Range(0, 10**15, integer=True),
+    "max_qty": Range(1, 1_000_000, integer=True),
+    "shared_keys": Range(0, 100_000, integer=True),
+    "ttl": Range(0.001, 86_400, "s"),
+    "retry_interval": Range(0, 60, "s"),
+    "acquire_timeout": Range(0, 3_600, "s"),
+    "clock_skew": Range(-86_400, 86_400, "s"),
+    "skewed_clients": Range(0, 1),
+    "pause": Range(0, 3_600, "s"),
+    "pause_every": Range(1, 1_000_000, integer=True),
+    "read_ratio": Range(0, 1),
+    "depth": Range(1, 100, integer=True),
+    "crash_after": Range(1, 1_000_000, integer=True),
+    "stuck_bound": Range(0, 3_600, "s", open_low=True),
+    "slo_us": Range(0, 3.6e9, "us", open_low=True),
+    "alpha": Range(0, 1, open_low=True, open_high=True),
+}
+
+#: URL options -> the schemes each accepts and an example for the error message
+URL_SCHEMES: dict[str, tuple[tuple[str, ...], str]] = {
+    "redis_url": (("redis", "rediss", "unix", "redis+sentinel"), "redis://127.0.0.1:6379/0"),
+    "resource_url": (("redis", "rediss", "unix"), "redis://127.0.0.1:6380/0"),
+    "pg_dsn": (("postgresql", "postgres"), "postgresql://user:password@127.0.0.1:5432/postgres"),
+    "etcd_url": (("http", "https", "etcd"), "http://127.0.0.1:2379"),
+    "memcached_url": (("memcached",), "memcached://127.0.0.1:11211"),
+    "zk_hosts": (("zookeeper", "zk"), "127.0.0.1:2181,127.0.0.1:2182"),
+}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1e6 and x == int(x) else f"{x:g}"
+
+
+def range_text(name: str) -> str:
+    """The documented range of an option: ``1..86400 s``, ``above 0, at most 10000 users/s``, ``between 0 and 1``."""
+    r = RANGES[name]
+    unit = f" {r.unit}" if r.unit else ""
+    if r.open_low and r.open_high:
+        return f"between {_num(r.low)} and {_num(r.high)}{unit} (both excluded)"
+    if r.open_low:
+        return f"above {_num(r.low)}, at most {_num(r.high)}{unit}"
+    if r.open_high:
+        return f"at least {_num(r.low)}, below {_num(r.high)}{unit}"
+    return f"{_num(r.low)}..{_num(r.high)}{unit}"
+
+
+def _range_phrase(name: str) -> str:
+    r = RANGES[name]
+    return range_text(name) if (r.open_low or r.open_high) else f"in {range_text(name)}"
+
+
+def help_for(name: str, text: str) -> str:
+    """A help text that ends with the option's range, so --help and the check never disagree."""
+    return f"{text} [{range_text(name)}]"
+
+
+def _from(source: str) -> str:
+    return f" (from {source})" if source else ""
+
+
+def check_number(name: str, value: Any, source: str = "") -> None:
+    """Raise UserError unless ``value`` is a finite number in the range of option ``name``."""
+    r = RANGES[name]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserError(
+            f"{flag(name)} must be a number {_range_phrase(name)}, got {value!r}{_from(source)}"
+        ) from None
+    if not r.contains(number) or (r.integer and number != int(number)):
+        kind = "a whole number" if r.integer else "a finite number"
+        raise UserError(f"{flag(name)} must be {kind} {_range_phrase(name)}, got {value}{_from(source)}")
+
+
+def check_numbers(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
+    """Check every value whose name is in ``RANGES``; ``None`` means "not given" and passes."""
+    for name, value in values.items():
+        if name == "processes" and str(value).strip().lower() == "auto":
+            continue  # bench.commands.resolve_processes turns it into a number
+        if name in RANGES and value is not None:
+            check_number(name, value, (sources or {}).get(name, ""))
+
+
+def _url_error(name: str, part: str, why: str, source: str) -> UserError:
+    from bench.redact import redact_text
+
+    example = URL_SCHEMES[name][1]
+    return UserError(f"{flag(name)} {redact_text(part)!r}: {why}; e.g. {example}{_from(source)}")
+
+
+def _host_port(name: str, part: str, netloc: str, source: str) -> None:
+    try:
+        probe = urlsplit(f"//{netloc}")
+        host, _ = probe.hostname, probe.port
+    except ValueError as exc:
+        raise _url_error(name, part, f"bad host or port ({exc})", source) from None
+    if not host:
+        raise _url_error(name, part, "no host", source)
+
+
+def check_url(name: str, url: str, source: str = "") -> None:
+    """Raise UserError unless ``url`` parses, has an accepted scheme for option ``name`` and a host."""
+    schemes, _ = URL_SCHEMES[name]
+    text = str(url).strip()
+    if not text:
+        raise _url_error(name, text, "empty", source)
+    if name == "pg_dsn" and "://" not in text and "=" in text:
+        return  # a libpq key=value DSN: psycopg parses it (bench checks the login before starting)
+    if name == "zk_hosts" and "://" not in text:
+        text = f"zookeeper://{text}"
+    if "://" not in text:
+        raise _url_error(
+            name, str(url), f"not a URL (no scheme; use {' or '.join(s + '://' for s in schemes)})", source
+        )
+    scheme, _, rest = text.partition("://")
+    if scheme.lower() not in schemes:
+        raise _url_error(name, str(url), f"scheme {scheme!r} is not one of {', '.join(schemes)}", source)
+    if scheme == "unix":
+        if not urlsplit(text).path:
+            raise _url_error(name, str(url), "no socket path", source)
+        return
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    creds, at, hosts = netloc.rpartition("@")
+    hosts = hosts if at else netloc
+    multi = scheme in ("redis+sentinel", "zookeeper", "zk", "http", "https", "etcd")
+    parts = [h.strip() for h in hosts.split(",")] if multi else [hosts]
+    if any(not p for p in parts):
+        raise _url_error(name, str(url), "no host", source)
+    for part in parts:
+        _host_port(name, str(url), part, source)
+    if scheme == "redis+sentinel" and not urlsplit(text).path.strip("/"):
+        raise _url_error(name, str(url), "no service name (redis+sentinel://host:port,.../service)", source)
+
+
+def check_urls(
+    values: Mapping[str, str | Iterable[str] | None], sources: Mapping[str, str] | None = None
+) -> None:
+    """Check every URL option given (a string, a list of strings or None)."""
+    for name, value in values.items():
+        if name not in URL_SCHEMES or value is None:
+            continue
+        for url in [value] if isinstance(value, str) else list(value):
+            check_url(name, url, (sources or {}).get(name, ""))
+
+
+def check_all(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
+    """Numbers and URLs of one command's options (e.g. click's ``ctx.params``), in one call."""
+    check_numbers(values, sources)
+    check_urls(values, sources)

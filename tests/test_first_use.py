@@ -1,0 +1,35 @@
+"""First use: scripts/bootstrap.sh says what it is doing while it builds .venv."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.helpers import PROJECT
+
+# A stand-in interpreter: passes the version check, "creates" the venv and "installs" instantly,
+# so the test sees bootstrap.sh's messages without a minute of pip.
+FAKE_PYTHON = """#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
+  mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && chmod +x "$3/bin/python"
+fi
+exit 0
+"""
+
+
+def test_bootstrap_says_what_happens_on_first_use(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(PROJECT / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
+    shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    first = subprocess.run(["bash", "scripts/bootstrap.sh"], cwd=tmp_path, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake)}, timeout=60)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "first use" in first.stderr and "about a minute" in first.stderr, first.stderr
+    assert "ready" in first.stderr.splitlines()[-1]
+    again = subprocess.run(["bash", "scripts/bootstrap.sh"], cwd=tmp_path, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake)}, timeout=60)  # fmt: skip
+    assert again.returncode == 0 and again.stderr == "", again.stderr  # quiet once installed
