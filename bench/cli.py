@@ -210,7 +210,11 @@ def _given(ctx: typer.Context, name: str) -> bool:
 def report_cmd(
     runs: Annotated[list[Path], typer.Argument(help="run folder(s); the first is the baseline")],
     out: Annotated[
-        Path | None, typer.Option(help="output HTML file (default: <last run>/report.html)")
+        Path | None,
+        typer.Option(
+            help="output HTML file (default: <run>/report.html; comparing runs: "
+            "<results>/comparisons/<a>__vs__<b>/report.html, never inside a run folder)"
+        ),
     ] = None,
     slo_us: Annotated[
         float | None, typer.Option(help="draw an SLO line on the latency spectrum (microseconds)")
