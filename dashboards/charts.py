@@ -77,7 +77,9 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     elif width == 0:
         width = 1.0
     second = ((pairs["t_ns_ok"] - t0) // 1_000_000_000).astype("int64").clip(upper=last)
-    pairs = pairs.assign(latency_us=(pairs["t_ns_ok"] - pairs["t_ns_inv"]).astype("float64") / 1_000.0, second=second)
+    pairs = pairs.assign(
+        latency_us=(pairs["t_ns_ok"] - pairs["t_ns_inv"]).astype("float64") / 1_000.0, second=second
+    )
     grouped = pairs.groupby("second")["latency_us"]
     per_second = pd.DataFrame(
         {"acq_per_s": grouped.size(), "p50_us": grouped.quantile(0.5), "p99_us": grouped.quantile(0.99)}

@@ -264,10 +264,13 @@ def sentence(row: ImplRow) -> str:
         saved = " (fencing kept the data)" if o.cls == "warn" else ""
         parts.append(f"failed {o.scenario}{': ' + o.failure if o.failure else ''}{saved}")
     faults = [o for o in survived if o.fault_events or o.scenario.split("+")[0] in FAULT_WORKLOADS]
+    unclear = [o.scenario for o in row.outcomes if o.cls == "unknown"]
     if faults:
         parts.append("survived " + ", ".join(o.scenario for o in faults))
-    elif not failed:
+    elif survived and not failed:
         parts.append("stayed exclusive under contention, but no fault was tried")
+    if unclear:
+        parts.append("no verdict in " + ", ".join(unclear))
     c = row.cost
     if c.acq_s is not None:
         who = f" with {c.users:g} clients" if c.users else ""
@@ -279,7 +282,9 @@ def sentence(row: ImplRow) -> str:
         parts.append(figure)
     if c.jain is not None and c.jain < 0.5:
         share = (
-            f": one client got {c.top_share:.0%} of {c.top_total:,} acquisitions" if c.top_share is not None else ""
+            f": one client got {c.top_share:.0%} of {c.top_total:,} acquisitions"
+            if c.top_share is not None
+            else ""
         )
         parts.append(f"unfair (Jain {c.jain:.2f}){share}")
     text_ = "; ".join(parts) or "no results"
@@ -325,9 +330,11 @@ def _num_cell(value: float | None, shown: str, col: str, extra: str = "", cls: s
 
 def _throughput_cell(c: Cost) -> str:
     if c.acq_s is None:
-        return _num_cell(None, "n/a", "acq_s", '<br><small>no no-fault case</small>')
-    extra = f'<br><small>model {fmt(c.model_acq_s, "rate")}/s</small>' if c.model_acq_s else (
-        '<br><small class="na">model n/a</small>'
+        return _num_cell(None, "n/a", "acq_s", "<br><small>not measured: fault cases only</small>")
+    extra = (
+        f"<br><small>model {fmt(c.model_acq_s, 'rate')}/s</small>"
+        if c.model_acq_s
+        else ('<br><small class="na">model n/a</small>')
     )
     if c.bound:
         reason = c.reason or "reason not recorded"
@@ -361,8 +368,12 @@ def decision_section(run: RunData) -> str:
             + _fencing_cell(r)
             + _num_cell(solo, duration_us(solo) if solo is not None else "n/a", "solo_acquire_p50")
             + _throughput_cell(c)
-            + _num_cell(c.round_trips, f"{c.round_trips:.3g}" if c.round_trips is not None else "n/a", "round_trips")
-            + _num_cell(c.jain, fmt(c.jain, "ratio"), "jain", jain_extra, "bad" if (c.jain or 1) < 0.5 else "")
+            + _num_cell(
+                c.round_trips, f"{c.round_trips:.3g}" if c.round_trips is not None else "n/a", "round_trips"
+            )
+            + _num_cell(
+                c.jain, fmt(c.jain, "ratio"), "jain", jain_extra, "bad" if (c.jain or 1) < 0.5 else ""
+            )
             + f'<td data-col="servers" data-sort="{e(r.servers)}">{e(r.servers)}</td>'
             + f'<td class="sentence" data-col="sentence">{e(sentence(r))}</td></tr>'
         )
@@ -400,7 +411,9 @@ def no_fault_banner(run: RunData) -> str:
     """A banner for a run that injected no fault: what it shows, what it does not, and what would."""
     if run.cases.empty or run_has_faults(run):
         return ""
-    backends = sorted({text(r, "backend") or str(r.get("impl", "")).split(".")[0] for _, r in run.cases.iterrows()})
+    backends = sorted(
+        {text(r, "backend") or str(r.get("impl", "")).split(".")[0] for _, r in run.cases.iterrows()}
+    )
     backends = [b for b in backends if b]
     command = "bench matrix " + " ".join(f"--backend {b}" for b in backends) if backends else "bench matrix"
     return (
@@ -437,4 +450,3 @@ def contradictions_banner(run: RunData) -> str:
         f'<div class="banner contradicts" id="contradicts-banner">{len(items)} result(s) contradict the '
         f"catalog{e(kind)}: look at these first.<ul>{''.join(items)}</ul></div>"
     )
-

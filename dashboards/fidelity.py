@@ -52,7 +52,9 @@ def _shown(value: float | None, kind: str) -> str:
 def bound_of(rows: pd.DataFrame) -> tuple[bool | None, str]:
     """(generator-bound in any trial, the first reason given); None when no trial has the flag."""
     flags = [flag(r, "generator_bound") for _, r in rows.iterrows()]
-    reasons = [t.strip() for t in (text(r, "generator_bound_reason") for _, r in rows.iterrows()) if t and t.strip()]
+    reasons = [
+        t.strip() for t in (text(r, "generator_bound_reason") for _, r in rows.iterrows()) if t and t.strip()
+    ]
     if all(f is None for f in flags):
         return None, ""
     return any(f is True for f in flags), reasons[0] if reasons else ""

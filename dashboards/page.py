@@ -83,7 +83,7 @@ p.caption { font-size: 0.85em; color: #555; margin-top: 0.2em; }
 ul.notes { font-size: 0.85em; color: #555; }
 #decision-table { width: 100%; font-size: 0.8em; }
 #decision-table td.sentence { min-width: 14em; } #decision-table td.safety { min-width: 20em; }
-#decision-table tbody th { white-space: nowrap; text-align: left; }
+#decision-table tbody th { white-space: nowrap; text-align: left; } #decision-table thead th { overflow-wrap: normal; }
 .chip { display: inline-block; border-radius: 3px; padding: 0 4px; margin: 1px 2px 1px 0; font-size: 0.95em; }
 .chip.good { background: #d5f0d5; color: #185c18; } .chip.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
 .chip.warn { background: #fbeccb; color: #6b4a00; } .chip.unknown { background: #e4e4e4; color: #444; }
@@ -114,7 +114,6 @@ document.addEventListener("click", function (ev) {
   }).forEach(function (tr) { body.appendChild(tr); });
 });
 """
-
 
 
 def _value_html(value: Any) -> str:
@@ -254,17 +253,23 @@ def _latency(run: RunData, row: pd.Series, family: str, hist_name: str, pct: flo
 
 
 #: Percentiles shown per latency family: the acquire tail in full, release and hold at p50/p99/max.
-_SHOWN_PCTS = {"acquire": (50.0, 90.0, 99.0, 99.9, 100.0), "release": (50.0, 99.0, 100.0), "hold": (50.0, 99.0, 100.0)}
+_SHOWN_PCTS = {
+    "acquire": (50.0, 90.0, 99.0, 99.9, 100.0),
+    "release": (50.0, 99.0, 100.0),
+    "hold": (50.0, 99.0, 100.0),
+}
 
 
 def latency_section(run: RunData, labels: dict[str, str]) -> str:
     head1 = "<th rowspan=2>case</th>"
     head1 += "".join(f"<th colspan={len(_SHOWN_PCTS[name])}>{name}</th>" for name, _ in _LATENCY)
-    head1 += (
-        "<th colspan=2>handoff gap</th><th rowspan=2>utilization</th><th rowspan=2>Jain's index</th>"
-    )
+    head1 += "<th colspan=2>handoff gap</th><th rowspan=2>utilization</th><th rowspan=2>Jain's index</th>"
     head2 = (
-        "".join(f"<th>{'max' if p == 100.0 else f'p{p:g}'}</th>" for name, _ in _LATENCY for p in _SHOWN_PCTS[name])
+        "".join(
+            f"<th>{'max' if p == 100.0 else f'p{p:g}'}</th>"
+            for name, _ in _LATENCY
+            for p in _SHOWN_PCTS[name]
+        )
         + "<th>p50</th><th>p99</th>"
     )
     rows = []
@@ -279,7 +284,9 @@ def latency_section(run: RunData, labels: dict[str, str]) -> str:
             cells += "".join(
                 _cell(_latency(run, row, family, hist_name, p), "us", cls=cls) for p in _SHOWN_PCTS[family]
             )
-        cells += _cell(num(row, "handoff_p50_us"), "us", cls=cls) + _cell(num(row, "handoff_p99_us"), "us", cls=cls)
+        cells += _cell(num(row, "handoff_p50_us"), "us", cls=cls) + _cell(
+            num(row, "handoff_p99_us"), "us", cls=cls
+        )
         cells += _cell(num(row, "utilization"), "pct") + _cell(num(row, "jain_index"), "ratio")
         rows.append(f'<tr data-row="{e(case)}">{cells}</tr>')
     return (

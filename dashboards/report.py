@@ -64,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: exit 0 and print the report path, or exit 2 with one line on bad input."""
     parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, help="results folders; the first is the baseline")
-    parser.add_argument("--out", type=Path, default=None, help="output file (default: RUN/report.html; several runs: <results>/comparisons/<a>__vs__<b>/report.html)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output file (default: RUN/report.html; several runs: <results>/comparisons/<a>__vs__<b>/report.html)",
+    )
     parser.add_argument("--slo-us", type=float, default=None, help="draw an acquire latency SLO line (us)")
     args = parser.parse_args(argv)
     try:
