@@ -33,12 +33,12 @@ from dashboards.compare import (
     runs_section,
     verdict_matrix_section,
 )
+from dashboards.decision import contradictions_banner, decision_section, no_fault_banner
+from dashboards.fidelity import fidelity_section
 from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, wrap
 from dashboards.html_bits import cell as _cell
 from dashboards.html_bits import verdict_class as _verdict_class
 from dashboards.load import RunData, case_labels, flag, num, scenario_of, text
-from dashboards.decision import contradictions_banner, decision_section, no_fault_banner
-from dashboards.fidelity import fidelity_section
 from dashboards.matrix import scenario_matrix_section
 from dashboards.params import applicable_params, param_differences
 

@@ -43,12 +43,9 @@ def applicable_params(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     applies: dict[str, Any] = {}
     unused: dict[str, Any] = {}
     for key, value in params.items():
-        if key in _ALL_WORKLOAD_OPTIONS and known and key not in used:
-            unused[key] = value
-        elif key in _ONLY_WHEN_SET and value in ("", 0, 0.0, None, {}, []):
-            unused[key] = value
-        else:
-            applies[key] = value
+        other_workload = key in _ALL_WORKLOAD_OPTIONS and bool(known) and key not in used
+        unset = key in _ONLY_WHEN_SET and value in ("", 0, 0.0, None, {}, [])
+        (unused if other_workload or unset else applies)[key] = value
     return applies, unused
 
 
