@@ -25,7 +25,7 @@ import pytest
 
 from dashboards import render_report
 from tests.conftest import ARTIFACTS
-from tests.test_report import CASES, FIGURES, SCENARIOS, make_fault_run, make_run
+from tests.test_report import CALIBRATION, CASES, FIDELITY, FIGURES, SCENARIOS, make_fault_run, make_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 websocket = pytest.importorskip("websocket", reason="websocket-client is needed to drive Chromium (pip)")
@@ -254,3 +254,64 @@ def test_fault_run_draws_the_matrix_and_the_shaded_windows(browser: DevTools, tm
     assert sorted(drawn["shapes"])[-1] == 3, drawn  # fault window, pause window, crash line
     colours = set(drawn["matrix"])
     assert len(colours) >= 4, colours  # red, amber, green, grey
+
+
+#: What a reader's first screen shows and what the report must fit in without sideways scrolling.
+FIRST_SCREEN = {"width": 1400, "height": 900}
+
+LAYOUT_PROBE = """JSON.stringify({
+  decisionTop: document.getElementById("decision-table").getBoundingClientRect().top,
+  firstRowBottom: document.querySelector("#decision-table tbody tr").getBoundingClientRect().bottom,
+  firstH2: document.querySelector("h2").id,
+  pageWidth: document.documentElement.scrollWidth,
+  viewport: window.innerWidth,
+  wide: Array.from(document.querySelectorAll("table, .scroll")).filter(
+    el => el.scrollWidth > el.clientWidth + 1 || el.getBoundingClientRect().right > window.innerWidth
+  ).map(el => el.id || el.className || el.tagName),
+  untested: Array.from(document.querySelectorAll("#decision-table .chip.untested")).map(
+    el => getComputedStyle(el).backgroundColor),
+  good: Array.from(document.querySelectorAll("#decision-table .chip.good")).map(
+    el => getComputedStyle(el).backgroundColor)
+})"""
+
+
+def test_first_screen_is_the_decision_table_and_nothing_scrolls_sideways(
+    browser: DevTools, tmp_path: Path
+) -> None:
+    """At 1400x900 the decision table starts on the first screen and no table is wider than the page."""
+    single = make_run(
+        tmp_path, name="20250101T000000Z-aaaaaa", cases=CASES[:2] + CASES[4:], per_impl=FIDELITY,
+        meta_extra={"calibration": CALIBRATION}, params={"users": 20, "workload": "flash-sale"},
+    )  # fmt: skip
+    other = make_run(
+        tmp_path, name="20250102T000000Z-bbbbbb", cases=CASES[:2] + CASES[4:], per_impl=FIDELITY, speedup=3.0,
+        params={"users": 50, "workload": "flash-sale"},
+    )  # fmt: skip
+    # a comparison (parameter and no-fault banners above the table: the most crowded first screen), a fault run
+    reports = [render_report([single, other]), render_report([make_fault_run(tmp_path, SCENARIOS)])]
+    browser.call("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **FIRST_SCREEN)
+    try:
+        for i, report in enumerate(reports):
+            found = inspect(browser, report)
+            assert found["errors"] == [] and found["drawn"] == found["expected"], found
+            layout = json.loads(browser.evaluate(LAYOUT_PROBE))
+            assert layout["firstH2"] == "decision", layout
+            assert layout["decisionTop"] >= 0 and layout["firstRowBottom"] <= FIRST_SCREEN["height"], layout
+            assert layout["pageWidth"] <= layout["viewport"], layout
+            assert layout["wide"] == [], layout
+            assert layout["untested"] and not set(layout["untested"]) & set(layout["good"]), layout
+            if i == 0:
+                shot = browser.call("Page.captureScreenshot", format="png")
+                (ARTIFACTS / "report-first-screen.png").parent.mkdir(parents=True, exist_ok=True)
+                (ARTIFACTS / "report-first-screen.png").write_bytes(base64.b64decode(shot["data"]))
+                # rows sort by a header click, then the other way
+                order = (
+                    "Array.from(document.querySelectorAll('#decision-table tbody tr'))"
+                    ".map(tr => tr.dataset.row)"
+                )
+                browser.evaluate("document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()")
+                up = browser.evaluate(order)
+                browser.evaluate("document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()")
+                assert up == sorted(up) and browser.evaluate(order) == sorted(up, reverse=True)
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
