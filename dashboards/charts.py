@@ -482,20 +482,23 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
         agg = aggregate_trials(per_trial)
         name, colour = html.escape(glabels.get(group, group)), PALETTE[g % len(PALETTE)]
         longest = max(longest, float(agg["end_s"].max()))
-        x = agg["end_s"]  # a bucket's point at its end, on the same clock as the shading
+        # Steps: each bucket a flat segment from its start to its end, the last one ending where the
+        # case's acquires end; on the same clock as the shading.
+        agg = pd.concat([agg, agg.iloc[[-1]]], ignore_index=True)
+        x = list(agg["second"].astype("float64").iloc[:-1]) + [float(agg["end_s"].iloc[-1])]
         hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} trial(s))<extra>" + name
         custom = list(zip(agg["second"], agg["trials"], strict=True))
-        common = {"x": x, "legendgroup": name, "mode": "lines+markers", "customdata": custom}
+        common = {"x": x, "legendgroup": name, "mode": "lines", "customdata": custom, "line_shape": "hv"}
         fig.add_scatter(
-            **common, y=agg["p50_us"] / 1_000, name=name, line={"color": colour},
+            **common, y=agg["p50_us"] / 1_000, name=name, line_color=colour,
             hovertemplate=hover.replace("{what}", "ms p50") + "</extra>", row=1, col=1,
         )  # fmt: skip
         fig.add_scatter(
-            **common, y=agg["p99_us"] / 1_000, name=f"{name} p99", line={"color": colour, "dash": "dot"},
+            **common, y=agg["p99_us"] / 1_000, name=f"{name} p99", line_color=colour, line_dash="dot",
             showlegend=False, hovertemplate=hover.replace("{what}", "ms p99") + "</extra>", row=1, col=1,
         )  # fmt: skip
         fig.add_scatter(
-            **common, y=agg["acq_per_s"], name=f"{name} acq/s", line={"color": colour}, showlegend=False,
+            **common, y=agg["acq_per_s"], name=f"{name} acq/s", line_color=colour, showlegend=False,
             hovertemplate=hover.replace("{what}", "acquisitions/s") + "</extra>", row=2, col=1,
         )  # fmt: skip
         windows = [m for m in marks if m.kind != "pause"] + merge_windows(

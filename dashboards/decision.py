@@ -165,6 +165,10 @@ def _fencing(run: RunData, impl_rows: pd.DataFrame) -> tuple[str, str]:
     failed = [r for i, r in fenced.iterrows() if summarize(fenced.loc[[i]]).cls in ("bad", "warn")]
     if fenced.empty:
         return "yes", "observed only (no fenced case)"
+    unclear = [r for i, r in fenced.iterrows() if summarize(fenced.loc[[i]]).cls == "unknown"]
+    if not failed and unclear:
+        where = ", ".join(dict.fromkeys(scenario_of(r) for r in unclear))
+        return "yes", f"no verdict in {where}"
     if not failed:
         return "yes", "the lock held in every fenced case: tokens not needed"
     saved = [r for r in failed if flag(r, "data_safe") is True]
@@ -302,7 +306,12 @@ def _chip(o: Outcome) -> str:
 
 
 def _evidence(o: Outcome) -> str:
-    events = f", {fmt(o.fault_events)} fault event(s)" if o.fault_events else ", no fault"
+    if o.fault_events:
+        events = f", {fmt(o.fault_events)} fault event(s)"
+    elif o.scenario.split("+")[0] in FAULT_WORKLOADS:
+        events = ", fault events not counted"
+    else:
+        events = ", no fault"
     return (
         f'<li data-evidence="{e(o.scenario)}">{e(o.scenario)}: {fmt(o.acquisitions)} acquisitions{e(events)}; '
         f"{e(rule_of_three(o.acquisitions))}</li>"
@@ -332,7 +341,7 @@ def _throughput_cell(c: Cost) -> str:
     if c.acq_s is None:
         return _num_cell(None, "n/a", "acq_s", "<br><small>not measured: fault cases only</small>")
     extra = (
-        f"<br><small>model {fmt(c.model_acq_s, 'rate')}/s</small>"
+        f"<br><small>model {c.model_acq_s:,.0f}/s</small>"
         if c.model_acq_s
         else ('<br><small class="na">model n/a</small>')
     )
@@ -397,7 +406,8 @@ def decision_section(run: RunData) -> str:
         "inconclusive or <i>not tested</i> in this run (a scenario not run proves nothing). Under each "
         "survived scenario: the acquisitions and fault events it rests on; no violation in n acquisitions "
         "only bounds a race's rate below 3/n at 95% confidence (rule of three). Cost at the hot key "
-        f"({e(', '.join(sorted(cost_from)) or 'no no-fault case')}, median over trials, cases.csv): "
+        f"({e(', '.join(sorted(cost_from)) or 'not measured: this run has fault cases only')}, median over "
+        "trials, cases.csv): "
         "acquisitions/s as measured, hatched when the load generator was the limit (then a lower bound), "
         "with the model <code>model_acq_s</code> = 1 / (solo hold p50 + handoff gap p50): what independent "
         "clients would get; solo acquire p50 from run.json calibration (1 client); round trips: lock-server "

@@ -61,8 +61,9 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1e
        max-width: 1340px; padding: 0 1em; color: #222; line-height: 1.35; }
 h1 { font-size: 1.35em; margin: 0.3em 0; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; max-width: 100%; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; overflow-wrap: anywhere; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; overflow-wrap: normal; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; overflow-wrap: break-word; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.kv th { text-align: left; } table.kv table.kv { font-size: 1em; margin: 0; }
 .scroll { overflow-x: auto; } code { font-size: 0.95em; word-break: break-all; }
 td.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
@@ -169,6 +170,10 @@ def metadata_section(run: RunData) -> str:
     return f'<h2>Run</h2><table class="kv" id="metadata">{body}</table>'
 
 
+#: Parameter differences listed in the banner; the rest fold away so the decision table stays on screen.
+_SHOWN_DIFFERENCES = 6
+
+
 def params_banner(runs: list[RunData], rlabels: list[str], differences: list[tuple[str, list[str]]]) -> str:
     """For a comparison: the parameters that differ between the runs, first, before any figure."""
     if len(runs) < 2:
@@ -178,16 +183,22 @@ def params_banner(runs: list[RunData], rlabels: list[str], differences: list[tup
             '<div class="banner params" id="params-banner">The compared runs used the same parameters '
             "(run.json params that apply to their workloads).</div>"
         )
-    items = "".join(
+    items = [
         f'<li data-param="{e(k)}"><b>{e(k)}</b>: '
         + " → ".join(f"{e(v)} ({e(label)})" for v, label in zip(values, rlabels, strict=True))
         + "</li>"
         for k, values in differences
+    ]
+    more = (
+        f"<details><summary>{len(items) - _SHOWN_DIFFERENCES} more</summary><ul>"
+        f"{''.join(items[_SHOWN_DIFFERENCES:])}</ul></details>"
+        if len(items) > _SHOWN_DIFFERENCES
+        else ""
     )
     return (
         '<div class="banner params" id="params-banner">The compared runs differ in their parameters, so '
         "their figures differ for that reason too: no change below is coloured as better or worse."
-        f"<ul>{items}</ul></div>"
+        f"<ul>{''.join(items[:_SHOWN_DIFFERENCES])}</ul>{more}</div>"
     )
 
 
@@ -344,9 +355,9 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
         _figure(
             over_time_figure(run, glabels, slo_us),
             "Acquire latency and acquisitions over time",
-            "Per 1-second bucket (by completion time, since the case's own first acquire; each point at its "
-            "bucket's end, the last bucket ending where the case's acquires end, so cases of equal length "
-            "end together): acquire latency p50 (solid) and p99 (dotted), invoke -> ok in "
+            "Per 1-second bucket (by completion time, since the case's own first acquire; each bucket a flat "
+            "step, the last one ending where the case's acquires end, so cases of equal length end "
+            "together): acquire latency p50 (solid) and p99 (dotted), invoke -> ok in "
             "milliseconds, and successful acquisitions/s (bottom). One colour per impl x scenario: with "
             "several trials, each point is the median over the trials of that trial's own value for the "
             "second (each trial timed from its own first acquire; hover for how many trials). Computed "

@@ -51,11 +51,23 @@ def applicable_params(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 
 def param_differences(metas: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """(key, [value per run]) for every applicable parameter whose value is not the same in all runs."""
-    shown = [applicable_params(m)[0] for m in metas]
+    shown = [_flat(applicable_params(m)[0]) for m in metas]
     keys = list(dict.fromkeys(k for p in shown for k in p))
     out = []
     for key in keys:
         values = [str(p[key]) if key in p else "absent" for p in shown]
         if len(set(values)) > 1:
             out.append((key, values))
+    return out
+
+
+def _flat(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested parameters (per_workload) as dotted keys, so a difference names the value that differs."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{name}."))
+        else:
+            out[name] = value
     return out

@@ -852,7 +852,7 @@ def test_decision_table_comes_first_with_untested_grey_and_the_rule_of_three(tmp
     assert (
         acq is not None
         and "hold inflation 6.2x &gt; 1.5x" in acq.group(1)
-        and "model 2,000.0/s" in acq.group(1)
+        and "model 2,000/s" in acq.group(1)
     )
     assert "a lower bound" in acq.group(1)
     flock = _row_of(table, "file.flock")
