@@ -243,6 +243,7 @@ def test_fault_run_draws_the_matrix_and_the_shaded_windows(browser: DevTools, tm
     assert found["errors"] == [], found["errors"]
     assert found["requests"] == []
     assert found["divs"] == found["drawn"] == FIGURES, found
+    assert_decision_first_and_nothing_wide(first_screen(browser))
     drawn = json.loads(
         browser.evaluate(
             "JSON.stringify({shapes: Array.from(document.querySelectorAll('.plotly-graph-div')).map("
@@ -275,10 +276,33 @@ LAYOUT_PROBE = """JSON.stringify({
 })"""
 
 
+def first_screen(browser: DevTools, screenshot: Path | None = None) -> dict:
+    """The open page's layout at 1400x900 (and its first screen as a PNG), window size restored after."""
+    browser.call("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **FIRST_SCREEN)
+    try:
+        layout = json.loads(browser.evaluate(LAYOUT_PROBE))
+        if screenshot is not None:
+            shot = browser.call("Page.captureScreenshot", format="png")
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    return layout
+
+
+def assert_decision_first_and_nothing_wide(layout: dict) -> None:
+    assert layout["firstH2"] == "decision", layout
+    assert layout["decisionTop"] >= 0 and layout["firstRowBottom"] <= FIRST_SCREEN["height"], layout
+    assert layout["pageWidth"] <= layout["viewport"], layout
+    assert layout["wide"] == [], layout  # no table wider than its box or the window
+    assert layout["untested"] and not set(layout["untested"]) & set(layout["good"]), layout  # grey, not green
+
+
 def test_first_screen_is_the_decision_table_and_nothing_scrolls_sideways(
     browser: DevTools, tmp_path: Path
 ) -> None:
-    """At 1400x900 the decision table starts on the first screen and no table is wider than the page."""
+    """A comparison at 1400x900 (parameter and no-fault banners above the table: the most crowded first
+    screen): the decision table starts on the first screen, no table is wider than the page, rows sort."""
     single = make_run(
         tmp_path, name="20250101T000000Z-aaaaaa", cases=CASES[:2] + CASES[4:], per_impl=FIDELITY,
         meta_extra={"calibration": CALIBRATION}, params={"users": 20, "workload": "flash-sale"},
@@ -287,31 +311,12 @@ def test_first_screen_is_the_decision_table_and_nothing_scrolls_sideways(
         tmp_path, name="20250102T000000Z-bbbbbb", cases=CASES[:2] + CASES[4:], per_impl=FIDELITY, speedup=3.0,
         params={"users": 50, "workload": "flash-sale"},
     )  # fmt: skip
-    # a comparison (parameter and no-fault banners above the table: the most crowded first screen), a fault run
-    reports = [render_report([single, other]), render_report([make_fault_run(tmp_path, SCENARIOS)])]
-    browser.call("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **FIRST_SCREEN)
-    try:
-        for i, report in enumerate(reports):
-            found = inspect(browser, report)
-            assert found["errors"] == [] and found["drawn"] == found["expected"], found
-            layout = json.loads(browser.evaluate(LAYOUT_PROBE))
-            assert layout["firstH2"] == "decision", layout
-            assert layout["decisionTop"] >= 0 and layout["firstRowBottom"] <= FIRST_SCREEN["height"], layout
-            assert layout["pageWidth"] <= layout["viewport"], layout
-            assert layout["wide"] == [], layout
-            assert layout["untested"] and not set(layout["untested"]) & set(layout["good"]), layout
-            if i == 0:
-                shot = browser.call("Page.captureScreenshot", format="png")
-                (ARTIFACTS / "report-first-screen.png").parent.mkdir(parents=True, exist_ok=True)
-                (ARTIFACTS / "report-first-screen.png").write_bytes(base64.b64decode(shot["data"]))
-                # rows sort by a header click, then the other way
-                order = (
-                    "Array.from(document.querySelectorAll('#decision-table tbody tr'))"
-                    ".map(tr => tr.dataset.row)"
-                )
-                browser.evaluate("document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()")
-                up = browser.evaluate(order)
-                browser.evaluate("document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()")
-                assert up == sorted(up) and browser.evaluate(order) == sorted(up, reverse=True)
-    finally:
-        browser.call("Emulation.clearDeviceMetricsOverride")
+    found = inspect(browser, render_report([single, other]))
+    assert found["errors"] == [] and found["drawn"] == found["expected"], found
+    assert_decision_first_and_nothing_wide(first_screen(browser, ARTIFACTS / "report-first-screen.png"))
+    order = "Array.from(document.querySelectorAll('#decision-table tbody tr')).map(tr => tr.dataset.row)"
+    click = "document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()"
+    browser.evaluate(click)
+    up = browser.evaluate(order)
+    browser.evaluate(click)
+    assert up == sorted(up) and browser.evaluate(order) == sorted(up, reverse=True)
