@@ -232,17 +232,24 @@ def spectrum_figure(
             points = spectrum_points(hist)
             max_x = max(max_x, points[-1][0])
             label = glabels[group] if len(runs) == 1 else f"{rlabels[r]}: {glabels[group]}"
+            bound, reason = _bound(run, group)
+            if bound:
+                label += " (generator-bound: an upper bound)"
             fig.add_scatter(
                 x=[p[0] for p in points],
                 y=[p[1] / 1_000 for p in points],
                 customdata=[f"{p[2]:.5g}%" for p in points],
                 mode="lines",
                 name=html.escape(label),
+                opacity=0.5 if bound else 1.0,
                 line={
                     "color": PALETTE[g % len(PALETTE)],
                     "dash": "solid" if len(runs) == 1 else dashes[min(r, len(dashes) - 1)],
+                    "width": 1 if bound else 2,
                 },
-                hovertemplate="%{customdata}: %{y:.4g} ms<extra>%{fullData.name}</extra>",
+                hovertemplate="%{customdata}: %{y:.4g} ms"
+                + (f"<br>generator-bound ({html.escape(reason)})" if bound else "")
+                + "<extra>%{fullData.name}</extra>",
             )
     tickvals, ticktext = _axis_ticks(max_x)
     fig.update_layout(**_LAYOUT)

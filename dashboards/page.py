@@ -347,7 +347,8 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
             "Acquire latency, invoke -> ok, milliseconds (log), from the HDR histograms in hist/ (acquire_ok, "
             "1 us .. 1 h, 3 significant digits) recorded by lockbench clients, all trials of an impl x "
             "workload merged exactly (HDR add); not Locust's rounded stats. x: percentile on a log scale "
-            "of 1/(1-p); the last point of each line is the maximum."
+            "of 1/(1-p); the last point of each line is the maximum. Thin, pale lines marked generator-bound: "
+            "the load generator inflated these latencies (an upper bound)."
             + (" One colour per impl; dashed: baseline, solid: later run." if several else "")
             + slo,
             "acquire latency, invoke->ok, HDR histogram, milliseconds, recorded by lockbench clients",

@@ -885,6 +885,10 @@ def test_generator_bound_figures_are_greyed_with_the_reason_and_n_a_without_colu
     assert bars["y"] == sorted(bars["y"], reverse=True)
     hatched = dict(zip(bars["x"], bars["marker"]["pattern"]["shape"], strict=True))
     assert hatched["redis.setnx"] == "/" and hatched["file.flock"] == ""
+    spectrum, _ = next(f for f in _figures(page) if "percentile (log scale" in json.dumps(f[1]))
+    assert [t["name"] for t in spectrum if "generator-bound" in t["name"]] == [
+        "redis.setnx (generator-bound: an upper bound)"
+    ]
     model = next(t for t in data if t.get("name") == "model: independent clients")
     assert dict(zip(model["x"], model["y"], strict=True))["redis.setnx"] == 2_000.0
     # an older run without any of these columns or calibration: n/a, never an error
