@@ -53,10 +53,14 @@ def _check_of(row: pd.Series) -> str | None:
     return workload if workload in FAULT_WORKLOADS else None
 
 
+def clock_skewed(run: RunData) -> bool:
+    """Whether the run gave some clients a skewed lock clock (a run-wide fault: every case had it)."""
+    params = run.meta.get("params") if isinstance(run.meta.get("params"), dict) else {}
+    return bool((num(params, "clock_skew_s") or 0) and (num(params, "skewed_clients") or 0))
+
+
 def run_has_faults(run: RunData) -> bool:
-    clock = run.meta.get("params") if isinstance(run.meta.get("params"), dict) else {}
-    skewed = (clock.get("clock_skew_s") or 0) and (clock.get("skewed_clients") or 0)
-    return bool(skewed) or any(is_fault_case(r) for _, r in run.cases.iterrows())
+    return clock_skewed(run) or any(is_fault_case(r) for _, r in run.cases.iterrows())
 
 
 def _median(values: list[float]) -> float | None:
@@ -183,7 +187,7 @@ def _fencing(run: RunData, impl_rows: pd.DataFrame) -> tuple[str, str]:
 def _cost(run: RunData, impl_rows: pd.DataFrame) -> Cost:
     """The no-fault flash-sale cases (else any no-fault cases) of the impl, medians over trials."""
     plain = impl_rows[[not is_fault_case(r) for _, r in impl_rows.iterrows()]]
-    if plain.empty:
+    if plain.empty or clock_skewed(run):
         return Cost()
     flash = plain[[scenario_of(r).split("+")[0] == "flash-sale" for _, r in plain.iterrows()]]
     rows = flash if not flash.empty else plain
@@ -244,7 +248,8 @@ def impl_rows(run: RunData) -> list[ImplRow]:
     for impl in dict.fromkeys(impls):
         rows = cases[[i == impl for i in impls]]
         backend = text(rows.iloc[0], "backend") or impl.split(".")[0]
-        scenarios = [scenario_of(r) for _, r in rows.iterrows()]
+        skew = "+clock-skew" if clock_skewed(run) else ""  # run-wide: bench puts it in no scenario name
+        scenarios = [scenario_of(r) + skew for _, r in rows.iterrows()]
         by_scenario = {s: rows[[x == s for x in scenarios]] for s in dict.fromkeys(scenarios)}
         checks = {c for c in (_check_of(r) for _, r in rows.iterrows()) if c}
         tokens, data = _fencing(run, rows)
@@ -267,7 +272,11 @@ def sentence(row: ImplRow) -> str:
     for o in failed:
         saved = " (fencing kept the data)" if o.cls == "warn" else ""
         parts.append(f"failed {o.scenario}{': ' + o.failure if o.failure else ''}{saved}")
-    faults = [o for o in survived if o.fault_events or o.scenario.split("+")[0] in FAULT_WORKLOADS]
+    faults = [
+        o
+        for o in survived
+        if o.fault_events or o.scenario.split("+")[0] in FAULT_WORKLOADS or o.scenario.endswith("+clock-skew")
+    ]
     unclear = [o.scenario for o in row.outcomes if o.cls == "unknown"]
     if faults:
         parts.append("survived " + ", ".join(o.scenario for o in faults))
@@ -308,7 +317,7 @@ def _chip(o: Outcome) -> str:
 def _evidence(o: Outcome) -> str:
     if o.fault_events:
         events = f", {fmt(o.fault_events)} fault event(s)"
-    elif o.scenario.split("+")[0] in FAULT_WORKLOADS:
+    elif o.scenario.split("+")[0] in FAULT_WORKLOADS or o.scenario.endswith("+clock-skew"):
         events = ", fault events not counted"
     else:
         events = ", no fault"

@@ -1002,3 +1002,12 @@ def test_latencies_carry_units_and_over_time_lines_of_equal_length_end_together(
     fairness = next(f for f in _figures(page) if "fair share" in json.dumps(f[1]))
     assert fairness[1]["yaxis"]["type"] == "log"
     assert all(abs(sum(t["y"]) / len(t["y"]) - 1) < 1e-9 for t in fairness[0])  # normalised to the fair share
+
+
+def test_clock_skew_run_is_a_fault_run_and_says_so_in_its_scenarios(tmp_path: Path) -> None:
+    params = {"workload": "flash-sale", "users": 8, "clock_skew_s": 30.0, "skewed_clients": 0.5}
+    page = render_report([make_run(tmp_path, cases=CASES[:1], params=params)]).read_text(encoding="utf-8")
+    assert 'id="no-fault-banner"' not in page
+    row = _row_of(_table(page, "decision-table"), "redis.setnx")
+    assert '<span class="chip good" data-scenario="flash-sale+clock-skew"' in row
+    assert "fault events not counted" in row and "not measured: fault cases only" in row
