@@ -21,8 +21,10 @@ import pandas as pd
 from dashboards.charts import acquisitions_per_client
 from dashboards.html_bits import duration_us, e, fmt, rule_of_three
 from dashboards.load import RunData, flag, group_of, num, scenario_of, text
-from dashboards.matrix import summarize
+from dashboards.matrix import summarize, trial_class
 
+#: One row of cases.csv as a plain dict.
+Row = dict[str, Any]
 #: Client-fault workloads: each injects a fault by itself.
 FAULT_WORKLOADS = ("long-cs", "lease-expiry", "crash")
 #: What a safety matrix puts every lock through; absent ones are "not tested" in this run.
@@ -36,7 +38,7 @@ SAFETY_CHECKS = (
 OUTCOME = {"good": "survived", "bad": "failed", "warn": "failed, data safe", "unknown": "inconclusive"}
 
 
-def is_fault_case(row: pd.Series) -> bool:
+def is_fault_case(row: Row) -> bool:
     """Whether a case put the lock through a fault (client fault workload, server fault, skew, partition)."""
     workload = text(row, "workload") or scenario_of(row).split("+")[0]
     if workload in FAULT_WORKLOADS or (text(row, "fault") or "").strip():
@@ -45,7 +47,7 @@ def is_fault_case(row: pd.Series) -> bool:
     return "skew" in scenario or "partition" in scenario or (num(row, "fault_window_s") or 0) > 0
 
 
-def _check_of(row: pd.Series) -> str | None:
+def _check_of(row: Row) -> str | None:
     """Which of SAFETY_CHECKS a case counts for (a server fault on any workload counts as server-fault)."""
     if (text(row, "fault") or "").strip():
         return "server-fault"
@@ -60,20 +62,23 @@ def clock_skewed(run: RunData) -> bool:
 
 
 def run_has_faults(run: RunData) -> bool:
-    return clock_skewed(run) or any(is_fault_case(r) for _, r in run.cases.iterrows())
+    return clock_skewed(run) or any(is_fault_case(r) for r in records(run))
 
 
 def _median(values: list[float]) -> float | None:
     return float(pd.Series(values).median()) if values else None
 
 
-def _values(rows: pd.DataFrame, column: str) -> list[float]:
-    if column not in rows.columns:
-        return []
-    return [v for v in (num(r, column) for _, r in rows.iterrows()) if v is not None]
+def records(run: RunData) -> list[Row]:
+    """cases.csv as plain dicts: iterrows converts every arrow string column on every row (slow on a matrix)."""
+    return run.cases.to_dict("records")
 
 
-def _sum(rows: pd.DataFrame, column: str) -> float:
+def _values(rows: list[Row], column: str) -> list[float]:
+    return [v for v in (num(r, column) for r in rows) if v is not None]
+
+
+def _sum(rows: list[Row], column: str) -> float:
     return float(sum(_values(rows, column)))
 
 
@@ -122,12 +127,12 @@ class ImplRow:
     servers: str = "n/a"
 
 
-def _fault_events(rows: pd.DataFrame) -> float:
-    server = sum(1 for _, r in rows.iterrows() if (text(r, "fault") or "").strip())
+def _fault_events(rows: list[Row]) -> float:
+    server = sum(1 for r in rows if (text(r, "fault") or "").strip())
     return _sum(rows, "pauses") + _sum(rows, "crashes") + server
 
 
-def _failure_text(rows: pd.DataFrame) -> str:
+def _failure_text(rows: list[Row]) -> str:
     parts = []
     for column, label in (
         ("overlapping_holds", "overlapping holds"), ("lost_updates", "lost updates"),
@@ -140,36 +145,36 @@ def _failure_text(rows: pd.DataFrame) -> str:
     return ", ".join(parts)
 
 
-def _outcomes(rows_by_scenario: dict[str, pd.DataFrame]) -> list[Outcome]:
+def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
     out = []
     for scenario, rows in rows_by_scenario.items():
         cell = summarize(rows)
-        expected = {t for t in (text(r, "expected_outcome") for _, r in rows.iterrows()) if t}
+        expected = {t for t in (text(r, "expected_outcome") for r in rows) if t}
         out.append(
             Outcome(
                 scenario=scenario, cls=cell.cls, acquisitions=_sum(rows, "acquisitions"),
                 fault_events=_fault_events(rows), tooltip=cell.tooltip,
                 failure=_failure_text(rows) if cell.cls in ("bad", "warn") else "",
                 expected=", ".join(sorted(expected)),
-                contradicts=any(flag(r, "contradicts_catalog") is True for _, r in rows.iterrows()),
+                contradicts=any(flag(r, "contradicts_catalog") is True for r in rows),
             )
         )  # fmt: skip
     return out
 
 
-def _fencing(run: RunData, impl_rows: pd.DataFrame) -> tuple[str, str]:
-    """(tokens, what they did for the data) from the fencing modes and data_safe of the impl's cases."""
-    modes_run = {m for m in (text(r, "fencing") for _, r in run.cases.iterrows()) if m}
-    modes = {m for m in (text(r, "fencing") for _, r in impl_rows.iterrows()) if m}
+def _fencing(modes_run: set[str], impl_rows: list[Row]) -> tuple[str, str]:
+    """(tokens, what they did for the data) from the run's fencing modes and the impl's cases' data_safe."""
+    modes = {m for m in (text(r, "fencing") for r in impl_rows) if m}
     if not modes_run - {"off"}:
         return "not tested", "this run used no tokens (bench run --fencing both)"
     if not modes - {"off"}:
         return "no tokens", "the data depends on the lock alone"
-    fenced = impl_rows[[text(r, "fencing") == "enforce" for _, r in impl_rows.iterrows()]]
-    failed = [r for i, r in fenced.iterrows() if summarize(fenced.loc[[i]]).cls in ("bad", "warn")]
-    if fenced.empty:
+    fenced = [r for r in impl_rows if text(r, "fencing") == "enforce"]
+    if not fenced:
         return "yes", "observed only (no fenced case)"
-    unclear = [r for i, r in fenced.iterrows() if summarize(fenced.loc[[i]]).cls == "unknown"]
+    classes = [trial_class(r) for r in fenced]
+    failed = [r for r, c in zip(fenced, classes, strict=True) if c in ("bad", "warn")]
+    unclear = [r for r, c in zip(fenced, classes, strict=True) if c == "unknown"]
     if not failed and unclear:
         where = ", ".join(dict.fromkeys(scenario_of(r) for r in unclear))
         return "yes", f"no verdict in {where}"
@@ -184,19 +189,19 @@ def _fencing(run: RunData, impl_rows: pd.DataFrame) -> tuple[str, str]:
     return "yes", f"saved the data when the lock failed ({where})" if saved else "data_safe n/a"
 
 
-def _cost(run: RunData, impl_rows: pd.DataFrame) -> Cost:
+def _cost(run: RunData, impl_rows: list[Row]) -> Cost:
     """The no-fault flash-sale cases (else any no-fault cases) of the impl, medians over trials."""
-    plain = impl_rows[[not is_fault_case(r) for _, r in impl_rows.iterrows()]]
-    if plain.empty or clock_skewed(run):
+    plain = [r for r in impl_rows if not is_fault_case(r)]
+    if not plain or clock_skewed(run):
         return Cost()
-    flash = plain[[scenario_of(r).split("+")[0] == "flash-sale" for _, r in plain.iterrows()]]
-    rows = flash if not flash.empty else plain
-    first = scenario_of(rows.iloc[0])
-    rows = rows[[scenario_of(r) == first for _, r in rows.iterrows()]]
-    bound_flags = [flag(r, "generator_bound") for _, r in rows.iterrows()]
-    reasons = [t for t in (text(r, "generator_bound_reason") for _, r in rows.iterrows()) if t and t.strip()]
+    flash = [r for r in plain if scenario_of(r).split("+")[0] == "flash-sale"]
+    rows = flash or plain
+    first = scenario_of(rows[0])
+    rows = [r for r in rows if scenario_of(r) == first]
+    bound_flags = [flag(r, "generator_bound") for r in rows]
+    reasons = [t for t in (text(r, "generator_bound_reason") for r in rows) if t and t.strip()]
     counts: list[int] = []
-    for case in [str(c) for c in rows["case"]]:
+    for case in [str(r.get("case")) for r in rows]:
         history = run.acquire_history(case)
         if history is not None and not history.empty:
             counts += [int(v) for v in acquisitions_per_client(history)]
@@ -240,19 +245,22 @@ def solo_acquire_us(run: RunData, impl: str) -> float | None:
 
 def impl_rows(run: RunData) -> list[ImplRow]:
     """One ImplRow per impl of ``run``, in first-seen order."""
-    cases = run.cases
-    if cases.empty:
+    cases = records(run)
+    if not cases:
         return []
-    impls = [text(r, "impl") or group_of(str(r["case"])) for _, r in cases.iterrows()]
+    impls = [text(r, "impl") or group_of(str(r["case"])) for r in cases]
+    modes_run = {m for m in (text(r, "fencing") for r in cases) if m}
     out = []
     for impl in dict.fromkeys(impls):
-        rows = cases[[i == impl for i in impls]]
-        backend = text(rows.iloc[0], "backend") or impl.split(".")[0]
+        rows = [r for r, i in zip(cases, impls, strict=True) if i == impl]
+        backend = text(rows[0], "backend") or impl.split(".")[0]
         skew = "+clock-skew" if clock_skewed(run) else ""  # run-wide: bench puts it in no scenario name
-        scenarios = [scenario_of(r) + skew for _, r in rows.iterrows()]
-        by_scenario = {s: rows[[x == s for x in scenarios]] for s in dict.fromkeys(scenarios)}
-        checks = {c for c in (_check_of(r) for _, r in rows.iterrows()) if c}
-        tokens, data = _fencing(run, rows)
+        scenarios = [scenario_of(r) + skew for r in rows]
+        by_scenario = {
+            s: [r for r, x in zip(rows, scenarios, strict=True) if x == s] for s in dict.fromkeys(scenarios)
+        }
+        checks = {c for c in (_check_of(r) for r in rows) if c}
+        tokens, data = _fencing(modes_run, rows)
         out.append(
             ImplRow(
                 impl=impl, backend=backend, outcomes=_outcomes(by_scenario),
@@ -430,9 +438,7 @@ def no_fault_banner(run: RunData) -> str:
     """A banner for a run that injected no fault: what it shows, what it does not, and what would."""
     if run.cases.empty or run_has_faults(run):
         return ""
-    backends = sorted(
-        {text(r, "backend") or str(r.get("impl", "")).split(".")[0] for _, r in run.cases.iterrows()}
-    )
+    backends = sorted({text(r, "backend") or (text(r, "impl") or "").split(".")[0] for r in records(run)})
     backends = [b for b in backends if b]
     command = "bench matrix " + " ".join(f"--backend {b}" for b in backends) if backends else "bench matrix"
     return (
@@ -449,13 +455,13 @@ def contradictions_banner(run: RunData) -> str:
     if "contradicts_catalog" not in run.cases.columns:
         return ""
     items = []
-    for _, r in run.cases.iterrows():
+    for r in records(run):
         if flag(r, "contradicts_catalog") is not True:
             continue
         impl, scenario = text(r, "impl") or str(r["case"]), scenario_of(r)
         expected = text(r, "expected_outcome") or "n/a"
         note = text(r, "expected_note")
-        got = OUTCOME[summarize(run.cases.loc[[_]]).cls]
+        got = OUTCOME[trial_class(r)]
         items.append(
             f"<li><b>{e(impl)}</b> under {e(scenario)}: catalog expects <i>{e(expected)}</i>, "
             f"this run: <i>{e(got)}</i> ({e(text(r, 'verdict') or 'unknown')})"
