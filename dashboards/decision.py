@@ -91,6 +91,7 @@ class Outcome:
     acquisitions: float
     fault_events: float
     tooltip: str
+    after_event: float | None = None
     failure: str = ""
     expected: str = ""
     contradicts: bool = False
@@ -128,6 +129,11 @@ class ImplRow:
 
 
 def _fault_events(rows: list[Row]) -> float:
+    """Fault events the trials saw: ``scenario_events`` where bench matrix counted them, else
+    paused holders + killed holders + one per server fault."""
+    counted = _values(rows, "scenario_events")
+    if counted:
+        return float(sum(counted))
     server = sum(1 for r in rows if (text(r, "fault") or "").strip())
     return _sum(rows, "pauses") + _sum(rows, "crashes") + server
 
@@ -153,6 +159,8 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
         out.append(
             Outcome(
                 scenario=scenario, cls=cell.cls, acquisitions=_sum(rows, "acquisitions"),
+                after_event=sum(_values(rows, "acquisitions_after_event")) if _values(rows, "acquisitions_after_event")
+                else None,
                 fault_events=_fault_events(rows), tooltip=cell.tooltip,
                 failure=_failure_text(rows) if cell.cls in ("bad", "warn") else "",
                 expected=", ".join(sorted(expected)),
@@ -329,6 +337,12 @@ def _evidence(o: Outcome) -> str:
         events = ", fault events not counted"
     else:
         events = ", no fault"
+    if o.after_event is not None and o.fault_events:
+        # what the fault could break is tested by the acquisitions after it: the bound rests on those
+        return (
+            f'<li data-evidence="{e(o.scenario)}">{e(o.scenario)}: {fmt(o.acquisitions)} acquisitions '
+            f"({fmt(o.after_event)} after {e(events.lstrip(', '))}); {e(rule_of_three(o.after_event))}</li>"
+        )
     return (
         f'<li data-evidence="{e(o.scenario)}">{e(o.scenario)}: {fmt(o.acquisitions)} acquisitions{e(events)}; '
         f"{e(rule_of_three(o.acquisitions))}</li>"
@@ -364,7 +378,7 @@ def _throughput_cell(c: Cost) -> str:
     )
     if c.bound:
         reason = c.reason or "reason not recorded"
-        extra += f'<br><small class="boundnote">generator-bound: {e(reason)} (a lower bound)</small>'
+        extra += f'<br><small class="boundnote">generator-bound, a lower bound: {e(reason)}</small>'
         return _num_cell(c.acq_s, f"{c.acq_s:,.0f}", "acq_s", extra, "bound")
     if c.bound is None:
         extra += '<br><small class="na">fidelity n/a</small>'
@@ -461,7 +475,7 @@ def contradictions_banner(run: RunData) -> str:
         impl, scenario = text(r, "impl") or str(r["case"]), scenario_of(r)
         expected = text(r, "expected_outcome") or "n/a"
         note = text(r, "expected_note")
-        got = OUTCOME[trial_class(r)]
+        got = text(r, "observed_outcome") or OUTCOME[trial_class(r)]
         items.append(
             f"<li><b>{e(impl)}</b> under {e(scenario)}: catalog expects <i>{e(expected)}</i>, "
             f"this run: <i>{e(got)}</i> ({e(text(r, 'verdict') or 'unknown')})"

@@ -64,6 +64,7 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; max-width
 th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; overflow-wrap: break-word; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.num small, td.num br { white-space: normal; } td.num small { display: inline-block; max-width: 13em; }
 table.kv th { text-align: left; } table.kv table.kv { font-size: 1em; margin: 0; }
 .scroll { overflow-x: auto; } code { font-size: 0.95em; word-break: break-all; }
 td.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
@@ -84,8 +85,10 @@ p.caption { font-size: 0.85em; color: #555; margin-top: 0.2em; }
 ul.notes { font-size: 0.85em; color: #555; }
 #decision-table { width: 100%; font-size: 0.8em; }
 #decision-table td.sentence { min-width: 14em; } #decision-table td.safety { min-width: 20em; }
+#decision-table td[data-col="acq_s"] { min-width: 12em; } #decision-table td[data-col="acq_s"] small { max-width: none; }
 #decision-table tbody th { white-space: nowrap; text-align: left; } #decision-table thead th { overflow-wrap: normal; }
-.chip { display: inline-block; border-radius: 3px; padding: 0 4px; margin: 1px 2px 1px 0; font-size: 0.95em; }
+.chip { display: inline-block; border-radius: 3px; padding: 0 4px; margin: 1px 2px 1px 0; font-size: 0.95em;
+        white-space: nowrap; }
 .chip.good { background: #d5f0d5; color: #185c18; } .chip.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
 .chip.warn { background: #fbeccb; color: #6b4a00; } .chip.unknown { background: #e4e4e4; color: #444; }
 .chip.untested { background: #eeeeee; color: #777; border: 1px dashed #aaa; }

@@ -902,8 +902,9 @@ def test_fault_run_decision_table_evidence_fencing_and_catalog_contradictions(tm
     cases = [
         {**SCENARIOS[2], "acquisitions": 300, "expected_outcome": "survives", "contradicts_catalog": False},
         {**SCENARIOS[3], "expected_outcome": "survives", "contradicts_catalog": True,
-         "expected_note": "catalog: setnx-del survives a crash"},
-        *SCENARIOS[:2], *SCENARIOS[4:],
+         "expected_note": "catalog: setnx-del survives a crash", "observed_outcome": "stuck"},
+        *SCENARIOS[:2], SCENARIOS[4],
+        {**SCENARIOS[5], "scenario_events": 3, "acquisitions_after_event": 60},  # bench matrix's evidence
     ]  # fmt: skip
     run = make_fault_run(tmp_path, cases)
     meta = json.loads((run / "run.json").read_text())
@@ -920,6 +921,7 @@ def test_fault_run_decision_table_evidence_fencing_and_catalog_contradictions(tm
         and "survives" in banner
         and "catalog: setnx-del survives a crash" in banner
     )
+    assert "this run: <i>stuck</i>" in banner
     table = _table(page, "decision-table")
     lua = _row_of(table, "redis.set-nx-px-lua")
     # 300 clean acquisitions around one killed holder cannot rule out a 1-in-1000 race
@@ -930,6 +932,8 @@ def test_fault_run_decision_table_evidence_fencing_and_catalog_contradictions(tm
     setnx = _row_of(table, "redis.setnx-del")
     assert '<span class="chip bad contradicts" data-scenario="crash"' in setnx and "≠ catalog" in setnx
     assert "1 locks left stuck" in setnx
+    # bench matrix counts the events and the acquisitions after them: the bound rests on those
+    assert "long-cs+fenced: 100 acquisitions (60 after 3 fault event(s)); a race rarer than 1 in 20" in setnx
     assert "not measured: fault cases only" in setnx  # cost belongs to bench run
 
 
