@@ -49,8 +49,9 @@ def is_fault_case(row: Row) -> bool:
 
 def _check_of(row: Row) -> str | None:
     """Which of SAFETY_CHECKS a case counts for (a server fault on any workload counts as server-fault)."""
-    if (text(row, "fault") or "").strip():
-        return "server-fault"
+    fault = (text(row, "fault") or "").strip()
+    if fault:
+        return "partition" if fault.startswith("partition") else "server-fault"
     workload = text(row, "workload") or scenario_of(row).split("+")[0]
     return workload if workload in FAULT_WORKLOADS else None
 
