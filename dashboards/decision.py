@@ -157,11 +157,11 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
     for scenario, rows in rows_by_scenario.items():
         cell = summarize(rows)
         expected = {t for t in (text(r, "expected_outcome") for r in rows) if t}
+        after = _values(rows, "acquisitions_after_event")  # bench matrix's evidence column
         out.append(
             Outcome(
                 scenario=scenario, cls=cell.cls, acquisitions=_sum(rows, "acquisitions"),
-                after_event=sum(_values(rows, "acquisitions_after_event")) if _values(rows, "acquisitions_after_event")
-                else None,
+                after_event=float(sum(after)) if after else None,
                 fault_events=_fault_events(rows), tooltip=cell.tooltip,
                 failure=_failure_text(rows) if cell.cls in ("bad", "warn") else "",
                 expected=", ".join(sorted(expected)),
