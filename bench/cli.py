@@ -366,7 +366,13 @@ def report_cmd(
         list[Path], typer.Argument(help="run folder(s); the first is the baseline", metavar="RUN...")
     ],
     out: Annotated[
-        Path | None, _opt("out", "output HTML file (default: <last run>/report.html)", metavar="FILE")
+        Path | None,
+        _opt(
+            "out",
+            "output HTML file (default: <run>/report.html; comparing runs: "
+            "<results>/comparisons/<a>__vs__<b>/report.html, never inside a run folder)",
+            metavar="FILE",
+        ),
     ] = None,
     slo_us: Annotated[
         float | None, _opt("slo_us", "draw an SLO line on the latency spectrum (microseconds)", metavar="US")

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 from hdrh.histogram import HdrHistogram
 from plotly.subplots import make_subplots
 
-from dashboards.load import RunData
+from dashboards.html_bits import duration_us
+from dashboards.load import RunData, flag, text
 
 #: Percentile levels marked on the spectrum's x axis, as 1/(1-p).
 SPECTRUM_TICKS = [(1, "0%"), (2, "50%"), (10, "90%"), (100, "99%"), (1_000, "99.9%"), (10_000, "99.99%")]
@@ -43,15 +44,20 @@ def spectrum_points(hist: HdrHistogram, ticks_per_half_distance: int = 5) -> lis
     return points
 
 
+#: A trailing partial second narrower than this joins the second before it (a rate over a sliver is noise).
+SLIVER_S = 0.2
+
+
 def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     """Per-second acquire ok count and latency percentiles from acquire invoke/ok history rows.
 
-    Invoke and completion share (client, seq). A bucket is one second since the first
-    acquire event, by completion time; seconds without a completion count 0. The trailing
-    partial second is rated over its real width, or dropped when shorter than half a second
-    (a rate over a sliver of time is noise).
+    Invoke and completion share (client, seq). A bucket is one second since the case's first
+    acquire event, by completion time; seconds without a completion count 0. ``end_s`` is
+    where the bucket ends: the trailing partial second ends where the history's acquires end
+    and is rated over its real width (joined to the second before it when narrower than
+    SLIVER_S), so cases of equal length end at the same x.
     """
-    columns = ["second", "acq_per_s", "p50_us", "p99_us"]
+    columns = ["second", "acq_per_s", "p50_us", "p99_us", "end_s"]
     acq = history[history["op"] == "acquire"]
     if acq.empty:
         return pd.DataFrame(columns=columns)
@@ -62,23 +68,26 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     pairs = invokes.merge(oks, on=["client", "seq"], suffixes=("_inv", "_ok"))
     if pairs.empty:
         return pd.DataFrame(columns=columns)
+    span_s = (t_end - t0) / 1e9
+    last = int(span_s)
+    width = span_s - last
+    if last > 0 and width < SLIVER_S:
+        last -= 1
+        width += 1.0
+    elif width == 0:
+        width = 1.0
+    second = ((pairs["t_ns_ok"] - t0) // 1_000_000_000).astype("int64").clip(upper=last)
     pairs = pairs.assign(
-        latency_us=(pairs["t_ns_ok"] - pairs["t_ns_inv"]).astype("float64") / 1_000.0,
-        second=((pairs["t_ns_ok"] - t0) // 1_000_000_000).astype("int64"),
+        latency_us=(pairs["t_ns_ok"] - pairs["t_ns_inv"]).astype("float64") / 1_000.0, second=second
     )
     grouped = pairs.groupby("second")["latency_us"]
     per_second = pd.DataFrame(
         {"acq_per_s": grouped.size(), "p50_us": grouped.quantile(0.5), "p99_us": grouped.quantile(0.99)}
     )
-    span_s = (t_end - t0) / 1e9
-    last = int(span_s)
     per_second = per_second.reindex(range(0, last + 1))
     per_second["acq_per_s"] = per_second["acq_per_s"].fillna(0).astype("float64")
-    last_width = span_s - last
-    if last > 0 and last_width < 0.5:
-        per_second = per_second.iloc[:-1]
-    elif last_width > 0:
-        per_second.loc[last, "acq_per_s"] /= last_width
+    per_second.loc[last, "acq_per_s"] /= width
+    per_second["end_s"] = [float(i + 1) for i in range(last)] + [last + width]
     return per_second.rename_axis("second").reset_index()[columns]
 
 
@@ -95,21 +104,40 @@ def _spread(values: list[float]) -> tuple[float | None, float, float]:
     return med, med - min(values), max(values) - med
 
 
+def _bound(run: RunData, group: str) -> tuple[bool, str]:
+    """(generator-bound in any trial of the group, its reason) from cases.csv; (False, "") when absent."""
+    rows = run.groups().get(group)
+    if rows is None or "generator_bound" not in rows.columns:
+        return False, ""
+    bound = [flag(r, "generator_bound") is True for _, r in rows.iterrows()]
+    reasons = [t for t in (text(r, "generator_bound_reason") for _, r in rows.iterrows()) if t and t.strip()]
+    return any(bound), (reasons[0].strip() if reasons else "reason not recorded") if any(bound) else ""
+
+
 def _group_bars(
     fig: go.Figure, runs: list[RunData], groups: list[str], glabels: dict[str, str], rlabels: list[str],
     column: str, row: int | None = None, col: int | None = None, showlegend: bool = True,
+    scale: float = 1.0, hatch_bound: bool = False,
 ) -> bool:  # fmt: skip
-    """One bar per group per run: the median over trials, whiskers from min to max. True if any data."""
+    """One bar per group per run: the median over trials, whiskers from min to max. True if any data.
+
+    With ``hatch_bound``, a group whose cases were generator-bound is drawn hatched and pale,
+    and its hover says why: the figure is a lower bound, not the lock's.
+    """
     any_data = False
     for i, run in enumerate(runs):
-        meds, lo, hi, trials = [], [], [], []
+        meds, lo, hi, custom, patterns, opacity = [], [], [], [], [], []
         for group in groups:
-            values = run.values(group, column)
+            values = [v * scale for v in run.values(group, column)]
             med, down, up = _spread(values)
             meds.append(med)
             lo.append(down)
             hi.append(up)
-            trials.append(len(values))
+            bound, reason = _bound(run, group) if hatch_bound else (False, "")
+            note = f"<br>generator-bound ({html.escape(reason)}): a lower bound" if bound else ""
+            custom.append([len(values), note])
+            patterns.append("/" if bound else "")
+            opacity.append(0.45 if bound else 1.0)
         if not any(v is not None for v in meds):
             continue
         any_data = True
@@ -117,9 +145,12 @@ def _group_bars(
         name = html.escape(rlabels[i] or run.run_id)
         bar = go.Bar(
             x=[html.escape(glabels[g]) for g in groups], y=meds, name=name, legendgroup=name,
-            marker_color=PALETTE[i % len(PALETTE)], showlegend=showlegend,
+            marker={"color": PALETTE[i % len(PALETTE)], "opacity": opacity,
+                    "pattern": {"shape": patterns, "fillmode": "overlay"}},
+            showlegend=showlegend,
             error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
-            customdata=trials, hovertemplate="%{y:.4g} (median of %{customdata} trials)<extra>%{fullData.name}</extra>",
+            customdata=custom,
+            hovertemplate="%{y:.4g} (median of %{customdata[0]} trials)%{customdata[1]}<extra>%{fullData.name}</extra>",
         )  # fmt: skip
         if row is None:
             fig.add_trace(bar)
@@ -136,17 +167,40 @@ def all_groups(runs: list[RunData]) -> list[str]:
     return list(out)
 
 
-def throughput_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
-    """Acquisitions/s (and purchases/s) per impl x scenario and run: median over trials, min-max whiskers."""
+def sorted_groups(runs: list[RunData], column: str) -> list[str]:
+    """Every group, highest median of ``column`` in the last run first; groups without it last."""
     groups = all_groups(runs)
+    last = runs[-1]
+
+    def key(group: str) -> float:
+        med, _, _ = _spread(last.values(group, column) or runs[0].values(group, column))
+        return -med if med is not None else float("inf")
+
+    return sorted(groups, key=key)
+
+
+def throughput_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
+    """Acquisitions/s (and purchases/s) per impl x scenario and run, highest first: median over trials,
+    min-max whiskers; generator-bound figures hatched and pale; the model (independent clients) as a marker."""
+    groups = sorted_groups(runs, "throughput_acq_s")
     has_ops = any(run.values(g, "throughput_ops_s") for run in runs for g in groups)
     cols = 2 if has_ops else 1
     titles = ["acquisitions/s", "purchases/s"][:cols]
     fig = make_subplots(rows=1, cols=cols, subplot_titles=titles)
     fig.update_layout(**_LAYOUT, barmode="group")
-    found = _group_bars(fig, runs, groups, glabels, rlabels, "throughput_acq_s", 1, 1)
+    found = _group_bars(fig, runs, groups, glabels, rlabels, "throughput_acq_s", 1, 1, hatch_bound=True)
     if has_ops:
-        found |= _group_bars(fig, runs, groups, glabels, rlabels, "throughput_ops_s", 1, 2, showlegend=False)
+        found |= _group_bars(
+            fig, runs, groups, glabels, rlabels, "throughput_ops_s", 1, 2, showlegend=False, hatch_bound=True
+        )
+    run = runs[-1]
+    model = [_spread(run.values(g, "model_acq_s"))[0] for g in groups]
+    if any(m is not None for m in model):
+        fig.add_scatter(
+            x=[html.escape(glabels[g]) for g in groups], y=model, mode="markers", name="model: independent clients",
+            marker={"symbol": "line-ew-open", "size": 28, "line": {"width": 3, "color": "#222"}},
+            hovertemplate="model %{y:.4g}/s: 1 / (solo hold p50 + handoff gap p50)<extra></extra>", row=1, col=1,
+        )  # fmt: skip
     fig.update_yaxes(title="per second", rangemode="tozero", row=1, col=1)
     if not found:
         return _no_data(fig, "no throughput columns in cases.csv")
@@ -178,46 +232,55 @@ def spectrum_figure(
             points = spectrum_points(hist)
             max_x = max(max_x, points[-1][0])
             label = glabels[group] if len(runs) == 1 else f"{rlabels[r]}: {glabels[group]}"
+            bound, reason = _bound(run, group)
+            if bound:
+                label += " (generator-bound: an upper bound)"
             fig.add_scatter(
                 x=[p[0] for p in points],
-                y=[p[1] for p in points],
+                y=[p[1] / 1_000 for p in points],
                 customdata=[f"{p[2]:.5g}%" for p in points],
                 mode="lines",
                 name=html.escape(label),
+                opacity=0.5 if bound else 1.0,
                 line={
                     "color": PALETTE[g % len(PALETTE)],
                     "dash": "solid" if len(runs) == 1 else dashes[min(r, len(dashes) - 1)],
+                    "width": 1 if bound else 2,
                 },
-                hovertemplate="%{customdata}: %{y} us<extra>%{fullData.name}</extra>",
+                hovertemplate="%{customdata}: %{y:.4g} ms"
+                + (f"<br>generator-bound ({html.escape(reason)})" if bound else "")
+                + "<extra>%{fullData.name}</extra>",
             )
     tickvals, ticktext = _axis_ticks(max_x)
     fig.update_layout(**_LAYOUT)
     fig.update_xaxes(
         type="log", tickvals=tickvals, ticktext=ticktext, title="percentile (log scale of 1/(1-p))"
     )
-    fig.update_yaxes(type="log", title="acquire latency (us, log)")
+    fig.update_yaxes(type="log", title="acquire latency (ms, log)")
     if not fig.data:
         return _no_data(fig, "no acquire_ok samples in any histogram")
     if slo_us is not None:
         fig.add_scatter(
             x=[1, max_x],
-            y=[slo_us, slo_us],
+            y=[slo_us / 1_000, slo_us / 1_000],
             mode="lines",
-            name=f"SLO {slo_us:g} us",
+            name=f"SLO {duration_us(slo_us)}",
             line={"dash": "dash", "color": "#c0392b"},
         )
     return fig
 
 
 def handoff_utilization_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
-    """Handoff gap p50 and p99 (us) and lock utilization per impl x scenario and run."""
+    """Handoff gap p50 and p99 (ms) and lock utilization per impl x scenario and run."""
     groups = all_groups(runs)
     fig = make_subplots(
-        rows=1, cols=3, subplot_titles=["handoff gap p50 (us)", "handoff gap p99 (us)", "utilization"]
+        rows=1, cols=3, subplot_titles=["handoff gap p50 (ms)", "handoff gap p99 (ms)", "utilization"]
     )
     fig.update_layout(**_LAYOUT, barmode="group")
-    found = _group_bars(fig, runs, groups, glabels, rlabels, "handoff_p50_us", 1, 1)
-    found |= _group_bars(fig, runs, groups, glabels, rlabels, "handoff_p99_us", 1, 2, showlegend=False)
+    found = _group_bars(fig, runs, groups, glabels, rlabels, "handoff_p50_us", 1, 1, scale=0.001)
+    found |= _group_bars(
+        fig, runs, groups, glabels, rlabels, "handoff_p99_us", 1, 2, showlegend=False, scale=0.001
+    )
     found |= _group_bars(fig, runs, groups, glabels, rlabels, "utilization", 1, 3, showlegend=False)
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(tickformat=".0%", row=1, col=3)
@@ -233,11 +296,24 @@ def acquisitions_per_client(history: pd.DataFrame) -> pd.Series:
     return got.value_counts().reindex(tried, fill_value=0)
 
 
-def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
-    """Acquisitions per client, clients sorted from most to fewest, one line per impl x scenario.
+#: Where a client with no acquisition sits on the fairness chart's log axis (shares of the fair share).
+ZERO_SHARE = 0.01
 
-    Trials are pooled: each trial's clients are separate clients. x is the client's rank
-    as a fraction of all clients, so runs with different user counts overlay.
+
+def fair_shares(counts: list[int]) -> list[float]:
+    """Each client's acquisitions divided by the fair share (the mean): 1 = fair, 0 -> ZERO_SHARE for a log axis."""
+    mean = sum(counts) / len(counts) if counts else 0
+    if not mean:
+        return [ZERO_SHARE] * len(counts)
+    return [max(c / mean, ZERO_SHARE) for c in counts]
+
+
+def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
+    """Acquisitions per client relative to the fair share, clients sorted from most to fewest, log y.
+
+    Normalised and on a log axis so one client that took most of the acquisitions does not
+    flatten every other line. Trials are pooled: each trial's clients are separate clients.
+    x is the client's rank as a fraction of all clients, so runs with different user counts overlay.
     """
     fig = go.Figure()
     fig.update_layout(**_LAYOUT)
@@ -256,16 +332,21 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
         n = len(counts)
         fig.add_scatter(
             x=[(i + 0.5) / n for i in range(n)],
-            y=counts,
+            y=fair_shares(counts),
+            customdata=counts,
             mode="lines+markers" if n <= 60 else "lines",
             name=html.escape(f"{glabels[group]} ({jain_text})"),
             line={"color": PALETTE[g % len(PALETTE)], "shape": "hv"},
-            hovertemplate="%{y} acquisitions<extra>%{fullData.name}</extra>",
+            hovertemplate="%{customdata} acquisitions (%{y:.2f}x the fair share)<extra>%{fullData.name}</extra>",
         )
     fig.update_xaxes(
         title="clients, from most to fewest acquisitions (fraction of all clients)", range=[0, 1]
     )
-    fig.update_yaxes(title="successful acquires per client", rangemode="tozero")
+    ticks = [ZERO_SHARE, 0.1, 0.5, 1, 2, 5, 10, 50]
+    fig.update_yaxes(
+        type="log", title="acquisitions / fair share (log; 1 = fair)", tickvals=ticks,
+        ticktext=["0 (none)", "0.1", "0.5", "1 (fair)", "2", "5", "10", "50"],
+    )  # fmt: skip
     if not fig.data:
         return _no_data(fig, "no history files with acquires")
     return fig
@@ -338,13 +419,15 @@ def merge_windows(marks: list[Mark]) -> list[Mark]:
 
 
 def aggregate_trials(series: list[pd.DataFrame]) -> pd.DataFrame:
-    """Per second, the median over trials of each trial's acq/s, p50 and p99, and how many trials had it."""
-    columns = ["second", "acq_per_s", "p50_us", "p99_us", "trials"]
+    """Per second, the median over trials of each trial's acq/s, p50, p99 and bucket end, and how many trials had it."""
+    columns = ["second", "acq_per_s", "p50_us", "p99_us", "end_s", "trials"]
     if not series:
         return pd.DataFrame(columns=columns)
-    both = pd.concat(series, ignore_index=True)
+    both = pd.concat(
+        [t if "end_s" in t.columns else t.assign(end_s=t["second"] + 1.0) for t in series], ignore_index=True
+    )
     grouped = both.groupby("second")
-    out = grouped[["acq_per_s", "p50_us", "p99_us"]].median()
+    out = grouped[["acq_per_s", "p50_us", "p99_us", "end_s"]].median()
     out["trials"] = grouped["acq_per_s"].size()
     return out.reset_index()[columns]
 
@@ -405,21 +488,24 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
             continue
         agg = aggregate_trials(per_trial)
         name, colour = html.escape(glabels.get(group, group)), PALETTE[g % len(PALETTE)]
-        longest = max(longest, float(agg["second"].max()) + 1)
-        x = agg["second"] + 0.5  # a bucket's point at its centre, on the same clock as the shading
+        longest = max(longest, float(agg["end_s"].max()))
+        # Steps: each bucket a flat segment from its start to its end, the last one ending where the
+        # case's acquires end; on the same clock as the shading.
+        agg = pd.concat([agg, agg.iloc[[-1]]], ignore_index=True)
+        x = list(agg["second"].astype("float64").iloc[:-1]) + [float(agg["end_s"].iloc[-1])]
         hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} trial(s))<extra>" + name
         custom = list(zip(agg["second"], agg["trials"], strict=True))
-        common = {"x": x, "legendgroup": name, "mode": "lines+markers", "customdata": custom}
+        common = {"x": x, "legendgroup": name, "mode": "lines", "customdata": custom, "line_shape": "hv"}
         fig.add_scatter(
-            **common, y=agg["p50_us"], name=name, line={"color": colour},
-            hovertemplate=hover.replace("{what}", "us p50") + "</extra>", row=1, col=1,
+            **common, y=agg["p50_us"] / 1_000, name=name, line_color=colour,
+            hovertemplate=hover.replace("{what}", "ms p50") + "</extra>", row=1, col=1,
         )  # fmt: skip
         fig.add_scatter(
-            **common, y=agg["p99_us"], name=f"{name} p99", line={"color": colour, "dash": "dot"},
-            showlegend=False, hovertemplate=hover.replace("{what}", "us p99") + "</extra>", row=1, col=1,
+            **common, y=agg["p99_us"] / 1_000, name=f"{name} p99", line_color=colour, line_dash="dot",
+            showlegend=False, hovertemplate=hover.replace("{what}", "ms p99") + "</extra>", row=1, col=1,
         )  # fmt: skip
         fig.add_scatter(
-            **common, y=agg["acq_per_s"], name=f"{name} acq/s", line={"color": colour}, showlegend=False,
+            **common, y=agg["acq_per_s"], name=f"{name} acq/s", line_color=colour, showlegend=False,
             hovertemplate=hover.replace("{what}", "acquisitions/s") + "</extra>", row=2, col=1,
         )  # fmt: skip
         windows = [m for m in marks if m.kind != "pause"] + merge_windows(
@@ -443,7 +529,7 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
         }
         note = "; ".join(text for kind, text in legend_note.items() if kind in kinds)
         fig.update_layout(legend_title_text=f"solid p50, dotted p99<br>{note}<br>(in the line's colour)")
-    fig.update_yaxes(type="log", title="acquire latency (us, log)", row=1, col=1)
+    fig.update_yaxes(type="log", title="acquire latency (ms, log)", row=1, col=1)
     fig.update_yaxes(title="acquisitions/s", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title="seconds since the case's first acquire", row=2, col=1)
     if not fig.data:
@@ -451,9 +537,9 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
     if slo_us is not None and longest > 0:
         fig.add_scatter(
             x=[0, longest],
-            y=[slo_us, slo_us],
+            y=[slo_us / 1_000, slo_us / 1_000],
             mode="lines",
-            name=f"SLO {slo_us:g} us",
+            name=f"SLO {duration_us(slo_us)}",
             line={"dash": "dash", "color": "#c0392b"},
             row=1,
             col=1,

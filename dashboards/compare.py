@@ -15,19 +15,20 @@ from typing import Any
 import pandas as pd
 
 from dashboards.charts import acquisitions_per_client, all_groups
-from dashboards.html_bits import VIOLATIONS, e, fmt, verdict_class
-from dashboards.load import RunData, num, scenario_of, text
+from dashboards.html_bits import VIOLATIONS, e, fmt, verdict_class, wrap
+from dashboards.load import RunData, flag, num, scenario_of, text
 
 #: (cases.csv column, label, format kind, which way is worse: +1 up, -1 down, 0 neither)
 COMPARED = (
     ("throughput_acq_s", "acquisitions/s", "rate", -1),
     ("throughput_ops_s", "purchases/s", "rate", -1),
-    ("acquire_p50_us", "acquire p50 (us)", "num", +1),
-    ("acquire_p99_us", "acquire p99 (us)", "num", +1),
-    ("acquire_p999_us", "acquire p99.9 (us)", "num", +1),
-    ("acquire_max_us", "acquire max (us)", "num", +1),
-    ("handoff_p50_us", "handoff gap p50 (us)", "num", +1),
-    ("handoff_p99_us", "handoff gap p99 (us)", "num", +1),
+    ("model_acq_s", "model: independent clients (acquisitions/s)", "rate", -1),
+    ("acquire_p50_us", "acquire p50", "us", +1),
+    ("acquire_p99_us", "acquire p99", "us", +1),
+    ("acquire_p999_us", "acquire p99.9", "us", +1),
+    ("acquire_max_us", "acquire max", "us", +1),
+    ("handoff_p50_us", "handoff gap p50", "us", +1),
+    ("handoff_p99_us", "handoff gap p99", "us", +1),
     ("utilization", "utilization", "pct", -1),
     ("jain_index", "Jain's index", "ratio", -1),
     ("server_cmds_per_acquire", "server commands per acquire", "ratio", +1),
@@ -127,12 +128,29 @@ def verdict_matrix_section(runs: list[RunData], rlabels: list[str], glabels: dic
     )
 
 
-def _stat_cell(values: list[float], kind: str) -> str:
+#: Figures the load generator can distort: greyed where the case was generator-bound.
+GENERATOR_SENSITIVE = ("throughput_acq_s", "throughput_ops_s", "acquire_", "handoff_")
+
+
+def _stat_cell(values: list[float], kind: str, bound: str = "") -> str:
     if not values:
         return '<td class="num na">n/a</td>'
     med = float(pd.Series(values).median())
     spread = f"<br><small>{fmt(min(values), kind)} .. {fmt(max(values), kind)}, n={len(values)}</small>"
+    if bound:
+        spread += f'<br><small class="boundnote">generator-bound: {e(bound)}</small>'
+        return f'<td class="num bound">{fmt(med, kind)}{spread}</td>'
     return f'<td class="num">{fmt(med, kind)}{spread if len(values) > 1 else ""}</td>'
+
+
+def _bound_reason(rows: pd.DataFrame, column: str) -> str:
+    """The generator-bound reason of a group for a figure the load generator can distort, else ''."""
+    if not column.startswith(GENERATOR_SENSITIVE):
+        return ""
+    for _, r in rows.iterrows():
+        if flag(r, "generator_bound") is True:
+            return (text(r, "generator_bound_reason") or "").strip() or "reason not recorded"
+    return ""
 
 
 def _delta_cell(base: list[float], new: list[float], worse: int) -> str:
@@ -148,15 +166,24 @@ def _delta_cell(base: list[float], new: list[float], worse: int) -> str:
     return f'<td class="{cls}">{change * 100:+.1f}%</td>'
 
 
-def deltas_section(runs: list[RunData], rlabels: list[str], glabels: dict[str, str]) -> str:
+def deltas_section(
+    runs: list[RunData], rlabels: list[str], glabels: dict[str, str], params_differ: bool = False
+) -> str:
+    """Per group and metric, baseline and candidate medians and the change; no colour when parameters differ."""
     baseline = runs[0]
+    tint = (
+        "No delta is tinted: the runs' parameters differ (see the top of the page), so a change is not "
+        "a regression or an improvement of the lock."
+        if params_differ
+        else "Tinted deltas moved 10% or more (red the bad way, green the good way); whether a move "
+        "is more than noise is for <code>bench gate</code>, which tests it over the trials."
+    )
     parts = [
         '<h2 id="comparison">Baseline vs candidate, per impl x scenario</h2>'
         f'<p class="caption">Baseline: run {e(baseline.run_id)} (commit '
         f"{e(baseline.meta.get('git_commit') or 'n/a')}). Each cell is the median over the group's trials "
         "(small: min .. max and the number of trials); delta = (median - baseline median) / baseline "
-        "median. Tinted deltas moved 10% or more (red the bad way, green the good way); whether a move "
-        "is more than noise is for <code>bench gate</code>, which tests it over the trials.</p>"
+        f"median. Grey, hatched: generator-bound (a bound, not the lock's figure). {tint}</p>"
     ]
     base_groups = baseline.groups()
     for other, label in zip(runs[1:], rlabels[1:], strict=True):
@@ -181,8 +208,9 @@ def deltas_section(runs: list[RunData], rlabels: list[str], glabels: dict[str, s
             for col, name, kind, worse in compared:
                 bv, ov = baseline.values(group, col), other.values(group, col)
                 rows.append(
-                    f'<tr data-metric="{e(col)}"><td>{e(name)}</td>{_stat_cell(bv, kind)}{_stat_cell(ov, kind)}'
-                    f"{_delta_cell(bv, ov, worse)}</tr>"
+                    f'<tr data-metric="{e(col)}"><td>{e(name)}</td>'
+                    f"{_stat_cell(bv, kind, _bound_reason(b, col))}{_stat_cell(ov, kind, _bound_reason(o, col))}"
+                    f"{_delta_cell(bv, ov, 0 if params_differ else worse)}</tr>"
                 )
         parts.append(
             f"<h3>{e(label)} {e(other.run_id)} vs baseline {e(baseline.run_id)}</h3>"
@@ -249,7 +277,7 @@ def round_trips_section(runs: list[RunData], rlabels: list[str], glabels: dict[s
     lockstats = sorted({c for run in runs for c in run.cases.columns if str(c).startswith("lockstat_")})
     head = (
         "<th>impl x scenario</th><th>run</th><th>server commands per acquire</th><th>by command, per acquire</th>"
-        + "".join(f"<th>{e(c.removeprefix('lockstat_'))}</th>" for c in lockstats)
+        + "".join(f"<th>{wrap(c.removeprefix('lockstat_'))}</th>" for c in lockstats)
     )
     rows = []
     for group in all_groups(runs):

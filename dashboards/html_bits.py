@@ -16,6 +16,11 @@ def e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def wrap(name: str) -> str:
+    """An escaped column name that may break after its underscores, so wide headers do not widen tables."""
+    return e(name).replace("_", "_<wbr>")
+
+
 def fmt(value: float | None, kind: str = "num") -> str:
     """Human formatting of a metric; 'n/a' for a missing value."""
     if value is None:
@@ -26,6 +31,8 @@ def fmt(value: float | None, kind: str = "num") -> str:
         return f"{value:.3f}"
     if kind == "rate":
         return f"{value:,.1f}"
+    if kind == "us":
+        return duration_us(value)
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
@@ -40,3 +47,21 @@ def cell(value: float | None, kind: str = "num", cls: str = "", col: str = "") -
 
 def verdict_class(verdict: str | None) -> str:
     return VERDICT_CLASS.get((verdict or "unknown").strip().lower(), "unknown")
+
+
+def duration_us(value: float) -> str:
+    """A duration given in microseconds, in the unit that keeps it short: '459 µs', '1.44 ms', '2.29 s'."""
+    size = abs(value)
+    if size < 1_000:
+        return f"{value:.3g} µs"
+    if size < 1_000_000:
+        return f"{value / 1_000:.3g} ms"
+    seconds = value / 1_000_000
+    return f"{seconds:,.0f} s" if abs(seconds) >= 1_000 else f"{seconds:.3g} s"
+
+
+def rule_of_three(n: float) -> str:
+    """What n clean acquisitions rule out: none seen in n bounds the rate below 3/n at 95% confidence."""
+    if n < 3:
+        return "too few acquisitions to bound a rare race"
+    return f"a race rarer than 1 in {n / 3:,.0f} could go unseen (rule of three, 95%)"

@@ -63,6 +63,7 @@ class RunData:
     _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _events: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
+    _groups: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -129,15 +130,19 @@ class RunData:
         """Rows of cases.csv per impl x scenario (the trials of one case), in first-seen order."""
         if self.cases.empty:
             return {}
-        keys = self.cases["case"].astype(str).map(group_of)
-        return {str(g): rows for g, rows in self.cases.groupby(keys, sort=False)}
+        # computed once: the page asks for every group's values many times (a matrix run has hundreds)
+        if self._groups is None:
+            keys = self.cases["case"].astype(str).map(group_of)
+            self._groups = {str(g): rows for g, rows in self.cases.groupby(keys, sort=False)}
+        return self._groups
 
     def values(self, group: str, column: str) -> list[float]:
         """The finite per-trial values of ``column`` in ``group``."""
         rows = self.groups().get(group)
         if rows is None or column not in rows.columns:
             return []
-        return [v for v in (num(r, column) for _, r in rows.iterrows()) if v is not None]
+        # vectorised: iterrows converts every arrow string column on every row
+        return [float(v) for v in pd.to_numeric(rows[column], errors="coerce") if not math.isnan(v)]
 
     def merged_histogram(self, group: str, name: str) -> HdrHistogram | None:
         """All trials of a group in one histogram: hist/<group>.merged.json, else the trials added up."""

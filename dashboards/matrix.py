@@ -12,6 +12,7 @@ reads across one row. Every string from a results folder goes through
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -45,7 +46,7 @@ def split_scenario(scenario: str) -> tuple[str, str]:
     return scenario, ""
 
 
-def trial_class(row: pd.Series) -> str:
+def trial_class(row: pd.Series | dict[str, Any]) -> str:
     """bad / warn / unknown / good for one case.
 
     A lock that failed (verdict invalid, or any safety counter nonzero) is amber rather than
@@ -61,8 +62,8 @@ def trial_class(row: pd.Series) -> str:
     return cls
 
 
-def _sum(rows: pd.DataFrame, column: str) -> float | None:
-    values = [v for v in (num(r, column) for _, r in rows.iterrows()) if v is not None]
+def _sum(rows: list[dict[str, Any]], column: str) -> float | None:
+    values = [v for v in (num(r, column) for r in rows) if v is not None]
     return sum(values) if values else None
 
 
@@ -96,9 +97,12 @@ class MatrixCell:
         )
 
 
-def summarize(rows: pd.DataFrame, note: str = "") -> MatrixCell:
-    """The cell for the trials ``rows`` of one impl x scenario: worst verdict, counters summed."""
-    classes = [trial_class(r) for _, r in rows.iterrows()]
+def summarize(trials: pd.DataFrame | list[dict[str, Any]], note: str = "") -> MatrixCell:
+    """The cell for the trials of one impl x scenario (rows of cases.csv): worst verdict, counters summed."""
+    # plain dicts: iterrows converts every arrow string column on every row (minutes on a matrix run)
+    rows = trials.to_dict("records") if isinstance(trials, pd.DataFrame) else list(trials)
+    cases = [str(r.get("case")) for r in rows]
+    classes = [trial_class(r) for r in rows]
     cls = min(classes, key=SEVERITY.index) if classes else "unknown"
     counters = []
     details = []
@@ -112,7 +116,7 @@ def summarize(rows: pd.DataFrame, note: str = "") -> MatrixCell:
             counters.append(f"{label} {fmt(total_shown)}")
         if total is not None:
             details.append(f"{column} {fmt(total)}")
-    recovery = [v for v in (num(r, "recovery_ms_p50") for _, r in rows.iterrows()) if v is not None]
+    recovery = [v for v in (num(r, "recovery_ms_p50") for r in rows) if v is not None]
     if recovery:
         p50 = float(pd.Series(recovery).median())
         counters.append(f"recovery p50 {fmt(p50)} ms")
@@ -121,24 +125,23 @@ def summarize(rows: pd.DataFrame, note: str = "") -> MatrixCell:
     if crashes and not recovery and not (_sum(rows, "stuck_locks") or 0):
         # killed holders whose locks nobody took before the run ended, in less than the stuck bound
         counters.append("killed holder's lock not re-acquired before the end")
-    recovery_max = [v for v in (num(r, "recovery_ms_max") for _, r in rows.iterrows()) if v is not None]
+    recovery_max = [v for v in (num(r, "recovery_ms_max") for r in rows) if v is not None]
     if recovery_max:
         details.append(f"recovery_ms_max {fmt(max(recovery_max))}")
     for column in TOOLTIP:
         total = _sum(rows, column)
         if total is not None:
             details.append(f"{column} {fmt(total)}")
-    safe = [flag(r, "data_safe") for _, r in rows.iterrows()]
+    safe = [flag(r, "data_safe") for r in rows]
     if any(s is not None for s in safe):
         details.append("data_safe " + ", ".join("n/a" if s is None else str(s).lower() for s in safe))
-    window = [v for v in (num(r, "fault_window_s") for _, r in rows.iterrows()) if v is not None]
+    window = [v for v in (num(r, "fault_window_s") for r in rows) if v is not None]
     if window:
         details.append("fault window " + ", ".join(f"{w:.3g} s" for w in window))
-    modes = sorted({m for m in (text(r, "fencing") for _, r in rows.iterrows()) if m})
+    modes = sorted({m for m in (text(r, "fencing") for r in rows) if m})
     if modes:
         details.append("fencing " + ", ".join(modes))
-    verdicts = sorted({text(r, "verdict") or "unknown" for _, r in rows.iterrows()})
-    cases = [str(c) for c in rows["case"]]
+    verdicts = sorted({text(r, "verdict") or "unknown" for r in rows})
     tooltip = "; ".join([f"verdicts: {', '.join(verdicts)}", *details, f"cases: {', '.join(cases)}"])
     return MatrixCell(
         cls=cls, verdict=_VERDICT_TEXT[cls], counters=counters, trials=len(rows), tooltip=tooltip, note=note,

@@ -33,11 +33,14 @@ from dashboards.compare import (
     runs_section,
     verdict_matrix_section,
 )
-from dashboards.html_bits import VIOLATIONS, WARNINGS, e
+from dashboards.decision import contradictions_banner, decision_section, no_fault_banner
+from dashboards.fidelity import fidelity_section
+from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, wrap
 from dashboards.html_bits import cell as _cell
 from dashboards.html_bits import verdict_class as _verdict_class
-from dashboards.load import RunData, case_labels, num, scenario_of, text
+from dashboards.load import RunData, case_labels, flag, num, scenario_of, text
 from dashboards.matrix import scenario_matrix_section
+from dashboards.params import applicable_params, param_differences
 
 _SUFFIX = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p999", 100.0: "max"}
 _LATENCY = (("acquire", "acquire_ok"), ("release", "release"), ("hold", "hold"))
@@ -54,24 +57,66 @@ window.addEventListener("error", function (ev) {
 """
 
 CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto;
-       max-width: 1280px; padding: 0 1em; color: #222; line-height: 1.4; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; vertical-align: top; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.kv th { text-align: left; white-space: nowrap; } table.kv table.kv { font-size: 1em; margin: 0; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1em auto;
+       max-width: 1340px; padding: 0 1em; color: #222; line-height: 1.35; }
+h1 { font-size: 1.35em; margin: 0.3em 0; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; overflow-wrap: break-word; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.num small, td.num br { white-space: normal; } td.num small { display: inline-block; max-width: 13em; }
+table.kv th { text-align: left; } table.kv table.kv { font-size: 1em; margin: 0; }
 .scroll { overflow-x: auto; } code { font-size: 0.95em; word-break: break-all; }
 td.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
 td.good { background: #d5f0d5; color: #185c18; } td.unknown { background: #e4e4e4; color: #444; }
 td.warn { background: #fbeccb; } td.na { color: #999; } td.key { white-space: nowrap; }
-td.mcell { min-width: 7em; } td.mcell small { font-weight: normal; }
-.banner { padding: 0.8em 1em; margin: 1em 0; border-radius: 4px; font-weight: bold; }
-.banner.incomplete { background: #fde2c8; border: 2px solid #d9822b; }
-.banner.error { background: #f8d0cc; border: 2px solid #c0392b; }
-td.cmds { min-width: 22em; } td.worse { background: #fbe3e0; } td.better { background: #e3f4e3; } small { color: #666; }
+td.mcell { min-width: 6em; } td.mcell small { font-weight: normal; }
+td.bound, span.bound { color: #777; background: repeating-linear-gradient(45deg, #eee, #eee 4px, #fafafa 4px, #fafafa 8px); }
+small.boundnote { color: #777; font-style: italic; }
+.banner { padding: 0.6em 1em; margin: 0.6em 0; border-radius: 4px; }
+.banner.incomplete { background: #fde2c8; border: 2px solid #d9822b; font-weight: bold; }
+.banner.error { background: #f8d0cc; border: 2px solid #c0392b; font-weight: bold; }
+.banner.nofault { background: #eef3fb; border: 2px solid #6b8fc9; font-size: 0.9em; }
+.banner.contradicts { background: #f8d0cc; border: 2px solid #c0392b; font-size: 0.9em; }
+.banner.params { background: #fff6d6; border: 2px solid #c9a227; font-size: 0.9em; }
+.banner ul { margin: 0.3em 0 0 0; }
+td.cmds { min-width: 14em; } td.worse { background: #fbe3e0; } td.better { background: #e3f4e3; } small { color: #666; }
 p.caption { font-size: 0.85em; color: #555; margin-top: 0.2em; }
 ul.notes { font-size: 0.85em; color: #555; }
+#decision-table { width: 100%; font-size: 0.8em; }
+#decision-table td.sentence { min-width: 14em; } #decision-table td.safety { min-width: 20em; }
+#decision-table td[data-col="acq_s"] { min-width: 12em; } #decision-table td[data-col="acq_s"] small { max-width: none; }
+#decision-table tbody th { white-space: nowrap; text-align: left; } #decision-table thead th { overflow-wrap: normal; }
+.chip { display: inline-block; border-radius: 3px; padding: 0 4px; margin: 1px 2px 1px 0; font-size: 0.95em;
+        white-space: nowrap; }
+.chip.good { background: #d5f0d5; color: #185c18; } .chip.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
+.chip.warn { background: #fbeccb; color: #6b4a00; } .chip.unknown { background: #e4e4e4; color: #444; }
+.chip.untested { background: #eeeeee; color: #777; border: 1px dashed #aaa; }
+.chip.contradicts { outline: 2px solid #c0392b; }
+ul.evidence { margin: 2px 0 0 0; padding-left: 1.1em; font-size: 0.92em; color: #555; }
+th.sortable { cursor: pointer; } th.sortable::after { content: " \\2195"; color: #aaa; }
+"""
+
+#: Sorts a table with class sortable-table by the clicked header: data-sort when present (numbers first).
+SORT_SCRIPT = """
+document.addEventListener("click", function (ev) {
+  var th = ev.target.closest ? ev.target.closest("th.sortable") : null;
+  if (!th) { return; }
+  var table = th.closest("table"), body = table.tBodies[0], col = Number(th.dataset.sortCol);
+  var dir = th.dataset.dir === "asc" ? -1 : 1;
+  th.dataset.dir = dir === 1 ? "asc" : "desc";
+  var key = function (tr) {
+    var cell = tr.children[col], v = cell.dataset.sort;
+    if (v === undefined) { v = cell.textContent; }
+    var n = parseFloat(v);
+    return isNaN(n) ? [1, String(v).toLowerCase()] : [0, n];
+  };
+  Array.from(body.rows).sort(function (a, b) {
+    var x = key(a), y = key(b);
+    if (x[0] !== y[0]) { return x[0] - y[0]; }
+    return (x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : 0) * dir;
+  }).forEach(function (tr) { body.appendChild(tr); });
+});
 """
 
 
@@ -96,6 +141,19 @@ def _command(value: Any) -> str:
     return f"<code>{e(value)}</code>" if value else '<span class="na">n/a</span>'
 
 
+def _params_html(meta: dict[str, Any]) -> str:
+    applies, unused = applicable_params(meta)
+    if not isinstance(meta.get("params"), dict):
+        return _value_html(meta.get("params"))
+    shown = _value_html(applies)
+    if unused:
+        shown += (
+            f"<details><summary>{len(unused)} recorded option(s) that do not apply to this run's "
+            f"workloads</summary>{_value_html(unused)}</details>"
+        )
+    return shown
+
+
 def metadata_section(run: RunData) -> str:
     meta = run.meta
     rows = [
@@ -107,12 +165,44 @@ def metadata_section(run: RunData) -> str:
         ("finished at", _value_html(meta.get("finished_at"))),
         ("host", _value_html(meta.get("host"))),
         ("versions", _value_html(meta.get("versions"))),
-        ("params", _value_html(meta.get("params"))),
+        ("params", _params_html(meta)),
         ("endpoints", _value_html(meta.get("endpoints"))),
         ("cases", e(f"{len(run.cases)} in cases.csv")),
     ]
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f'<h2>Run</h2><table class="kv" id="metadata">{body}</table>'
+
+
+#: Parameter differences listed in the banner; the rest fold away so the decision table stays on screen.
+_SHOWN_DIFFERENCES = 6
+
+
+def params_banner(runs: list[RunData], rlabels: list[str], differences: list[tuple[str, list[str]]]) -> str:
+    """For a comparison: the parameters that differ between the runs, first, before any figure."""
+    if len(runs) < 2:
+        return ""
+    if not differences:
+        return (
+            '<div class="banner params" id="params-banner">The compared runs used the same parameters '
+            "(run.json params that apply to their workloads).</div>"
+        )
+    items = [
+        f'<li data-param="{e(k)}"><b>{e(k)}</b>: '
+        + " → ".join(f"{e(v)} ({e(label)})" for v, label in zip(values, rlabels, strict=True))
+        + "</li>"
+        for k, values in differences
+    ]
+    more = (
+        f"<details><summary>{len(items) - _SHOWN_DIFFERENCES} more</summary><ul>"
+        f"{''.join(items[_SHOWN_DIFFERENCES:])}</ul></details>"
+        if len(items) > _SHOWN_DIFFERENCES
+        else ""
+    )
+    return (
+        '<div class="banner params" id="params-banner">The compared runs differ in their parameters, so '
+        "their figures differ for that reason too: no change below is coloured as better or worse."
+        f"<ul>{''.join(items[:_SHOWN_DIFFERENCES])}</ul>{more}</div>"
+    )
 
 
 def status_banner(run: RunData) -> str:
@@ -139,7 +229,7 @@ def verdict_section(run: RunData) -> str:
     keys = [c for c in ("impl", "scenario") if c in cases.columns] or ["case"]
     counters = VIOLATIONS + WARNINGS
     head = "".join(f"<th>{e(k)}</th>" for k in keys) + "<th>cases</th>"
-    head += "".join(f"<th>{e(c)}</th>" for c in counters) + "<th>verdict</th>"
+    head += "".join(f"<th>{wrap(c)}</th>" for c in counters) + "<th>verdict</th>"
     rows = []
     for key, group in cases.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -165,7 +255,7 @@ def verdict_section(run: RunData) -> str:
         "(trials, user counts). Red: a safety violation (overlapping holds, witness violations, "
         "oversold units, lost updates). Amber: acquires with unknown outcome, or releases that "
         "found the lock no longer owned. Verdict: red invalid, green valid, grey unknown.</p>"
-        f'<div class="scroll">{table}</div>'
+        f"{table}"
     )
 
 
@@ -176,35 +266,53 @@ def _latency(run: RunData, row: pd.Series, family: str, hist_name: str, pct: flo
     return value
 
 
+#: Percentiles shown per latency family: the acquire tail in full, release and hold at p50/p99/max.
+_SHOWN_PCTS = {
+    "acquire": (50.0, 90.0, 99.0, 99.9, 100.0),
+    "release": (50.0, 99.0, 100.0),
+    "hold": (50.0, 99.0, 100.0),
+}
+
+
 def latency_section(run: RunData, labels: dict[str, str]) -> str:
-    pcts = list(_SUFFIX)
     head1 = "<th rowspan=2>case</th>"
-    head1 += "".join(f"<th colspan={len(pcts)}>{name} (us)</th>" for name, _ in _LATENCY)
-    head1 += (
-        "<th colspan=2>handoff gap (us)</th><th rowspan=2>utilization</th><th rowspan=2>Jain's index</th>"
-    )
+    head1 += "".join(f"<th colspan={len(_SHOWN_PCTS[name])}>{name}</th>" for name, _ in _LATENCY)
+    head1 += "<th colspan=2>handoff gap</th><th rowspan=2>utilization</th><th rowspan=2>Jain's index</th>"
     head2 = (
-        "".join(f"<th>{'max' if p == 100.0 else f'p{p:g}'}</th>" for _ in _LATENCY for p in pcts)
+        "".join(
+            f"<th>{'max' if p == 100.0 else f'p{p:g}'}</th>"
+            for name, _ in _LATENCY
+            for p in _SHOWN_PCTS[name]
+        )
         + "<th>p50</th><th>p99</th>"
     )
     rows = []
     for _, row in run.cases.iterrows():
         case = str(row["case"])
-        cells = f"<td>{e(labels[case])}</td>"
+        bound = flag(row, "generator_bound") is True
+        cls = "bound" if bound else ""
+        reason = text(row, "generator_bound_reason") or "reason not recorded"
+        mark = f'<br><small class="boundnote">generator-bound: {e(reason)}</small>' if bound else ""
+        cells = f"<td>{e(labels[case])}{mark}</td>"
         for family, hist_name in _LATENCY:
-            cells += "".join(_cell(_latency(run, row, family, hist_name, p)) for p in pcts)
-        cells += _cell(num(row, "handoff_p50_us")) + _cell(num(row, "handoff_p99_us"))
+            cells += "".join(
+                _cell(_latency(run, row, family, hist_name, p), "us", cls=cls) for p in _SHOWN_PCTS[family]
+            )
+        cells += _cell(num(row, "handoff_p50_us"), "us", cls=cls) + _cell(
+            num(row, "handoff_p99_us"), "us", cls=cls
+        )
         cells += _cell(num(row, "utilization"), "pct") + _cell(num(row, "jain_index"), "ratio")
         rows.append(f'<tr data-row="{e(case)}">{cells}</tr>')
     return (
         "<h2>Latency, handoff, utilization, fairness</h2>"
-        '<p class="caption">Microseconds. acquire: invoke -> ok; release: invoke -> ok; hold: acquire ok '
-        "-> release invoke; handoff gap: release ok of one holder -> acquire ok of the next on the same "
-        "lock; utilization: fraction of wall time the lock was held; Jain's index: fairness of "
+        '<p class="caption">Durations in µs, ms or s as marked. acquire: invoke -> ok; release: invoke -> ok; '
+        "hold: acquire ok -> release invoke; handoff gap: release ok of one holder -> acquire ok of the next "
+        "on the same lock; utilization: fraction of wall time the lock was held; Jain's index: fairness of "
         "acquisitions per client (1 = equal). Values from cases.csv (computed by bench from the "
         "lockbench clients' recording); where a latency column is absent it is read from the case's "
-        "HDR histogram in hist/; n/a where neither has it.</p>"
-        f'<div class="scroll"><table id="latency"><tr>{head1}</tr><tr>{head2}</tr>{"".join(rows)}</table></div>'
+        "HDR histogram in hist/; n/a where neither has it. Grey, hatched rows were generator-bound: "
+        "their latencies are an upper bound.</p>"
+        f'<table id="latency"><tr>{head1}</tr><tr>{head2}</tr>{"".join(rows)}</table>'
     )
 
 
@@ -221,7 +329,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     rlabels = run_labels(runs)
     glabels = group_labels(runs)
     several = len(runs) > 1
-    slo = f" Dashed red line: SLO {slo_us:g} us." if slo_us is not None else ""
+    slo = f" Dashed red line: SLO {duration_us(slo_us)}." if slo_us is not None else ""
     across = " Every run is shown; the first is the baseline." if several else ""
     last = f" Last run ({e(run.run_id)}) only." if several else ""
     figures = [
@@ -230,26 +338,31 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
             "Throughput per impl x scenario",
             "Acquisitions/s (successful acquires / steady-state duration) and, for the flash sale, purchases/s, "
             "from cases.csv (throughput_acq_s, throughput_ops_s, computed by bench from the lockbench "
-            "clients' recording). Bar: median over the trials; whiskers: min and max trial." + across,
+            "clients' recording), highest first. Bar: median over the trials; whiskers: min and max trial. "
+            "Hatched, pale bars were generator-bound (the load generator was the limit: a lower bound; hover "
+            "for the reason). Black dash: the model, what independent clients would get "
+            "(model_acq_s = 1 / (solo hold p50 + handoff gap p50)), where the run recorded it." + across,
             "acquisitions/s and purchases/s, median over trials (cases.csv, computed by bench)",
         ),
         _figure(
             spectrum_figure(runs, glabels, rlabels, slo_us),
             "Acquire latency percentile spectrum",
-            "Acquire latency, invoke -> ok, microseconds (log), from the HDR histograms in hist/ (acquire_ok, "
+            "Acquire latency, invoke -> ok, milliseconds (log), from the HDR histograms in hist/ (acquire_ok, "
             "1 us .. 1 h, 3 significant digits) recorded by lockbench clients, all trials of an impl x "
             "workload merged exactly (HDR add); not Locust's rounded stats. x: percentile on a log scale "
-            "of 1/(1-p); the last point of each line is the maximum."
+            "of 1/(1-p); the last point of each line is the maximum. Thin, pale lines marked generator-bound: "
+            "the load generator inflated these latencies (an upper bound)."
             + (" One colour per impl; dashed: baseline, solid: later run." if several else "")
             + slo,
-            "acquire latency, invoke->ok, HDR histogram, microseconds, recorded by lockbench clients",
+            "acquire latency, invoke->ok, HDR histogram, milliseconds, recorded by lockbench clients",
         ),
         _figure(
             over_time_figure(run, glabels, slo_us),
             "Acquire latency and acquisitions over time",
-            "Per 1-second bucket (by completion time, since the case's first acquire; each point at its "
-            "bucket's centre): acquire latency p50 (solid) and p99 (dotted), invoke -> ok in "
-            "microseconds, and successful acquisitions/s (bottom). One colour per impl x scenario: with "
+            "Per 1-second bucket (by completion time, since the case's own first acquire; each bucket a flat "
+            "step, the last one ending where the case's acquires end, so cases of equal length end "
+            "together): acquire latency p50 (solid) and p99 (dotted), invoke -> ok in "
+            "milliseconds, and successful acquisitions/s (bottom). One colour per impl x scenario: with "
             "several trials, each point is the median over the trials of that trial's own value for the "
             "second (each trial timed from its own first acquire; hover for how many trials). Computed "
             "by this report from history/<case>.parquet, pairing acquire invoke -> ok by client + seq; "
@@ -267,33 +380,41 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
             handoff_utilization_figure(runs, glabels, rlabels),
             "Handoff gap and utilization per impl",
             "Handoff gap: from one holder's release ok to the next holder's acquire ok on the same lock "
-            "(microseconds, p50 and p99 over the case); utilization: fraction of the steady-state window "
+            "(milliseconds, p50 and p99 over the case); utilization: fraction of the steady-state window "
             "during which the lock was held. From cases.csv (handoff_p50_us, handoff_p99_us, "
             "utilization, computed by bench from the history). Bar: median over trials; whiskers: min "
             "and max trial." + across,
-            "handoff gap p50/p99 (us) and utilization, median over trials (cases.csv, computed by bench)",
+            "handoff gap p50/p99 (ms) and utilization, median over trials (cases.csv, computed by bench)",
         ),
         _figure(
             fairness_figure(run, glabels),
             "Fairness: acquisitions per client",
-            "Successful acquires per client, clients sorted from most to fewest (trials pooled: each "
-            "trial's clients are separate clients; clients that never got the lock count 0), from "
-            "history/<case>.parquet. A flat line is fair; a steep one means some clients starve. Jain's "
+            "Successful acquires per client divided by the fair share (the mean over the clients), clients "
+            "sorted from most to fewest, on a log axis so one client that took most acquisitions does not "
+            "flatten the other lines (trials pooled: each trial's clients are separate clients; clients that "
+            "never got the lock sit on the '0 (none)' line), from history/<case>.parquet. A flat line at 1 is "
+            "fair; a steep one means some clients starve (hover for the counts). Jain's "
             "index (in the legend; (sum x)^2 / (n sum x^2), 1 = equal) is the median over trials from "
             "cases.csv." + last,
-            "successful acquires per client, sorted, from history/*.parquet",
+            "successful acquires per client / fair share, sorted, log, from history/*.parquet",
         ),
     ]
+    differences = param_differences([r.meta for r in runs]) if several else []
     sections = [
         '<div class="banner error" id="js-error-banner" hidden></div>',
         *(status_banner(r) for r in runs),
+        params_banner(runs, rlabels, differences),
+        contradictions_banner(run),
+        no_fault_banner(run),
+        decision_section(run),
         scenario_matrix_section(run, several),
     ]
     if several:
         sections += [runs_section(runs, rlabels), verdict_matrix_section(runs, rlabels, glabels)]
     sections.append(verdict_section(run))
     if several:
-        sections.append(deltas_section(runs, rlabels, glabels))
+        sections.append(deltas_section(runs, rlabels, glabels, params_differ=bool(differences)))
+    sections.append(fidelity_section(run, glabels))
     sections += figures[:4]
     sections += [figures[4], fairness_table(runs, rlabels, glabels)]
     sections.append(round_trips_section(runs, rlabels, glabels))
@@ -302,12 +423,11 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
         sections.append(metadata_diff_section(runs, rlabels))
     sections.append(metadata_section(run))
     notes = [n for r in runs for n in r.notes]
-    bound = [
-        str(r["case"]) for _, r in run.cases.iterrows() if str(r.get("generator_bound", "")).lower() == "true"
-    ]
+    bound = [str(r["case"]) for _, r in run.cases.iterrows() if flag(r, "generator_bound") is True]
     if bound:
-        notes.insert(0, f"load generator CPU-bound (one core or more) in {len(bound)} case(s): {', '.join(bound)}; "
-                     "their figures measure the harness as much as the lock")  # fmt: skip
+        notes.insert(0, f"load generator was the limit (generator-bound) in {len(bound)} case(s): "
+                     f"{', '.join(bound)}; their throughput is a lower bound and their latencies an upper "
+                     "bound (reasons in the fidelity table)")  # fmt: skip
     if notes:
         items = "".join(f"<li>{e(n)}</li>" for n in dict.fromkeys(notes))
         sections.append(f'<h2>Notes</h2><ul class="notes" id="notes">{items}</ul>')
@@ -315,7 +435,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)}</title><style>{CSS}</style>"
-        f'<script type="text/javascript">{ERROR_HOOK}</script>'
+        f'<script type="text/javascript">{ERROR_HOOK}{SORT_SCRIPT}</script>'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
         f"<body><h1>{e(title)}</h1>{''.join(sections)}</body></html>\n"
     )

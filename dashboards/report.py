@@ -2,7 +2,7 @@
 
 ``render_report`` is what ``bench`` calls after a run; ``python -m dashboards RUN_DIR
 [RUN_DIR ...]`` does the same by hand (the first folder is the baseline when several are
-given, the report goes into the last one).
+given, the report goes to results/comparisons/<a>__vs__<b>/report.html).
 """
 
 from __future__ import annotations
@@ -17,8 +17,20 @@ from dashboards.load import ReportInputError, load_run
 from dashboards.page import build_page
 
 
+def comparison_path(run_dirs: list[Path]) -> Path:
+    """Where a comparison goes by default: <results>/comparisons/<a>__vs__<b>/report.html, beside the runs.
+
+    Never inside a run folder: a run's own report.html stays the report of that run.
+    """
+    last = Path(run_dirs[-1])
+    name = "__vs__".join(Path(d).resolve().name for d in run_dirs)
+    return last.resolve().parent / "comparisons" / name / "report.html"
+
+
 def render_report(run_dirs: list[Path], out: Path | None = None, slo_us: float | None = None) -> Path:
     """Write the report for ``run_dirs[-1]`` (compared with ``run_dirs[0]`` when several) and return its path.
+
+    One folder: <folder>/report.html. Several: :func:`comparison_path` unless ``out`` is given.
 
     Raises ReportInputError for a missing folder, a folder without run.json or cases.csv,
     or a results schema this renderer does not know.
@@ -26,6 +38,12 @@ def render_report(run_dirs: list[Path], out: Path | None = None, slo_us: float |
     if not run_dirs:
         raise ReportInputError("no results folder given")
     runs = [load_run(Path(d)) for d in run_dirs]
+    if out is None and len(run_dirs) > 1:
+        out = comparison_path(run_dirs)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportInputError(f"cannot create {out.parent}: {exc.strerror}") from None
     out = Path(out) if out is not None else Path(run_dirs[-1]) / "report.html"
     if not out.parent.is_dir():
         raise ReportInputError(f"output folder does not exist: {out.parent}")
@@ -46,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: exit 0 and print the report path, or exit 2 with one line on bad input."""
     parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, help="results folders; the first is the baseline")
-    parser.add_argument("--out", type=Path, default=None, help="output file (default: LAST_RUN/report.html)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output file (default: RUN/report.html; several runs: <results>/comparisons/<a>__vs__<b>/report.html)",
+    )
     parser.add_argument("--slo-us", type=float, default=None, help="draw an acquire latency SLO line (us)")
     args = parser.parse_args(argv)
     try:

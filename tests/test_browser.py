@@ -25,7 +25,7 @@ import pytest
 
 from dashboards import render_report
 from tests.conftest import ARTIFACTS
-from tests.test_report import CASES, FIGURES, SCENARIOS, make_fault_run, make_run
+from tests.test_report import CALIBRATION, CASES, FIDELITY, FIGURES, SCENARIOS, make_fault_run, make_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 websocket = pytest.importorskip("websocket", reason="websocket-client is needed to drive Chromium (pip)")
@@ -243,6 +243,7 @@ def test_fault_run_draws_the_matrix_and_the_shaded_windows(browser: DevTools, tm
     assert found["errors"] == [], found["errors"]
     assert found["requests"] == []
     assert found["divs"] == found["drawn"] == FIGURES, found
+    assert_decision_first_and_nothing_wide(first_screen(browser))
     drawn = json.loads(
         browser.evaluate(
             "JSON.stringify({shapes: Array.from(document.querySelectorAll('.plotly-graph-div')).map("
@@ -254,3 +255,68 @@ def test_fault_run_draws_the_matrix_and_the_shaded_windows(browser: DevTools, tm
     assert sorted(drawn["shapes"])[-1] == 3, drawn  # fault window, pause window, crash line
     colours = set(drawn["matrix"])
     assert len(colours) >= 4, colours  # red, amber, green, grey
+
+
+#: What a reader's first screen shows and what the report must fit in without sideways scrolling.
+FIRST_SCREEN = {"width": 1400, "height": 900}
+
+LAYOUT_PROBE = """JSON.stringify({
+  decisionTop: document.getElementById("decision-table").getBoundingClientRect().top,
+  firstRowBottom: document.querySelector("#decision-table tbody tr").getBoundingClientRect().bottom,
+  firstH2: document.querySelector("h2").id,
+  pageWidth: document.documentElement.scrollWidth,
+  viewport: window.innerWidth,
+  wide: Array.from(document.querySelectorAll("table, .scroll")).filter(
+    el => el.scrollWidth > el.clientWidth + 1 || el.getBoundingClientRect().right > window.innerWidth
+  ).map(el => el.id || el.className || el.tagName),
+  untested: Array.from(document.querySelectorAll("#decision-table .chip.untested")).map(
+    el => getComputedStyle(el).backgroundColor),
+  good: Array.from(document.querySelectorAll("#decision-table .chip.good")).map(
+    el => getComputedStyle(el).backgroundColor)
+})"""
+
+
+def first_screen(browser: DevTools, screenshot: Path | None = None) -> dict:
+    """The open page's layout at 1400x900 (and its first screen as a PNG), window size restored after."""
+    browser.call("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **FIRST_SCREEN)
+    try:
+        layout = json.loads(browser.evaluate(LAYOUT_PROBE))
+        if screenshot is not None:
+            shot = browser.call("Page.captureScreenshot", format="png")
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    return layout
+
+
+def assert_decision_first_and_nothing_wide(layout: dict) -> None:
+    assert layout["firstH2"] == "decision", layout
+    assert layout["decisionTop"] >= 0 and layout["firstRowBottom"] <= FIRST_SCREEN["height"], layout
+    assert layout["pageWidth"] <= layout["viewport"], layout
+    assert layout["wide"] == [], layout  # no table wider than its box or the window
+    assert layout["untested"] and not set(layout["untested"]) & set(layout["good"]), layout  # grey, not green
+
+
+def test_first_screen_is_the_decision_table_and_nothing_scrolls_sideways(
+    browser: DevTools, tmp_path: Path
+) -> None:
+    """A comparison at 1400x900 (parameter and no-fault banners above the table: the most crowded first
+    screen): the decision table starts on the first screen, no table is wider than the page, rows sort."""
+    single = make_run(
+        tmp_path, name="20250101T000000Z-aaaaaa", cases=CASES[:2] + CASES[4:], per_impl=FIDELITY,
+        meta_extra={"calibration": CALIBRATION}, params={"users": 20, "workload": "flash-sale"},
+    )  # fmt: skip
+    other = make_run(
+        tmp_path, name="20250102T000000Z-bbbbbb", cases=CASES[:2] + CASES[4:], per_impl=FIDELITY, speedup=3.0,
+        params={"users": 50, "workload": "flash-sale"},
+    )  # fmt: skip
+    found = inspect(browser, render_report([single, other]))
+    assert found["errors"] == [] and found["drawn"] == found["expected"], found
+    assert_decision_first_and_nothing_wide(first_screen(browser, ARTIFACTS / "report-first-screen.png"))
+    order = "Array.from(document.querySelectorAll('#decision-table tbody tr')).map(tr => tr.dataset.row)"
+    click = "document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()"
+    browser.evaluate(click)
+    up = browser.evaluate(order)
+    browser.evaluate(click)
+    assert up == sorted(up) and browser.evaluate(order) == sorted(up, reverse=True)

@@ -482,4 +482,7 @@ def test_real_run_slowed_impl_merged_histograms_baseline_and_gate(tmp_path: Path
         assert r.returncode == 0, r.stdout + r.stderr
     r = bench("report", str(baselines / "ci"), str(run))
     assert r.returncode == 0, r.stderr
-    assert 'id="verdict-matrix"' in (run / "report.html").read_text()
+    comparison = Path(r.stdout.strip())  # a comparison has its own folder: the run's report stays its own
+    assert comparison.parent.parent.name == "comparisons" and comparison.parent.name == f"ci__vs__{run.name}"
+    assert 'id="verdict-matrix"' in comparison.read_text()
+    assert not (run / "report.html").exists()  # --no-report: the comparison wrote nothing into the run

@@ -86,6 +86,7 @@ def make_run(
     extra_columns: dict | None = None,
     meta_extra: dict | None = None,
     server_commands: dict | None = None,
+    per_impl: dict[str, dict] | None = None,
 ) -> Path:
     """A results folder as docs/architecture.md describes it, with real HDR and parquet files."""
     run = root / name
@@ -151,6 +152,7 @@ def make_run(
                 "acquire_info": 0,
                 "verdict": verdict,
                 **(extra_columns or {}),
+                **(per_impl or {}).get(impl, {}),
             }
         )
     pd.DataFrame(rows).drop(columns=list(drop_columns)).to_csv(run / "cases.csv", index=False)
@@ -197,7 +199,7 @@ class _Cells(HTMLParser):
 
 
 def _table(page: str, table_id: str) -> str:
-    start = page.index(f'<table id="{table_id}">')
+    start = page.index(f'<table id="{table_id}"')
     return page[start : page.index("</table>", start)]
 
 
@@ -290,7 +292,8 @@ def test_two_runs_show_deltas_against_the_baseline(tmp_path: Path) -> None:
     base = make_run(tmp_path, name="20250101T000000Z-aaaaaa")
     new = make_run(tmp_path, name="20250102T000000Z-bbbbbb", speedup=2.0, cases=CASES[:4])
     out = render_report([base, new])
-    assert out == new / "report.html"
+    assert out == tmp_path / "comparisons" / f"{base.name}__vs__{new.name}" / "report.html"
+    assert not (new / "report.html").exists() and not (base / "report.html").exists()
     page = out.read_text(encoding="utf-8")
     assert 'id="comparison"' in page
     deltas = page[page.index('id="comparison"') :]
@@ -315,7 +318,7 @@ def test_missing_columns_history_and_empty_histograms_render_as_na(tmp_path: Pat
     assert "na" in cells["redis.setnx|flash-sale"]["lost_updates"].split()
     assert "no history/file.flock__flash-sale__u8__t1.parquet" in page
     assert "no hist/postgres.advisory__flash-sale__u8__t1.json" in page
-    assert "SLO 1000 us" in page
+    assert "SLO 1 ms" in page
     latency = _table(page, "latency")
     assert "n/a" in latency
     # release p99 falls back to the case's HDR histogram where one exists: not n/a for redis.setnx.
@@ -789,3 +792,226 @@ def test_run_without_scenario_column_renders_the_matrix_by_workload(tmp_path: Pa
     page = render_report([fault_run]).read_text(encoding="utf-8")
     assert list(_matrix(page)["redis.set-nx-px-lua"]) == ["long-cs"]  # both cases under their workload
     assert _matrix(page)["redis.set-nx-px-lua"]["long-cs"].split() == ["mcell", "bad"]
+
+
+# --- the decision table, fidelity, and the report fixes of issues 11 and 13 -----------------------
+
+FIDELITY = {
+    # generator-bound: hatched and grey with its reason everywhere its throughput shows
+    "redis.setnx": {"generator_bound": True, "generator_bound_reason": "hold inflation 6.2x > 1.5x",
+                    "model_acq_s": 2_000.0, "hold_inflation": 6.2, "solo_hold_p50_us": 810.0,
+                    "server_cpu_us_per_acq": 21.5, "client_cpu_ms_per_acq": 0.42, "polls_per_acq": 3.5},
+    "file.flock": {"generator_bound": False, "generator_bound_reason": "", "model_acq_s": 900.0,
+                   "hold_inflation": 1.05},
+}  # fmt: skip
+CALIBRATION = {
+    "floors": {"redis": {"op": "PING", "p50_us": 95.0}},
+    "solo": {"redis.setnx": {"hold_p50_us": 810.0, "acquire_p50_us": 240.0, "acquisitions": 300}},
+}
+
+
+def _row_of(table: str, row: str) -> str:
+    start = table.index(f'data-row="{row}"')
+    return table[start : table.index("</tr>", start)]
+
+
+def test_decision_table_comes_first_with_untested_grey_and_the_rule_of_three(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path, cases=CASES[:2] + CASES[4:], per_impl=FIDELITY, meta_extra={"calibration": CALIBRATION}
+    )
+    page = render_report([run]).read_text(encoding="utf-8")
+    body = page[page.index("<body>") :]
+    first_section = re.search(r"<h2[^>]*>", body)
+    assert first_section is not None and 'id="decision"' in first_section.group(0)
+    assert (
+        body.index('id="decision-table"') < body.index('id="scenario-matrix"') < body.index("Plotly.newPlot(")
+    )
+    # no fault in this run: the banner says so, what it shows and not, and the command that does
+    banner = body[
+        body.index('id="no-fault-banner"') : body.index("</div>", body.index('id="no-fault-banner"'))
+    ]
+    assert body.index('id="no-fault-banner"') < body.index('id="decision-table"')
+    assert "No faults were injected" in banner and "does not show" in banner
+    assert "bench matrix --backend file --backend redis" in banner
+    table = _table(page, "decision-table")
+    row = _row_of(table, "redis.setnx")
+    untested = re.findall(r'<span class="chip ([^"]+)" data-scenario="([^"]+)"[^>]*>([^<]*)</span>', row)
+    grey = {
+        scenario.split(" (")[0]: (cls, label) for cls, scenario, label in untested if "not tested" in label
+    }
+    assert set(grey) == {"long-cs", "lease-expiry", "crash", "server fault"}
+    assert all(cls == "untested" for cls, _ in grey.values())  # grey, never green
+    assert '<span class="chip good" data-scenario="flash-sale"' in row
+    # the evidence behind "survived": 2,000 acquisitions rule out nothing rarer than 1 in 667
+    assert "flash-sale: 2,000 acquisitions, no fault; a race rarer than 1 in 667 could go unseen" in row
+    assert "rule of three, 95%" in row
+    assert '<span class="chip bad" data-scenario="flash-sale"' in _row_of(table, "redis.setnx-no-owner")
+    # cost: solo acquire from calibration, throughput hatched with its reason, model beside it
+    assert "240 µs" in row
+    acq = re.search(r'<td class="num bound" data-col="acq_s"[^>]*>(.*?)</td>', row)
+    assert (
+        acq is not None
+        and "hold inflation 6.2x &gt; 1.5x" in acq.group(1)
+        and "model 2,000/s" in acq.group(1)
+    )
+    assert "a lower bound" in acq.group(1)
+    flock = _row_of(table, "file.flock")
+    assert 'class="num bound"' not in flock and "none: a local file" in flock
+    assert "n/a" in re.search(r'data-col="solo_acquire_p50"[^>]*>([^<]*)<', flock).group(1)  # not calibrated
+    assert "Stayed exclusive under contention, but no fault was tried" in flock
+    sentence = re.search(r'data-col="sentence">([^<]*)<', _row_of(table, "redis.setnx-no-owner")).group(1)
+    assert sentence.startswith("Failed flash-sale: 3 overlapping holds") and "2 oversold units" in sentence
+
+
+def test_generator_bound_figures_are_greyed_with_the_reason_and_n_a_without_columns(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path, cases=CASES[:2] + CASES[4:], per_impl=FIDELITY, meta_extra={"calibration": CALIBRATION}
+    )
+    page = render_report([run]).read_text(encoding="utf-8")
+    fidelity = _table(page, "fidelity-table")
+    bound = _row_of(fidelity, _group_id("redis.setnx"))
+    assert 'class="num bound" title="generator-bound: hold inflation 6.2x &gt; 1.5x"' in bound
+    assert "6.20x" in bound and "21.5 µs" in bound and "420 µs" in bound and "3.5" in bound
+    assert "yes: hold inflation 6.2x &gt; 1.5x" in bound
+    assert '<td data-col="generator_bound">no</td>' in _row_of(fidelity, _group_id("file.flock"))
+    assert 'data-col="generator_bound">n/a</td>' in _row_of(fidelity, _group_id("redis.setnx-no-owner"))
+    assert "PING" in _table(page, "floors") and "95 µs" in _table(page, "floors")
+    latency = _row_of(_table(page, "latency"), _case_id("redis.setnx"))
+    assert 'class="num bound"' in latency and "generator-bound: hold inflation" in latency
+    assert 'class="num bound"' not in _row_of(_table(page, "latency"), _case_id("file.flock"))
+    # throughput bars: highest first, the bound one hatched, the model drawn beside
+    data, _ = next(f for f in _figures(page) if "acquisitions/s and purchases/s" in json.dumps(f[1]))
+    bars = data[0]
+    assert bars["y"] == sorted(bars["y"], reverse=True)
+    hatched = dict(zip(bars["x"], bars["marker"]["pattern"]["shape"], strict=True))
+    assert hatched["redis.setnx"] == "/" and hatched["file.flock"] == ""
+    spectrum, _ = next(f for f in _figures(page) if "percentile (log scale" in json.dumps(f[1]))
+    assert [t["name"] for t in spectrum if "generator-bound" in t["name"]] == [
+        "redis.setnx (generator-bound: an upper bound)"
+    ]
+    model = next(t for t in data if t.get("name") == "model: independent clients")
+    assert dict(zip(model["x"], model["y"], strict=True))["redis.setnx"] == 2_000.0
+    # an older run without any of these columns or calibration: n/a, never an error
+    old = render_report([make_run(tmp_path / "old", cases=CASES[:2])]).read_text(encoding="utf-8")
+    assert "Calibration floors: n/a" in old
+    assert 'data-col="model_acq_s">n/a' in _table(old, "fidelity-table")
+    assert "model n/a" in _table(old, "decision-table") and "fidelity n/a" in _table(old, "decision-table")
+
+
+def test_fault_run_decision_table_evidence_fencing_and_catalog_contradictions(tmp_path: Path) -> None:
+    cases = [
+        {**SCENARIOS[2], "acquisitions": 300, "expected_outcome": "survives", "contradicts_catalog": False},
+        {**SCENARIOS[3], "expected_outcome": "survives", "contradicts_catalog": True,
+         "expected_note": "catalog: setnx-del survives a crash", "observed_outcome": "stuck"},
+        *SCENARIOS[:2], SCENARIOS[4],
+        {**SCENARIOS[5], "scenario_events": 3, "acquisitions_after_event": 60},  # bench matrix's evidence
+    ]  # fmt: skip
+    run = make_fault_run(tmp_path, cases)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "kind": "matrix"}))
+    page = render_report([run]).read_text(encoding="utf-8")
+    assert 'id="no-fault-banner"' not in page
+    banner = page[
+        page.index('id="contradicts-banner"') : page.index("</div>", page.index('id="contradicts-banner"'))
+    ]
+    assert page.index('id="contradicts-banner"') < page.index('id="decision-table"')
+    assert "1 result(s) contradict the catalog (safety matrix)" in banner
+    assert (
+        "redis.setnx-del" in banner
+        and "survives" in banner
+        and "catalog: setnx-del survives a crash" in banner
+    )
+    assert "this run: <i>stuck</i>" in banner
+    table = _table(page, "decision-table")
+    lua = _row_of(table, "redis.set-nx-px-lua")
+    # 300 clean acquisitions around one killed holder cannot rule out a 1-in-1000 race
+    assert "crash: 300 acquisitions, 1 fault event(s); a race rarer than 1 in 100 could go unseen" in lua
+    assert '<span class="chip warn" data-scenario="long-cs+fenced"' in lua
+    assert '<span class="chip untested" data-scenario="lease-expiry' in lua
+    assert "saved the data when the lock failed (long-cs+fenced)" in lua and "did NOT" not in lua
+    setnx = _row_of(table, "redis.setnx-del")
+    assert '<span class="chip bad contradicts" data-scenario="crash"' in setnx and "≠ catalog" in setnx
+    assert "1 locks left stuck" in setnx
+    # bench matrix counts the events and the acquisitions after them: the bound rests on those
+    assert "long-cs+fenced: 100 acquisitions (60 after 3 fault event(s)); a race rarer than 1 in 20" in setnx
+    assert "not measured: fault cases only" in setnx  # cost belongs to bench run
+
+
+def test_comparison_lists_parameter_differences_first_and_colours_no_change(tmp_path: Path) -> None:
+    base = make_run(
+        tmp_path,
+        name="20250101T000000Z-aaaaaa",
+        cases=CASES[:2],
+        params={"users": 20, "workload": "flash-sale"},
+    )
+    new = make_run(
+        tmp_path, name="20250102T000000Z-bbbbbb", cases=CASES[:2], speedup=3.95,
+        params={"users": 50, "workload": "flash-sale", "pause_every": 7},
+    )  # fmt: skip
+    page = render_report([base, new]).read_text(encoding="utf-8")
+    banner = page[page.index('id="params-banner"') : page.index("</div>", page.index('id="params-banner"'))]
+    assert (
+        page.index('id="params-banner"') < page.index('id="decision-table"') < page.index('id="comparison"')
+    )
+    assert '<li data-param="users"><b>users</b>: 20 (baseline) → 50 (candidate)</li>' in banner
+    assert "pause_every" not in banner  # not a flash-sale option: it did not shape either run
+    deltas = page[page.index('id="comparison"') :]
+    assert "+295.0%" in deltas
+    assert 'class="num worse"' not in deltas and 'class="num better"' not in deltas
+    assert "No delta is tinted" in deltas
+    # alike parameters: the same change is tinted
+    same = make_run(tmp_path, name="20250103T000000Z-cccccc", cases=CASES[:2], speedup=3.95,
+                    params={"users": 20, "workload": "flash-sale"})  # fmt: skip
+    page = render_report([base, same]).read_text(encoding="utf-8")
+    assert (
+        "used the same parameters" in page and 'class="num better"' in page[page.index('id="comparison"') :]
+    )
+
+
+def test_run_section_lists_only_parameters_of_the_run_workloads(tmp_path: Path) -> None:
+    params = {"workload": "flash-sale", "users": 8, "items": 1, "pause_every": 20, "crash_after": 20,
+              "fault": "", "clock_skew_s": 0.0}  # fmt: skip
+    page = render_report([make_run(tmp_path, cases=CASES[:1], params=params)]).read_text(encoding="utf-8")
+    metadata = page[page.index('id="metadata"') :]
+    shown, _, hidden = metadata.partition("do not apply to this run")
+    assert "<th>items</th>" in shown and "<th>users</th>" in shown
+    assert "pause_every" not in shown and "crash_after" not in shown and "clock_skew_s" not in shown
+    assert "pause_every" in hidden and "4 recorded option(s)" in shown
+
+
+def test_latencies_carry_units_and_over_time_lines_of_equal_length_end_together(tmp_path: Path) -> None:
+    from dashboards.html_bits import duration_us
+
+    assert [duration_us(v) for v in (459, 1_436.7, 879_615, 2_285_567)] == [
+        "459 µs",
+        "1.44 ms",
+        "880 ms",
+        "2.29 s",
+    ]
+
+    def spans(end_s: float) -> pd.DataFrame:
+        ends = [int(t * SEC) for t in (0.0, 0.4, 1.3, 2.2, 3.0, end_s)]
+        rows = [(f"c{i}", i, "acquire", k, t) for i, t in enumerate(ends) for k in ("invoke", "ok")]
+        return pd.DataFrame(rows, columns=["client", "seq", "op", "type", "t_ns"])
+
+    ends = [acquire_timeseries(spans(s))["end_s"].iloc[-1] for s in (3.47, 3.60, 3.10)]
+    assert ends == pytest.approx([3.47, 3.60, 3.10])  # each line ends where its case's acquires end
+    sliver = acquire_timeseries(spans(3.10))
+    assert list(sliver["second"]) == [0, 1, 2] and sliver["acq_per_s"].iloc[-1] == pytest.approx(3 / 1.1)
+    page = render_report([make_run(tmp_path, cases=CASES[:2])]).read_text(encoding="utf-8")
+    latency = _table(page, "latency")
+    assert re.search(r">\d[\d.]* (µs|ms|s)</td>", latency) and not re.search(
+        r">\d{1,3},\d{3}(,\d{3})?</td>", latency
+    )
+    fairness = next(f for f in _figures(page) if "fair share" in json.dumps(f[1]))
+    assert fairness[1]["yaxis"]["type"] == "log"
+    assert all(abs(sum(t["y"]) / len(t["y"]) - 1) < 1e-9 for t in fairness[0])  # normalised to the fair share
+
+
+def test_clock_skew_run_is_a_fault_run_and_says_so_in_its_scenarios(tmp_path: Path) -> None:
+    params = {"workload": "flash-sale", "users": 8, "clock_skew_s": 30.0, "skewed_clients": 0.5}
+    page = render_report([make_run(tmp_path, cases=CASES[:1], params=params)]).read_text(encoding="utf-8")
+    assert 'id="no-fault-banner"' not in page
+    row = _row_of(_table(page, "decision-table"), "redis.setnx")
+    assert '<span class="chip good" data-scenario="flash-sale+clock-skew"' in row
+    assert "fault events not counted" in row and "not measured: fault cases only" in row
