@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,8 @@ class RunSettings:
     skewed_clients: float = 0.0
     lock_params: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
+    #: JSON of a workloads.evidence.StopRule: end the case once its evidence is in ("" = run the duration)
+    stop_rule: str = ""
 
 
 @dataclass
@@ -120,6 +123,8 @@ def locust_argv(
     for url in lock_urls:
         argv += ["--lock-url", url]
     argv += ["--fencing-mode", case.fencing]
+    if settings.stop_rule:
+        argv += ["--lockbench-stop", settings.stop_rule]
     if settings.clock_skew:
         argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
     if case.fault is not None and case.fault.at_seconds is None:
@@ -183,6 +188,7 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
         server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
         fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
         fault.start()
+    launched_ns = time.monotonic_ns()
     try:
         code = _run_locust(argv, log_path, timeout=settings.duration + 120)
     finally:
@@ -207,6 +213,13 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
     recording["server_commands"] = commands
     result = judge(case, settings, recording, history, out / "history.parquet")
     result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
+    # where a case's wall time goes: Locust start-up (launch -> test start), load, shut-down
+    result["timing"] = {
+        "launched_ns": launched_ns,
+        "test_start_ns": recording.get("t_start_ns"),
+        "test_stop_ns": recording.get("t_stop_ns"),
+        "ended_ns": time.monotonic_ns(),
+    }
     return result
 
 
