@@ -197,6 +197,10 @@ def matrix_cmd(
         ),
     ] = [],  # noqa: B006
     parallel: Annotated[int, typer.Option(help="lanes (cases sharing no server) run side by side")] = 2,
+    warm: Annotated[
+        bool,
+        typer.Option(help="start each case's Locust from a warm, pre-imported process (--no-warm: cold)"),
+    ] = True,
     redis_url: Annotated[
         list[str],
         typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
@@ -236,7 +240,7 @@ def matrix_cmd(
     from bench.matrix import matrix_command
 
     code = matrix_command(
-        backends=backend, impls=impl, scenarios=scenario, parallel=parallel,
+        backends=backend, impls=impl, scenarios=scenario, parallel=parallel, warm=warm,
         user_urls={
             "redis": redis_url,
             "postgres": [pg_dsn] if pg_dsn else [],

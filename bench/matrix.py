@@ -14,10 +14,12 @@ impl in each is ``bench/expectations.py``. Three things keep the whole matrix sh
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,9 +36,12 @@ from bench.faults import parse_fault
 from bench.redact import redact_text
 from bench.results import RunFolder
 from bench.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
+from bench.runner import _run_locust as cold_locust
 from bench.scenarios import SCENARIOS, USERS, Scenario
+from bench.warm import WarmLocust, WarmLocustError
 from infra.stack import Stack
 from workloads.catalog import WORKLOADS
+from workloads.evidence import EvidenceWatch
 
 #: A lane of more cases than this is split by impl, so no single lane sets the matrix's pace.
 LANE_CASES = 24
@@ -153,6 +158,39 @@ def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
     return sorted(lanes, key=lambda ln: -sum(c.settings.duration for c in ln.cases))
 
 
+def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
+    """How much the case saw of its scenario's event, and the verdict when it never came.
+
+    ``scenario_events``: events of the scenario's kind in the history (pauses, crashes, fault
+    holds, holds past the lease); ``acquisitions_after_event``: acquisitions after the
+    event that started the stop rule. A case whose event never happened (or whose server
+    fault did not strike) and found nothing wrong proved nothing: its verdict is
+    ``unknown``, with ``verdict_reason`` saying why. A violation stays a violation.
+    """
+    import pandas as pd
+
+    rule = SCENARIOS[case.matrix_scenario].stop
+    history = pd.read_parquet(result["history_file"])
+    start = int(history["t_ns"].min()) if len(history) else 0
+    watch = EvidenceWatch(rule, start)
+    watch.feed(list(history.itertuples(index=False, name=None)))
+    out: dict[str, Any] = {
+        "scenario_events": watch.hits,
+        "acquisitions_after_event": watch.after if watch.trigger_ns is not None else 0,
+    }
+    reason = ""
+    fault = (result.get("extra") or {}).get("fault") or {}
+    if case.fault is not None and fault.get("start_ns") is None:
+        reason = f"the {case.fault.kind} fault did not strike" + (
+            f": {fault['error']}" if fault.get("error") else ""
+        )
+    elif watch.trigger_ns is None:
+        reason = f"the scenario's event ({rule.event}) never happened"
+    if reason and result["row"].get("verdict") != "invalid":
+        out.update({"verdict": "unknown", "verdict_reason": reason})
+    return out
+
+
 class _Shared:
     """What lanes running in threads share: the results folder, the tallies, the stop flag."""
 
@@ -170,6 +208,7 @@ class _Shared:
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
         row = result["row"]
+        row.update(evidence(case, result))
         row.update(annotate(row, case.impl, case.matrix_scenario, fenced=case.fencing == "enforce"))
         row["matrix_scenario"] = case.matrix_scenario
         row["observed_outcome"] = observed_outcome(row)
@@ -192,44 +231,108 @@ class _Shared:
             self.console.print(f"  case failed: {message}", markup=False)
 
 
+def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int]:
+    """Start a case's Locust from the warm process, or cold when there is none or it broke."""
+
+    def launch(argv: list[str], log_path: Path, timeout: float) -> int:
+        if warm is not None:
+            try:
+                return warm.run(argv, log_path, timeout)
+            except WarmLocustError:
+                warm.close()
+        return cold_locust(argv, log_path, timeout)
+
+    return launch
+
+
 def _run_lane(
-    lane: Lane, shared: _Shared, user_urls: dict[str, list[str]], resource_url: str | None, scratch: Path
+    lane: Lane,
+    shared: _Shared,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    warm: bool,
 ) -> None:
+    with WarmLocust() if warm else contextlib.nullcontext() as launcher:
+        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, _launcher(launcher))
+
+
+def _heal(stack: Stack) -> None:
+    """Bring back ensemble members a fault killed, so the lane's next case finds a whole cluster."""
+    for server in stack.servers.values():
+        if hasattr(server, "heal"):
+            server.heal()
+
+
+def _run_lane_cases(
+    lane: Lane,
+    shared: _Shared,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    launch: Callable[[list[str], Path, float], int],
+) -> None:
+    """Run a lane's cases on servers kept up across them.
+
+    A Sentinel group cannot fail over twice (its old master is gone and nobody is left to
+    promote), so a failover lane gets fresh servers for every case instead.
+    """
     t0 = time.monotonic()
-    timing = {"cases": 0, "wall_s": 0.0, "locust_startup_s": 0.0, "load_s": 0.0, "server_start_s": 0.0}
+    timing = {
+        "cases": 0,
+        "wall_s": 0.0,
+        "case_s": 0.0,
+        "locust_startup_s": 0.0,
+        "load_s": 0.0,
+        "server_start_s": 0.0,
+    }
     shared.timings[lane.name] = timing
-    with Stack(
-        [lane.backend],
-        user_urls=user_urls,
-        resource_url=resource_url,
-        reuse_infra_up=False,
-        servers_per_backend={lane.backend: lane.servers_needed()},
-        topology={lane.backend: lane.topology} if lane.topology else {},
-    ) as stack:
-        timing["server_start_s"] = round(time.monotonic() - t0, 2)
-        shared.endpoints[lane.name] = endpoints_for_meta(stack)
-        shared.versions.update({f"{lane.name} {k}": v for k, v in stack.versions.items()})
+    fresh_each = lane.topology == "sentinel"
+    stack: Stack | None = None
+    try:
         for case in lane.cases:
             if shared.cancel.is_set():
                 return
+            if stack is None:
+                t_up = time.monotonic()
+                stack = Stack(
+                    [lane.backend],
+                    user_urls=user_urls,
+                    resource_url=resource_url,
+                    reuse_infra_up=False,
+                    servers_per_backend={lane.backend: lane.servers_needed()},
+                    topology={lane.backend: lane.topology} if lane.topology else {},
+                ).__enter__()
+                timing["server_start_s"] += time.monotonic() - t_up
+                shared.endpoints[lane.name] = endpoints_for_meta(stack)
+                shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
             try:
-                result = run_case(case, stack, scratch)
+                result = run_case(case, stack, scratch, launch)
             except CaseFailed as exc:
                 shared.fail(str(exc))
                 continue
             shared.add(lane, case, result)
             t = result.get("timing") or {}
             timing["cases"] += 1
+            timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
             if t.get("test_start_ns") and t.get("test_stop_ns"):
                 timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
                 timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
+            if fresh_each:
+                stack.close()
+                stack = None
+                continue
+            _heal(stack)
             dead = stack.dead()
             if dead:
                 shared.fail(
                     f"lane {lane.name}: server {', '.join(dead)} died during {case.case_id}; lane stopped"
                 )
                 return
-    timing["wall_s"] = round(time.monotonic() - t0, 2)
+    finally:
+        if stack is not None:
+            stack.close()
+        timing["wall_s"] = time.monotonic() - t0
 
 
 def run_lanes(
@@ -239,10 +342,11 @@ def run_lanes(
     user_urls: dict[str, list[str]],
     resource_url: str | None,
     scratch: Path,
+    warm: bool = True,
 ) -> None:
     """Run the lanes, ``parallel`` at a time; Ctrl-C lets each lane finish its current case."""
     pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lane")
-    futures = [pool.submit(_run_lane, lane, shared, user_urls, resource_url, scratch) for lane in lanes]
+    futures = [pool.submit(_run_lane, lane, shared, user_urls, resource_url, scratch, warm) for lane in lanes]
     try:
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in done:
@@ -265,6 +369,7 @@ def matrix_command(
     user_urls: dict[str, list[str]],
     resource_url: str | None,
     results_dir: Path,
+    warm: bool = True,
     render: bool,
     argv: list[str],
     console: Console,
@@ -291,7 +396,7 @@ def matrix_command(
             }
             for name in used
         },
-        "users": USERS, "parallel": parallel, "lanes": len(lanes),
+        "users": USERS, "parallel": parallel, "lanes": len(lanes), "warm_locust": warm,
     }  # fmt: skip
     started = datetime.now(UTC).isoformat()
     folder = RunFolder(
@@ -318,7 +423,7 @@ def matrix_command(
     t0 = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="lockbench-matrix-") as tmp:
-            run_lanes(lanes, shared, parallel, user_urls, resource_url, Path(tmp))
+            run_lanes(lanes, shared, parallel, user_urls, resource_url, Path(tmp), warm)
     except KeyboardInterrupt:
         status = "incomplete"
         console.print("lockbench: interrupted; keeping finished cases")
@@ -359,7 +464,7 @@ def timing_summary(timings: dict[str, dict[str, Any]], wall_s: float, parallel: 
         per_backend[backend] = round(per_backend.get(backend, 0.0) + float(t.get("wall_s") or 0.0), 1)
     startup = sum(t["locust_startup_s"] for t in timings.values())
     load = sum(t["load_s"] for t in timings.values())
-    case_time = sum(float(t.get("wall_s") or 0.0) for t in timings.values())
+    case_time = sum(t["case_s"] for t in timings.values())
     return {
         "wall_s": round(wall_s, 1),
         "parallel": parallel,
@@ -370,6 +475,7 @@ def timing_summary(timings: dict[str, dict[str, Any]], wall_s: float, parallel: 
         "lane_seconds_per_backend": per_backend,
         "locust_startup_s": round(startup, 1),
         "load_s": round(load, 1),
+        "case_s": round(case_time, 1),
         "locust_startup_share": startup / case_time if case_time else 0.0,
     }
 
@@ -380,21 +486,22 @@ def print_summary(rows: list[dict[str, Any]], console: Console) -> list[dict[str
 
     if not rows:
         return []
-    scenarios = list(dict.fromkeys(str(r["scenario"]) for r in rows))
+    short = {"survives": "ok", "violates": "VIOL", "stuck": "STUCK", "unknown": "?"}
+    scenarios = list(dict.fromkeys(str(r["matrix_scenario"]) for r in rows))
     impls = list(dict.fromkeys(str(r["impl"]) for r in rows))
-    cell = {(str(r["impl"]), str(r["scenario"])): r for r in rows}
-    table = Table(title="safety matrix (outcome; ! = contradicts the catalog)", title_justify="left")
-    table.add_column("impl", overflow="fold")
+    cells: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):  # unfenced first
+        text = short.get(str(r["observed_outcome"]), "?") + ("!" if r["contradicts_catalog"] else "")
+        cells.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(text)
+    table = Table(
+        title="safety matrix: unfenced/fenced outcome (ok, VIOL, STUCK, ? = unknown; ! = contradicts the catalog)",
+        title_justify="left",
+    )
+    table.add_column("impl", no_wrap=True)
     for s in scenarios:
-        table.add_column(s, overflow="fold")
+        table.add_column(s)
     for impl in impls:
-        cells = []
-        for s in scenarios:
-            r = cell.get((impl, s))
-            cells.append(
-                "" if r is None else f"{r['observed_outcome']}{' !' if r['contradicts_catalog'] else ''}"
-            )
-        table.add_row(impl, *cells)
+        table.add_row(impl, *("/".join(cells.get((impl, s), [""])) for s in scenarios))
     console.print(table)
     contradictions = [
         {

@@ -170,8 +170,14 @@ def _log_tail(path: Path, lines: int = 4) -> str:
     return redact_text(" | ".join(text[-lines:]))
 
 
-def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
-    """Run one case in Locust and return its judged, summarised outcome."""
+def run_case(
+    case: Case, stack: Stack, scratch: Path, launch: Callable[[list[str], Path, float], int] | None = None
+) -> dict[str, Any]:
+    """Run one case in Locust and return its judged, summarised outcome.
+
+    ``launch(argv, log_path, timeout)`` starts Locust and returns its exit code; default a
+    cold ``python -m locust`` subprocess (``bench matrix`` passes a warm one, bench/warm.py).
+    """
     settings = case.settings
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +196,7 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
         fault.start()
     launched_ns = time.monotonic_ns()
     try:
-        code = _run_locust(argv, log_path, timeout=settings.duration + 120)
+        code = (launch or _run_locust)(argv, log_path, settings.duration + 120)
     finally:
         if fault is not None:
             fault.stop()

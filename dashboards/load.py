@@ -63,6 +63,7 @@ class RunData:
     _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _events: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
+    _groups: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -129,8 +130,11 @@ class RunData:
         """Rows of cases.csv per impl x scenario (the trials of one case), in first-seen order."""
         if self.cases.empty:
             return {}
-        keys = self.cases["case"].astype(str).map(group_of)
-        return {str(g): rows for g, rows in self.cases.groupby(keys, sort=False)}
+        # computed once: the page asks for every group's values many times (a matrix run has hundreds)
+        if self._groups is None:
+            keys = self.cases["case"].astype(str).map(group_of)
+            self._groups = {str(g): rows for g, rows in self.cases.groupby(keys, sort=False)}
+        return self._groups
 
     def values(self, group: str, column: str) -> list[float]:
         """The finite per-trial values of ``column`` in ``group``."""

@@ -61,7 +61,7 @@ class EvidenceWatch:
         self.after = 0
         self._acquired: dict[tuple[str, str], int] = {}
         self._pending_acquires: list[int] = []
-        self._hits = 0
+        self.hits = 0
 
     def feed(self, events: list[Any]) -> None:
         """Look at the events appended since the last call (``events`` is the whole list)."""
@@ -89,8 +89,8 @@ class EvidenceWatch:
                 self._count_hit(t_ns)
 
     def _count_hit(self, t_ns: int) -> None:
-        self._hits += 1
-        if self._hits >= self.rule.count:
+        self.hits += 1
+        if self.hits >= self.rule.count:
             self.trigger_ns = t_ns
             # workers' chunks arrive out of order: acquisitions seen before the marker may follow it
             self.after = sum(1 for t in self._pending_acquires if t > t_ns)
