@@ -34,7 +34,7 @@ from bench.errors import UserError
 from bench.expectations import annotate, observed_outcome
 from bench.faults import parse_fault
 from bench.redact import redact_text
-from bench.results import RunFolder
+from bench.results import RunFolder, atomic_write_text
 from bench.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
 from bench.runner import _run_locust as cold_locust
 from bench.scenarios import SCENARIOS, USERS, Scenario
@@ -211,6 +211,13 @@ class _Shared:
         row.update(evidence(case, result))
         row.update(annotate(row, case.impl, case.matrix_scenario, fenced=case.fencing == "enforce"))
         row["matrix_scenario"] = case.matrix_scenario
+        t = result.get("timing") or {}
+        row["case_wall_s"] = (t["ended_ns"] - t["launched_ns"]) / 1e9 if t.get("ended_ns") else None
+        row["locust_startup_s"] = (
+            (t["test_start_ns"] - t["launched_ns"]) / 1e9
+            if t.get("test_start_ns") and t.get("launched_ns")
+            else None
+        )
         row["observed_outcome"] = observed_outcome(row)
         with self._lock:
             self.folder.add_case(
@@ -439,6 +446,8 @@ def matrix_command(
         folder.finish(status)
     contradictions = print_summary(folder.rows, console)
     folder.note("contradictions", contradictions)
+    if folder.rows:
+        atomic_write_text(folder.path / "matrix.md", markdown_table(folder.rows))
     timing = folder.meta["matrix"]
     console.print(
         f"lockbench: matrix wall time {timing['wall_s']:.0f} s; Locust start-up took "
@@ -480,6 +489,45 @@ def timing_summary(timings: dict[str, dict[str, Any]], wall_s: float, parallel: 
     }
 
 
+def _axes(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Scenarios in table order and impls in catalog order (others as first seen)."""
+    from lockimpls.registry import known_ids
+
+    seen_s = {str(r["matrix_scenario"]) for r in rows}
+    scenarios = [s for s in SCENARIOS if s in seen_s] + sorted(seen_s - set(SCENARIOS))
+    seen_i = list(dict.fromkeys(str(r["impl"]) for r in rows))
+    order = {i: n for n, i in enumerate(known_ids(include_test=True))}
+    return scenarios, sorted(seen_i, key=lambda i: (order.get(i, len(order)), seen_i.index(i)))
+
+
+def _md_cell(row: dict[str, Any]) -> str:
+    seen = str(row.get("observed_outcome"))
+    text = {"survives": "ok", "violates": "**violates**", "stuck": "**stuck**"}.get(seen, "?")
+    if seen == "violates" and row.get("fencing") == "enforce" and bool(row.get("data_safe")):
+        text += ", data safe"
+    recovery = row.get("recovery_ms_p50")
+    if row.get("matrix_scenario") == "crash" and seen == "survives" and recovery == recovery and recovery:
+        text += f" ({float(recovery) / 1000:.1f} s)"
+    return text + (" (!)" if row.get("contradicts_catalog") else "")
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The matrix as a Markdown table: impl x scenario, "unfenced / fenced" where both ran.
+
+    ok = the checkers found nothing; crash cells give the recovery p50; (!) = contradicts
+    the catalog; ? = unknown (the event never came, or the recording is incomplete).
+    """
+    scenarios, impls = _axes(rows)
+    cells: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):
+        cells.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(_md_cell(r))
+    lines = ["| impl | " + " | ".join(scenarios) + " |", "|---" * (len(scenarios) + 1) + "|"]
+    for impl in impls:
+        row = [" / ".join(cells.get((impl, s), ["n/a"])) for s in scenarios]
+        lines.append(f"| {impl} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def print_summary(rows: list[dict[str, Any]], console: Console) -> list[dict[str, Any]]:
     """Print the impl x scenario outcomes, then every contradiction of the catalog; return those."""
     from rich.table import Table
@@ -487,8 +535,7 @@ def print_summary(rows: list[dict[str, Any]], console: Console) -> list[dict[str
     if not rows:
         return []
     short = {"survives": "ok", "violates": "VIOL", "stuck": "STUCK", "unknown": "?"}
-    scenarios = list(dict.fromkeys(str(r["matrix_scenario"]) for r in rows))
-    impls = list(dict.fromkeys(str(r["impl"]) for r in rows))
+    scenarios, impls = _axes(rows)
     cells: dict[tuple[str, str], list[str]] = {}
     for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):  # unfenced first
         text = short.get(str(r["observed_outcome"]), "?") + ("!" if r["contradicts_catalog"] else "")
