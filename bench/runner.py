@@ -198,6 +198,7 @@ def run_case(
     try:
         code = (launch or _run_locust)(argv, log_path, settings.duration + 120)
     finally:
+        exited_ns = time.monotonic_ns()
         if fault is not None:
             fault.stop()
             fault.join(60)
@@ -224,6 +225,7 @@ def run_case(
         "launched_ns": launched_ns,
         "test_start_ns": recording.get("t_start_ns"),
         "test_stop_ns": recording.get("t_stop_ns"),
+        "exited_ns": exited_ns,
         "ended_ns": time.monotonic_ns(),
     }
     return result
