@@ -97,7 +97,7 @@ CATALOG: dict[str, dict[str, Expectation]] = {
     },
     "redis.redis-py": dict(_REDIS_LEASE),
     "redis.python-redis-lock": {
-        **_REDIS_LEASE,
+        **{k: v for k, v in _REDIS_LEASE.items() if k != "failover"},
         "long-cs": _e(V, f"{_LEASE} (expiry rounded up to whole seconds: 1 s)"),
     },
     "redis.pottery-redlock": {
