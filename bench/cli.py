@@ -196,7 +196,7 @@ def matrix_cmd(
             help="only these scenarios (repeatable; default: every one that applies; see bench list)"
         ),
     ] = [],  # noqa: B006
-    parallel: Annotated[int, typer.Option(help="lanes (cases sharing no server) run side by side")] = 3,
+    parallel: Annotated[int, typer.Option(help="lanes (cases sharing no server) run side by side")] = 4,
     warm: Annotated[
         bool,
         typer.Option(help="start each case's Locust from a warm, pre-imported process (--no-warm: cold)"),
