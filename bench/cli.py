@@ -270,6 +270,75 @@ def run(
     raise typer.Exit(code)
 
 
+@app.command("matrix")
+def matrix_cmd(
+    backend: Annotated[
+        list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
+    ] = [],  # noqa: B006
+    impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
+    scenario: Annotated[
+        list[str],
+        typer.Option(
+            help="only these scenarios (repeatable; default: every one that applies; see bench list)"
+        ),
+    ] = [],  # noqa: B006
+    parallel: Annotated[int, typer.Option(help="lanes (cases sharing no server) run side by side")] = 4,
+    warm: Annotated[
+        bool,
+        typer.Option(help="start each case's Locust from a warm, pre-imported process (--no-warm: cold)"),
+    ] = True,
+    redis_url: Annotated[
+        list[str],
+        typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
+    ] = [],  # noqa: B006
+    pg_dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="use this PostgreSQL (postgresql://...) instead of starting one", envvar=_env("pg_dsn")
+        ),
+    ] = None,
+    zk_hosts: Annotated[
+        str | None,
+        typer.Option(help="use this ZooKeeper ensemble (host:port,host:port)", envvar=_env("zk_hosts")),
+    ] = None,
+    etcd_url: Annotated[
+        list[str],
+        typer.Option(
+            help="use this etcd (http://host:port) instead of starting one", envvar=_env("etcd_url")
+        ),
+    ] = [],  # noqa: B006
+    memcached_url: Annotated[
+        str | None,
+        typer.Option(help="use this memcached (memcached://host:port)", envvar=_env("memcached_url")),
+    ] = None,
+    resource_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Redis for the protected resource (never a lock server)", envvar=_env("resource_url")
+        ),
+    ] = None,
+    results_dir: Annotated[
+        Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
+    ] = Path("results"),
+    report: Annotated[bool, typer.Option(help="render report.html at the end")] = True,
+) -> None:
+    """Every impl under every safety scenario (faults fenced and unfenced), one folder, one report."""
+    from bench.matrix import matrix_command
+
+    code = matrix_command(
+        backends=backend, impls=impl, scenarios=scenario, parallel=parallel, warm=warm,
+        user_urls={
+            "redis": redis_url,
+            "postgres": [pg_dsn] if pg_dsn else [],
+            "zookeeper": [f"zookeeper://{zk_hosts}"] if zk_hosts else [],
+            "etcd": etcd_url,
+            "memcached": [memcached_url] if memcached_url else [],
+        }, resource_url=resource_url, results_dir=results_dir,
+        render=report, argv=sys.argv, console=console,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
 def _lock_params(text: str | None) -> dict:
     import json
 
@@ -468,6 +537,9 @@ def list_cmd() -> None:
         print(f"{b}: {' '.join(ids_for_backend(b))}")
     print(f"workloads: {' '.join(WORKLOADS)}")
     print(f"suites: {' '.join(SUITES)}")
+    from bench.scenarios import SCENARIOS
+
+    print(f"matrix scenarios: {' '.join(SCENARIOS)}")
 
 
 @infra_app.command("up", short_help="Start servers that stay up until `bench infra down`.")

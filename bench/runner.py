@@ -67,6 +67,8 @@ class RunSettings:
     skewed_clients: float = 0.0
     lock_params: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
+    #: JSON of a workloads.evidence.StopRule: end the case once its evidence is in ("" = run the duration)
+    stop_rule: str = ""
 
 
 @dataclass
@@ -175,6 +177,8 @@ def locust_argv(
         "--lockbench-case", case.case_id,
     ]  # fmt: skip
     argv += ["--fencing-mode", case.fencing]
+    if settings.stop_rule:
+        argv += ["--lockbench-stop", settings.stop_rule]
     if settings.clock_skew:
         argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
     if case.fault is not None and case.fault.at_seconds is None:
@@ -257,8 +261,14 @@ def run_case(
     scratch: Path,
     solo: fidelity.Solo | None = None,
     on_tick: Callable[[dict[str, Any]], None] | None = None,
+    launch: Callable[[list[str], Path, float], int] | None = None,
 ) -> dict[str, Any]:
     """Run one case in Locust and return its judged, summarised outcome."""
+    """Run one case in Locust and return its judged, summarised outcome.
+
+    ``launch(argv, log_path, timeout)`` starts Locust and returns its exit code; default a
+    cold ``python -m locust`` subprocess (``bench matrix`` passes a warm one, bench/warm.py).
+    """
     settings = case.settings
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
@@ -277,9 +287,14 @@ def run_case(
         server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
         fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
         fault.start()
+    launched_ns = time.monotonic_ns()
     try:
-        code = _run_locust(argv, log_path, timeout=settings.duration + 120, on_tick=on_tick)
+        if launch is not None:
+            code = launch(argv, log_path, settings.duration + 120)
+        else:
+            code = _run_locust(argv, log_path, timeout=settings.duration + 120, on_tick=on_tick)
     finally:
+        exited_ns = time.monotonic_ns()
         if fault is not None:
             fault.stop()
             fault.join(60)
@@ -304,6 +319,14 @@ def run_case(
         recording["server_cpu"] = {"seconds": server_cpu.seconds, "source": server_cpu.source}
     result = judge(case, settings, recording, history, out / "history.parquet", solo)
     result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
+    # where a case's wall time goes: Locust start-up (launch -> test start), load, shut-down
+    result["timing"] = {
+        "launched_ns": launched_ns,
+        "test_start_ns": recording.get("t_start_ns"),
+        "test_stop_ns": recording.get("t_stop_ns"),
+        "exited_ns": exited_ns,
+        "ended_ns": time.monotonic_ns(),
+    }
     return result
 
 

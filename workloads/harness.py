@@ -26,15 +26,19 @@ from typing import Any
 import gevent
 from gevent import monkey
 from locust import events
+from locust import runners as locust_runners
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from lockimpls.base import DEFAULT_RETRY_INTERVAL, LockOptions
 from lockimpls.registry import resolve
+from workloads.evidence import EvidenceWatch, StopRule
 from workloads.recording import HIST_NAMES, Recorder
 
 log = logging.getLogger("lockbench")
 
 FINAL_WAIT_S = 60.0
+#: How often workers ship their recording while a stop rule waits for evidence (s).
+STOP_REPORT_INTERVAL_S = 0.5
 
 RECORDER = Recorder()
 
@@ -93,6 +97,11 @@ def _add_options(parser: Any) -> None:
         "--lockbench-urls-file",
         default="",
         help="JSON file with lock_urls and resource_url (bench passes URLs this way so ps does not show passwords)",
+    )
+    g.add_argument(
+        "--lockbench-stop",
+        default="",
+        help="JSON stop rule (workloads/evidence.py): end the test once the fault's evidence is in",
     )
 
 
@@ -170,6 +179,9 @@ def _on_init(environment: Any, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lockbench_flush", _on_flush_request)
+        if getattr(environment.parsed_options, "lockbench_stop", ""):
+            # the master judges the evidence from what workers ship: ship it sooner than every 3 s
+            locust_runners.WORKER_REPORT_INTERVAL = STOP_REPORT_INTERVAL_S
     elif isinstance(runner, MasterRunner):
         runner.register_message("lockbench_final", _on_final)
 
@@ -279,6 +291,10 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     if STATE.progress is None:
         _start_progress(environment)
 
+    rule = StopRule.from_json(getattr(environment.parsed_options, "lockbench_stop", ""))
+    if rule is not None:
+        gevent.spawn(_stop_on_evidence, environment, rule, STATE.t_start_ns)
+
 
 PROGRESS_FILE = "progress.json"
 
@@ -307,6 +323,20 @@ def _start_progress(environment: Any) -> None:
     if out and not isinstance(environment.runner, WorkerRunner):
         Path(out).mkdir(parents=True, exist_ok=True)
         STATE.progress = gevent.spawn(_progress_loop, environment, Path(out))
+
+
+def _stop_on_evidence(environment: Any, rule: StopRule, start_ns: int) -> None:
+    """End the test (as ``--run-time`` does) once the stop rule's evidence is recorded."""
+    watch = EvidenceWatch(rule, start_ns)
+    while True:
+        gevent.sleep(0.1)
+        if STATE.written or STATE.t_start_ns != start_ns:
+            return
+        watch.feed(RECORDER.events)
+        if watch.satisfied(time.monotonic_ns()):
+            log.info("lockbench: stop rule met, ending the test")
+            environment.runner.quit()
+            return
 
 
 @events.spawning_complete.add_listener

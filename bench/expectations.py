@@ -1,0 +1,241 @@
+"""What the catalog says each impl does in each matrix scenario: survives, violates or stuck.
+
+Drawn from ``DESIGN.md`` section 4 ("safe when" / "shows violations under") and the fault
+table of the first round (README). ``bench matrix`` puts the expectation beside every
+result and flags a result that contradicts it; a verdict of ``unknown`` proves nothing
+and never contradicts.
+
+Outcomes are about the lock: ``violates`` = two holders at once (or data damaged),
+``stuck`` = nobody can take the lock for longer than the stuck bound, ``survives`` = the
+checkers found nothing. With fencing on, a violating lock is still ``violates``; the
+catalog adds that the fencing tokens keep the data safe (``data_safe`` expected True).
+"" means the catalog says nothing that this scenario can check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OUTCOMES = ("survives", "violates", "stuck", "")
+
+S, V, X = "survives", "violates", "stuck"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """The catalog's claim for one impl in one scenario, and why."""
+
+    outcome: str
+    note: str = ""
+
+
+def _e(outcome: str, note: str = "") -> Expectation:
+    return Expectation(outcome, note)
+
+
+# Shared claims, by what the lock rests on.
+_NO_EXPIRY = "no expiry: the key stays until someone deletes it"
+_LEASE = "the lease expires under the holder and a waiter takes the lock"
+_SESSION = "held while the session lives (10 s timeout, longer than the fault)"
+_CONNECTION = "held while the connection lives"
+_STATE_LOST = "the server forgets every lock (no persistence) while the holder still works"
+
+_REDLOCK_RESTART = (
+    "restart without persistence breaks RedLock only when the holder won with exactly 3 of 5 masters and "
+    "the restarted one was among them; the fault restarts one master whatever the vote was, so a run may "
+    "or may not show it"
+)
+
+_REDIS_LEASE: dict[str, Expectation] = {
+    "long-cs": _e(V, _LEASE),
+    "lease-expiry-task": _e(V, _LEASE),
+    "lease-expiry-world": _e(V, _LEASE),
+    "crash": _e(S, "the crashed holder's lease expires (about 1 s)"),
+    "restart": _e(V, _STATE_LOST),
+    "failover": _e(V, "the promoted replica never saw the holder's lock"),
+}
+
+#: impl -> scenario -> expectation; ``flash-sale`` (no fault) is "survives" for every impl.
+CATALOG: dict[str, dict[str, Expectation]] = {
+    "redis.setnx-del": {
+        "long-cs": _e(S, _NO_EXPIRY),
+        "lease-expiry-task": _e(S, _NO_EXPIRY),
+        "lease-expiry-world": _e(S, _NO_EXPIRY),
+        "crash": _e(X, "no expiry: a crashed holder's key blocks the lock forever"),
+        "restart": _e(V, _STATE_LOST),
+        "failover": _e(V, "the promoted replica never saw the holder's lock"),
+    },
+    "redis.setnx-expire": {
+        **_REDIS_LEASE,
+        "crash": _e(S, "the crash comes after EXPIRE (inside the critical section), so the lease ends it"),
+    },
+    "redis.setnx-getset": {
+        **_REDIS_LEASE,
+        "clock-skew": _e(V, "expiry is judged by client clocks: a client 30 s ahead takes over a valid lock"),
+    },
+    "redis.set-nx-px": {
+        **_REDIS_LEASE,
+        "long-cs": _e(V, f"{_LEASE}; the GET-compare-DEL release can delete the next holder's key"),
+    },
+    "redis.set-nx-px-lua": dict(_REDIS_LEASE),
+    "redis.reentrant": {
+        **_REDIS_LEASE,
+        "long-cs": _e(S, "the watchdog renews the lease while the holder's process runs"),
+        "lease-expiry-task": _e(S, "the watchdog renews the lease while the holder's process runs"),
+        "lease-expiry-world": _e(V, "a stop-the-world pause stops the watchdog too, past the lease"),
+        "crash": _e(S, "the watchdog dies with the process and the lease expires"),
+    },
+    "redis.redlock": {
+        **{k: v for k, v in _REDIS_LEASE.items() if k != "failover"},
+        "restart": _e("", _REDLOCK_RESTART),
+        "clock-skew": _e(
+            S,
+            "validity is measured as elapsed time on each client's own clock: a constant offset does not "
+            "change it (the catalog's clock jump on a master is another fault)",
+        ),
+    },
+    "redis.redis-py": dict(_REDIS_LEASE),
+    "redis.python-redis-lock": {
+        **{k: v for k, v in _REDIS_LEASE.items() if k != "failover"},
+        "long-cs": _e(V, f"{_LEASE} (expiry rounded up to whole seconds: 1 s)"),
+    },
+    "redis.pottery-redlock": {
+        **{k: v for k, v in _REDIS_LEASE.items() if k != "failover"},
+        "restart": _e("", _REDLOCK_RESTART),
+    },
+    "postgres.unique-insert": {
+        "long-cs": _e(S, _NO_EXPIRY),
+        "lease-expiry-task": _e(S, _NO_EXPIRY),
+        "lease-expiry-world": _e(S, _NO_EXPIRY),
+        "crash": _e(X, "a committed row with no expiry: a crashed holder blocks the lock forever"),
+        "restart": _e(S, "committed rows survive the restart"),
+    },
+    "postgres.unique-insert-expiry": {
+        "long-cs": _e(V, "a waiter takes over a row past its expires_at"),
+        "lease-expiry-task": _e(V, "a waiter takes over a row past its expires_at"),
+        "lease-expiry-world": _e(V, "a waiter takes over a row past its expires_at"),
+        "crash": _e(S, "the crashed holder's row expires and is taken over"),
+        "restart": _e(S, "committed rows survive the restart; the 10 s expiry outlasts it"),
+    },
+    "postgres.version": {
+        "long-cs": _e(S, "optimistic row with no expiry"),
+        "lease-expiry-task": _e(S, "optimistic row with no expiry"),
+        "lease-expiry-world": _e(S, "optimistic row with no expiry"),
+        "crash": _e(X, "no expiry: a crashed holder blocks the lock"),
+        "restart": _e(S, "committed rows survive the restart"),
+    },
+    **{
+        impl: {
+            "long-cs": _e(S, _CONNECTION),
+            "lease-expiry-task": _e(S, f"{_CONNECTION}; the server does not time out a 2 s pause"),
+            "lease-expiry-world": _e(S, f"{_CONNECTION}; the server does not time out a 2 s pause"),
+            "crash": _e(S, "the server ends the dead client's session and frees its lock"),
+            "restart": _e(V, "sessions die with the server and their holders do not notice"),
+        }
+        for impl in ("postgres.for-update", "postgres.advisory", "postgres.advisory-xact")
+    },
+    **{
+        impl: {
+            "long-cs": _e(S, "keepalive renews the lease while the holder's process runs"),
+            "lease-expiry-task": _e(S, "keepalive renews the lease while the holder's process runs"),
+            "lease-expiry-world": _e(V, "a stop-the-world pause stops keepalive past the lease TTL"),
+            "crash": _e(S, "keepalive dies with the process and the lease expires"),
+            "restart": _e(S, "etcd keeps keys and leases on disk across a restart"),
+            "kill-member": _e(S, "the cluster keeps its quorum"),
+            "kill-leader": _e(S, "a new leader is elected; leases survive"),
+        }
+        for impl in ("etcd.lease", "etcd.lock-api")
+    },
+    **{
+        impl: {
+            "long-cs": _e(V, _LEASE),
+            "lease-expiry-task": _e(V, _LEASE),
+            "lease-expiry-world": _e(V, _LEASE),
+            "crash": _e(
+                "",
+                "the lease expires, but memcached's expiry clock ticks once a second, so a 1 s lease can end "
+                "within milliseconds: overlaps may show before anything crashes",
+            ),
+            "restart": _e(V, _STATE_LOST),
+        }
+        for impl in ("memcached.add", "memcached.add-cas")
+    },
+    "file.flock": {
+        "long-cs": _e(S, "the kernel holds the lock until the holder closes the file"),
+        "lease-expiry-task": _e(S, "the kernel holds the lock until the holder closes the file"),
+        "lease-expiry-world": _e(S, "the kernel holds the lock until the holder closes the file"),
+        "crash": _e(S, "the kernel frees the lock when the holder's process dies"),
+    },
+    **{
+        impl: {
+            "long-cs": _e(S, _SESSION),
+            "lease-expiry-task": _e(S, _SESSION),
+            "lease-expiry-world": _e(S, f"{_SESSION}: 10 s outlasts the 2 s pause"),
+            "crash": _e(
+                X, "the dead client's nodes stay until its 10 s session expires, past the 3 s stuck bound"
+            ),
+            "restart": _e(S, "sessions outlive a restart shorter than their timeout"),
+            "kill-member": _e(S, "clients move to another member within the session timeout"),
+            "kill-leader": _e(S, "the ensemble elects a leader within the session timeout"),
+        }
+        for impl in (
+            "zookeeper.ephemeral",
+            "zookeeper.sequential",
+            "zookeeper.rwlock",
+            "zookeeper.kazoo",
+            "zookeeper.kazoo-rw",
+        )
+    },
+}
+
+NO_FAULT = _e(S, "no fault injected: any violation here is a bug")
+
+
+def expected(impl: str, scenario: str) -> Expectation:
+    """The catalog's expectation for ``impl`` in matrix scenario ``scenario`` (outcome "" if none)."""
+    if scenario == "flash-sale":
+        return NO_FAULT
+    return CATALOG.get(impl, {}).get(scenario, Expectation(""))
+
+
+DAMAGE_COLUMNS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
+
+
+def _positive(row: dict[str, Any], key: str) -> bool:
+    value = row.get(key)
+    try:
+        return value is not None and value == value and float(value) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def observed_outcome(row: dict[str, Any]) -> str:
+    """survives | violates | stuck | unknown, from a case row's verdict and counters."""
+    verdict = row.get("verdict")
+    if verdict == "unknown" or verdict not in ("valid", "invalid"):
+        return "unknown"
+    if verdict == "valid":
+        return "survives"
+    if any(_positive(row, k) for k in (*DAMAGE_COLUMNS, "stale_writes_accepted")):
+        return "violates"
+    if _positive(row, "stuck_locks"):
+        return "stuck"
+    return "violates"
+
+
+def annotate(row: dict[str, Any], impl: str, scenario: str, fenced: bool) -> dict[str, Any]:
+    """The matrix columns for one case row: expected_outcome, expected_note, contradicts_catalog.
+
+    A fenced case also contradicts the catalog when its data was damaged: the tokens were
+    meant to keep it safe even where the lock failed.
+    """
+    exp = expected(impl, scenario)
+    seen = observed_outcome(row)
+    contradicts = bool(exp.outcome) and seen != "unknown" and seen != exp.outcome
+    note = exp.note
+    if fenced and exp.outcome == V:
+        note = f"{note}; fencing tokens keep the data safe" if note else "fencing tokens keep the data safe"
+        if seen != "unknown" and not bool(row.get("data_safe", True)):
+            contradicts = True
+    return {"expected_outcome": exp.outcome, "expected_note": note, "contradicts_catalog": contradicts}

@@ -1,0 +1,148 @@
+"""``bench matrix``: the scenario table, the catalog's expectations, the stop rule, and a real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.commands import plan_impls
+from bench.expectations import CATALOG, OUTCOMES, annotate, expected, observed_outcome
+from bench.matrix import plan_lanes, plan_matrix
+from bench.scenarios import SCENARIOS
+from lockimpls import registry
+from tests.helpers import bench
+from workloads.evidence import EvidenceWatch, StopRule
+
+
+def _applicable() -> list[tuple[str, str]]:
+    pairs = []
+    for impl_id, backend, cls in plan_impls(["all"], []):
+        for name, scenario in SCENARIOS.items():
+            if scenario.applies_to(impl_id, backend, int(getattr(cls, "servers", 1))):
+                pairs.append((impl_id, name))
+    return pairs
+
+
+def test_every_impl_has_an_expectation_for_every_scenario_that_applies() -> None:
+    pairs = _applicable()
+    for impl_id, name in pairs:
+        if name == "flash-sale":
+            assert expected(impl_id, name).outcome == "survives"
+            continue
+        assert name in CATALOG.get(impl_id, {}), f"no catalog row for {impl_id} x {name}"
+        exp = CATALOG[impl_id][name]
+        assert exp.outcome in OUTCOMES and exp.note, (impl_id, name)
+    # and no row for a scenario that never runs (a stale or misspelt row)
+    applicable = set(pairs)
+    stale = [(i, s) for i, rows in CATALOG.items() for s in rows if (i, s) not in applicable]
+    assert stale == []
+    for scenario in SCENARIOS.values():
+        for impl_id in scenario.impls or ():
+            assert impl_id in registry.known_ids()
+
+
+def test_observed_outcome_and_contradictions() -> None:
+    stuck = {"verdict": "invalid", "overlapping_holds": 0, "stuck_locks": 1, "data_safe": True}
+    assert observed_outcome(stuck) == "stuck"
+    assert annotate(stuck, "redis.setnx-del", "crash", fenced=False)["contradicts_catalog"] is False
+    assert annotate(stuck, "redis.set-nx-px-lua", "crash", fenced=False)["contradicts_catalog"] is True
+    unknown = {"verdict": "unknown", "overlapping_holds": 3}
+    assert annotate(unknown, "redis.set-nx-px-lua", "crash", fenced=False)["contradicts_catalog"] is False
+    overlap = {"verdict": "invalid", "overlapping_holds": 4, "lost_updates": 0, "data_safe": True}
+    fenced = annotate(overlap, "redis.set-nx-px-lua", "long-cs", fenced=True)
+    assert fenced["expected_outcome"] == "violates" and fenced["contradicts_catalog"] is False
+    assert "fencing" in fenced["expected_note"]
+    damaged = annotate(
+        {**overlap, "lost_updates": 2, "data_safe": False}, "redis.set-nx-px-lua", "long-cs", True
+    )
+    assert damaged["contradicts_catalog"] is True  # the tokens were meant to keep the data safe
+    silent = annotate({"verdict": "valid"}, "memcached.add", "crash", fenced=False)
+    assert silent["expected_outcome"] == "" and silent["contradicts_catalog"] is False
+
+
+def _ev(client: str, op: str, type_: str, t_s: float) -> tuple:
+    return (client, 0, op, type_, "flash-sale:item-0", int(t_s * 1e9), None, None, None)
+
+
+def test_stop_rule_waits_for_the_event_then_the_acquisitions_or_the_time() -> None:
+    rule = StopRule("crash", acquisitions=2, or_after_s=3.0)
+    watch = EvidenceWatch(StopRule.from_json(rule.to_json()), start_ns=0)
+    events = [_ev("a", "acquire", "ok", 1.0), _ev("b", "acquire", "ok", 2.5)]  # b's chunk came early
+    watch.feed(events)
+    assert not watch.satisfied(int(2.0e9))
+    events.append(_ev("a", "crash", "info", 2.0))
+    watch.feed(events)
+    assert watch.hits == 1 and watch.after == 1 and not watch.satisfied(int(3.0e9))
+    assert watch.satisfied(int(5.1e9))  # nobody got the lock: stuck, stop after or_after_s
+    events.append(_ev("c", "acquire", "ok", 3.0))
+    watch.feed(events)
+    assert watch.satisfied(int(3.0e9))
+
+    long_hold = EvidenceWatch(StopRule("long-hold", count=1, long_hold_s=1.0), start_ns=0)
+    long_hold.feed([_ev("a", "acquire", "ok", 0.0), _ev("a", "release", "invoke", 0.5)])
+    assert not long_hold.satisfied(int(1e9))
+    long_hold.feed(
+        [
+            _ev("a", "acquire", "ok", 0.0), _ev("a", "release", "invoke", 0.5),
+            _ev("a", "acquire", "ok", 0.6), _ev("a", "release", "invoke", 1.7),
+        ]
+    )  # fmt: skip
+    assert long_hold.satisfied(int(2e9))
+    with pytest.raises(ValueError):
+        StopRule("lunch")
+
+
+def test_plan_puts_fault_topologies_in_their_own_lanes() -> None:
+    cases, skipped = plan_matrix([], ["redis.set-nx-px-lua", "redis.redlock"], [], fixed_servers=set())
+    names = {(c.impl, c.scenario) for c in cases}
+    assert ("redis.set-nx-px-lua", "long-cs+fenced") in names and ("redis.redlock", "long-cs") in names
+    assert ("redis.set-nx-px-lua", "failover+unfenced") in names
+    assert not any(c.impl == "redis.redlock" and c.matrix_scenario == "failover" for c in cases)
+    assert ("redis.redlock", "clock-skew") in names and skipped == []
+    lanes = plan_lanes(cases, fixed_servers=set())
+    assert {(ln.backend, ln.topology) for ln in lanes} == {("redis", None), ("redis", "sentinel")}
+    assert sum(len(ln.cases) for ln in lanes) == len(cases)
+    # a server the user gave is never broken on purpose, and stays one lane
+    cases, skipped = plan_matrix([], ["redis.set-nx-px-lua"], ["restart", "crash"], fixed_servers={"redis"})
+    assert [c.matrix_scenario for c in cases] == ["crash"] and "restart" in skipped[0]
+
+
+def test_unknown_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = bench("matrix", "--impl", "redis.setnx-del", "--scenario", "lunch", "--results-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip().startswith("bench: error: unknown scenario 'lunch'") and "Traceback" not in r.stderr
+    )
+
+
+@pytest.mark.slow
+def test_matrix_runs_the_catalog_into_one_folder_and_one_report(tmp_path: Path) -> None:
+    r = bench("matrix", "--impl", "redis.setnx-del", "--impl", "redis.set-nx-px-lua",
+              "--scenario", "crash", "--scenario", "long-cs", "--results-dir", str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    run = runs[0]
+    assert r.stdout.strip() == str(run / "report.html") and (run / "report.html").is_file()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["kind"] == "matrix" and meta["status"] == "complete"
+    assert meta["matrix"]["wall_s"] > 0 and meta["contradictions"] == []
+    cases = pd.read_csv(run / "cases.csv").set_index(["impl", "scenario"])
+    assert len(cases) == 6
+    stuck = cases.loc[("redis.setnx-del", "crash")]
+    assert stuck["verdict"] == "invalid" and stuck["stuck_locks"] >= 1
+    assert stuck["expected_outcome"] == "stuck" and not stuck["contradicts_catalog"]
+    unfenced = cases.loc[("redis.set-nx-px-lua", "long-cs+unfenced")]
+    assert unfenced["overlapping_holds"] > 0 and not unfenced["data_safe"]
+    assert unfenced["expected_outcome"] == "violates" and not unfenced["contradicts_catalog"]
+    fenced = cases.loc[("redis.set-nx-px-lua", "long-cs+fenced")]
+    assert fenced["overlapping_holds"] > 0 and fenced["data_safe"] and fenced["lost_updates"] == 0
+    assert fenced["scenario_events"] >= 2  # holds that outlasted the lease: the evidence
+    recovered = cases.loc[("redis.set-nx-px-lua", "crash")]
+    assert recovered["verdict"] == "valid" and recovered["expected_outcome"] == "survives"
+    assert recovered["acquisitions_after_event"] >= 1
+    assert not cases["contradicts_catalog"].any()
+    assert "contradict the catalog" not in r.stderr
