@@ -141,6 +141,19 @@ def run(
     slo_us: Annotated[
         float | None, typer.Option(help="draw an SLO line on the report's latency charts (microseconds)")
     ] = None,
+    master_bind: Annotated[
+        str | None,
+        typer.Option(help="act as master for `bench worker`s on other hosts: listen on HOST[:PORT] (5557)"),
+    ] = None,
+    expect_workers: Annotated[
+        int, typer.Option(help="with --master-bind: Locust worker processes to wait for before each case")
+    ] = 0,
+    test_hosts: Annotated[
+        int,
+        typer.Option(
+            help="N worker hosts in network namespaces on this machine (+ master, lock and resource hosts)"
+        ),
+    ] = 0,
 ) -> None:
     """Run lock impls under a workload against real servers; print the report's path."""
     from bench.commands import run_command
@@ -180,6 +193,7 @@ def run(
         render=report, argv=sys.argv, console=console,
         lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
         skewed_clients=skewed_clients, explicit=explicit,
+        master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -282,6 +296,20 @@ def baseline_update(
     source = json.loads((dest / "baseline.json").read_text())["source_run"]
     console.print(f"lockbench: baseline {name!r} from run {source}: {folder_size(dest):,} bytes")
     print(dest)
+
+
+@app.command("worker")
+def worker_cmd(
+    master: Annotated[str, typer.Option(help="HOST[:PORT] of the `bench run --master-bind` to serve")],
+    processes: Annotated[int, typer.Option(help="Locust worker processes on this host")] = 1,
+    name: Annotated[
+        str | None, typer.Option(help="this host's name in results (default: the hostname)")
+    ] = None,
+) -> None:
+    """Run Locust workers here for a `bench run` acting as master on another host, case after case."""
+    from bench.worker import run_worker
+
+    raise typer.Exit(run_worker(master, processes=processes, name=name, say=console.print))
 
 
 @app.command("list")

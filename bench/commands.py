@@ -123,6 +123,42 @@ def _plan_workload(
     return {**v, "workload_options": opts}
 
 
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _check_master_mode(
+    master_bind: str | None,
+    expect_workers: int,
+    test_hosts: int,
+    processes: int,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+) -> tuple[str, int] | None:
+    """Validate --master-bind / --expect-workers; returns the address to listen on."""
+    from bench.worker import parse_host_port
+
+    if master_bind is None:
+        if expect_workers:
+            raise UserError("--expect-workers needs --master-bind HOST[:PORT] (where the workers connect)")
+        return None
+    if test_hosts:
+        raise UserError("--test-hosts places the master itself; drop --master-bind")
+    host, port = parse_host_port(master_bind, "--master-bind")
+    if expect_workers < 1:
+        raise UserError("--master-bind needs --expect-workers N (Locust worker processes to wait for)")
+    if processes > 1:
+        raise UserError(
+            "--processes is for one host; with --master-bind run `bench worker --processes N` on each"
+        )
+    if not _is_loopback(host) and not (resource_url and any(user_urls.values())):
+        raise UserError(
+            "workers on other hosts cannot reach servers started here on 127.0.0.1: give the lock server "
+            "(--redis-url, --pg-dsn, ...) and --resource-url at addresses the workers can reach"
+        )
+    return host, port
+
+
 def run_command(
     *,
     backends: list[str],
@@ -151,6 +187,9 @@ def run_command(
     clock_skew: float = 0.0,
     skewed_clients: float = 0.0,
     explicit: set[str] | None = None,
+    master_bind: str | None = None,
+    expect_workers: int = 0,
+    test_hosts: int = 0,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
 
@@ -173,6 +212,7 @@ def run_command(
         for w in workloads
     }
     fault_spec = parse_fault(fault) if fault else None
+    bind = _check_master_mode(master_bind, expect_workers, test_hosts, processes, user_urls, resource_url)
     planned = plan_impls(backends, impls)
     _check_user_dsns(user_urls)
     if fault_spec is not None:
@@ -209,9 +249,14 @@ def run_command(
             skewed_clients=skewed_clients,
             workload_options=p["workload_options"],
             lock_params=dict(lock_params or {}),
+            master_bind=bind,
+            expect_workers=expect_workers,
         )  # fmt: skip
         for w, p in plans.items()
     }
+    if bind is not None:
+        for s in settings.values():
+            s.processes = 1  # the workers are remote; their own --processes says how many
     first = plans[workloads[0]]
     params = {
         "workload": ",".join(workloads), "duration_s": first["duration"], "users": first["users"],
@@ -220,6 +265,7 @@ def run_command(
         "fencing": first["fencing"], "fault": fault or "", "clock_skew_s": clock_skew,
         "skewed_clients": skewed_clients, **first["workload_options"],
         **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
+        **({"master_bind": master_bind, "expect_workers": expect_workers} if bind else {}),
     }  # fmt: skip
     if len(workloads) > 1:
         params["per_workload"] = {

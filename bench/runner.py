@@ -62,6 +62,11 @@ class RunSettings:
     skewed_clients: float = 0.0
     lock_params: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
+    #: master mode: Locust listens here and waits for ``expect_workers`` remote workers
+    master_bind: tuple[str, int] | None = None
+    expect_workers: int = 0
+    #: seconds a master waits for its workers before the case fails
+    workers_wait_s: float = 120.0
 
 
 @dataclass
@@ -95,7 +100,12 @@ class Case:
 
 
 def locust_argv(
-    case: Case, settings: RunSettings, lock_urls: list[str], resource_url: str, out: Path
+    case: Case,
+    settings: RunSettings,
+    lock_urls: list[str],
+    resource_url: str,
+    out: Path,
+    last_case: bool = False,
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "locust",
@@ -128,7 +138,17 @@ def locust_argv(
         value = settings.workload_options.get(key)
         if value is not None:
             argv += [flag, str(value)]
-    if settings.processes > 1:
+    if settings.master_bind is not None:
+        host, port = settings.master_bind
+        argv += [
+            "--master", "--master-bind-host", host, "--master-bind-port", str(port),
+            "--expect-workers", str(settings.expect_workers),
+            "--expect-workers-max-wait", str(round(settings.workers_wait_s)),
+            "--lockbench-align-clocks",
+        ]  # fmt: skip
+        if last_case:
+            argv.append("--lockbench-last-case")
+    elif settings.processes > 1:
         port = free_port()
         argv += [
             "--processes", str(settings.processes),
@@ -165,13 +185,13 @@ def _log_tail(path: Path, lines: int = 4) -> str:
     return redact_text(" | ".join(text[-lines:]))
 
 
-def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
+def run_case(case: Case, stack: Stack, scratch: Path, last_case: bool = False) -> dict[str, Any]:
     """Run one case in Locust and return its judged, summarised outcome."""
     settings = case.settings
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
     lock_urls = stack.urls[case.backend]
-    argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out)
+    argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out, last_case)
     log_path = out / "locust.log"
     try:
         reset_lock_state(case.backend, lock_urls)
@@ -184,7 +204,8 @@ def run_case(case: Case, stack: Stack, scratch: Path) -> dict[str, Any]:
         fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
         fault.start()
     try:
-        code = _run_locust(argv, log_path, timeout=settings.duration + 120)
+        wait = settings.workers_wait_s if settings.master_bind else 0
+        code = _run_locust(argv, log_path, timeout=settings.duration + 120 + wait)
     finally:
         if fault is not None:
             fault.stop()
@@ -251,6 +272,7 @@ def judge(
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
     if not recording.get("complete", True):
         row["verdict"] = "unknown"
+        row["verdict_reason"] = "; ".join(recording.get("problems") or ["the recording is incomplete"])
     if not row.get("acquisitions"):
         # a lock that never granted anything proved nothing: most often it could not even
         # start (bad --lock-params, unreachable server); logs/<case>.log says why
@@ -282,6 +304,7 @@ def judge(
             "server_commands": recording.get("server_commands", {}),
             "lock_stats": recording.get("lock_stats", {}),
             "fault": recording.get("fault"),
+            "clock_offsets": recording.get("clock_offsets") or {},
             "checks": [
                 {"name": r.name, "status": r.status, "counters": r.counters, "detail": r.detail}
                 for r in verdict.results
@@ -304,7 +327,7 @@ def run_plan(
             if progress:
                 progress(case, i, len(cases))
             try:
-                result = run_case(case, stack, Path(tmp))
+                result = run_case(case, stack, Path(tmp), last_case=i == len(cases) - 1)
             except CaseFailed as exc:
                 failures.append(str(exc))
                 if on_failure:
@@ -317,6 +340,10 @@ def run_plan(
                 result["extra"],
                 result.get("log"),
             )
+            if result["extra"].get("clock_offsets"):
+                # the latest measurement per worker; every case keeps its own in hist/<case>.json
+                offsets = {**folder.meta.get("clock_offsets", {}), **result["extra"]["clock_offsets"]}
+                folder.note("clock_offsets", offsets)
             dead = stack.dead()
             if dead:
                 raise ServerDied(

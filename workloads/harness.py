@@ -41,19 +41,13 @@ from lockimpls.base import DEFAULT_RETRY_INTERVAL, LockOptions
 from lockimpls.registry import resolve
 from workloads import clock_offsets
 from workloads.recording import HIST_NAMES, Recorder
+from workloads.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
 log = logging.getLogger("lockbench")
 
 FINAL_WAIT_S = 60.0
 #: Seconds the master waits for one clock round trip before counting it lost.
 PONG_WAIT_S = 1.0
-#: Exit code of a worker process whose master ran the run's last case (``bench worker`` stops).
-RUN_DONE_EXIT = 3
-#: The name this worker's host goes by in results (default: the hostname).
-HOST_ENV = "LOCKBENCH_HOST"
-#: Test only: nanoseconds added to every timestamp this worker hands to the master, as if
-#: its clock were that far off; proves that the offset estimate finds and undoes it.
-CLOCK_SHIFT_ENV = "LOCKBENCH_TEST_CLOCK_SHIFT_NS"
 
 RECORDER = Recorder()
 
