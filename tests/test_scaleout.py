@@ -1,0 +1,257 @@
+"""Workers on other hosts: clock offsets, uncertain overlaps, lost workers, test hosts.
+
+The pure parts (offset estimate, uncertain classification) run on synthetic data. The
+rest runs real ``bench run --master-bind`` masters with real ``bench worker`` processes
+in their own working directories against real Redis servers, first on loopback, then on
+network-namespace test hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import redis
+
+from infra.ports import free_port
+from workloads.checkers import check_flash_sale, check_overlaps
+from workloads.clock_offsets import Sample, combine, estimate
+from workloads.recording import HISTORY_COLUMNS, history_frame
+from workloads.worker_env import CLOCK_SHIFT_ENV
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIFT_NS = 7_000_000_000  # a worker whose clock reads 7 s ahead
+
+
+# offset estimate (pure) ----------------------------------------------------------------------
+
+
+def test_estimate_keeps_the_sample_with_the_smallest_round_trip() -> None:
+    true_offset = 1_000_000
+    samples = [
+        Sample(0, 300 + true_offset + 250, 900),  # rtt 900, answer taken late in the trip
+        Sample(1000, 1040 + true_offset, 1100),  # rtt 100: the tightest
+        Sample(5000, 5000 + true_offset + 10, 5000 + 400),
+    ]
+    est = estimate(samples)
+    assert est is not None
+    assert est.rtt_ns == 100 and est.uncertainty_ns == 50 and est.samples == 3
+    assert abs(est.offset_ns - true_offset) <= est.uncertainty_ns
+    assert estimate([]) is None
+
+
+def test_combine_widens_the_bound_by_the_drift_seen_at_the_end() -> None:
+    start = estimate([Sample(0, 5_000, 100)])  # offset 4_950, bound 50
+    end = estimate([Sample(10_000, 15_300, 10_200)])  # offset 5_200, bound 100
+    assert start is not None and end is not None
+    got = combine(start, end)
+    assert got["offset_ns"] == start.offset_ns
+    assert got["drift_ns"] == 250
+    assert got["uncertainty_ns"] == 350  # |drift| + the end's own bound
+    assert combine(start, None)["uncertainty_ns"] == 50
+
+
+# uncertain overlaps (pure) -------------------------------------------------------------------
+
+
+def _hist(*holds: tuple[str, int, int]) -> pd.DataFrame:
+    events = []
+    for n, (client, start, end) in enumerate(holds):
+        events += [
+            (client, n, "acquire", "invoke", "L", start - 10),
+            (client, n, "acquire", "ok", "L", start),
+            (client, n + 100, "release", "invoke", "L", end),
+            (client, n + 100, "release", "ok", "L", end + 10),
+        ]
+    return history_frame(e + (None,) * (len(HISTORY_COLUMNS) - len(e)) for e in events)
+
+
+BOUNDS = {"hostA": 100_000, "hostB": 100_000}  # 100 us each: 200 us between them
+
+
+def test_overlap_within_the_clock_bound_of_two_hosts_is_uncertain() -> None:
+    h = _hist(("hostA/1-u0", 0, 1_000_000), ("hostB/2-u0", 950_000, 2_000_000))  # 50 us overlap
+    r = check_overlaps(h, uncertainty_ns=BOUNDS)
+    assert r.status == "unknown"
+    assert r.counters["uncertain_overlaps"] == 1 and r.counters["overlapping_holds"] == 0
+
+
+def test_overlap_beyond_the_clock_bound_is_a_violation() -> None:
+    h = _hist(("hostA/1-u0", 0, 1_000_000), ("hostB/2-u0", 500_000, 2_000_000))  # 500 us overlap
+    r = check_overlaps(h, uncertainty_ns=BOUNDS)
+    assert r.status == "invalid"
+    assert r.counters["overlapping_holds"] == 1 and r.counters["uncertain_overlaps"] == 0
+
+
+def test_same_worker_shares_one_clock_so_any_overlap_is_a_violation() -> None:
+    h = _hist(("hostA/1-u0", 0, 1_000_000), ("hostA/1-u1", 950_000, 2_000_000))
+    r = check_overlaps(h, uncertainty_ns=BOUNDS)
+    assert r.status == "invalid" and r.counters["uncertain_overlaps"] == 0
+
+
+def test_disjoint_holds_of_two_hosts_are_valid_and_one_clock_means_no_uncertainty() -> None:
+    apart = _hist(("hostA/1-u0", 0, 1_000_000), ("hostB/2-u0", 1_050_000, 2_000_000))
+    r = check_overlaps(apart, uncertainty_ns=BOUNDS)
+    assert r.status == "valid" and r.counters["uncertain_overlaps"] == 0
+    close = _hist(("a", 0, 1_000_000), ("b", 950_000, 2_000_000))
+    assert check_overlaps(close).status == "invalid"  # a single host: no clock excuse
+
+
+def test_flash_sale_verdict_reads_the_bounds_from_the_final_state() -> None:
+    h = _hist(("hostA/1-u0", 0, 1_000_000), ("hostB/2-u0", 950_000, 2_000_000))
+    state = {"items": {"item-0": {"initial": 10, "stock": 9, "orders_units": 1}}}
+    assert check_flash_sale(h, state).status == "invalid"  # no bounds: a plain overlap
+    verdict = check_flash_sale(h, {**state, "clock_uncertainty_ns": BOUNDS})
+    assert verdict.status == "unknown"
+    assert verdict.counters["uncertain_overlaps"] == 1
+
+
+# real masters and workers on loopback -----------------------------------------------------------
+
+
+def _bench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bench", *args]
+
+
+def _start_worker(cwd: Path, port: int, name: str, shift_ns: int = 0) -> subprocess.Popen:
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if shift_ns:
+        env[CLOCK_SHIFT_ENV] = str(shift_ns)
+    return subprocess.Popen(
+        _bench("worker", "--master", f"127.0.0.1:{port}", "--name", name),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _run_master(tmp: Path, port: int, workers: int, redis_url: str, resource_url: str, *extra: str):
+    master = tmp / "master"
+    master.mkdir()
+    return subprocess.Popen(
+        _bench(
+            "run",
+            "--duration",
+            "3",
+            "--users",
+            "6",
+            "--master-bind",
+            f"127.0.0.1:{port}",
+            "--expect-workers",
+            str(workers),
+            "--redis-url",
+            redis_url,
+            "--resource-url",
+            resource_url,
+            "--results-dir",
+            str(master / "results"),
+            "--no-report",
+            *extra,
+        ),  # fmt: skip
+        cwd=master,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def _run_dir(tmp: Path) -> Path:
+    (run,) = (tmp / "master" / "results").iterdir()
+    return run
+
+
+def test_workers_elsewhere_merge_and_undo_a_shifted_clock(
+    redis_url: str, resource_server: object, tmp_path: Path
+) -> None:
+    port = free_port()
+    workers = [
+        _start_worker(tmp_path / "w1", port, "alpha"),
+        _start_worker(tmp_path / "w2", port, "beta", shift_ns=SHIFT_NS),
+    ]
+    try:
+        master = _run_master(
+            tmp_path, port, 2, redis_url, resource_server.url,  # type: ignore[attr-defined]
+            "--impl", "redis.set-nx-px-lua", "--impl", "test.no-mutex",
+        )  # fmt: skip
+        _, err = master.communicate(timeout=150)
+        assert master.returncode == 0, err
+        for w in workers:  # the master's last case told them the run is over
+            out, _ = w.communicate(timeout=30)
+            assert w.returncode == 0 and "the run is over" in out, out
+    finally:
+        _stop(workers)
+    run = _run_dir(tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    offsets = meta["clock_offsets"]
+    assert set(offsets) == {"alpha", "beta"}
+    for name, true_offset in (("alpha", 0), ("beta", SHIFT_NS)):
+        o = offsets[name]
+        assert abs(o["offset_ns"] - true_offset) <= o["uncertainty_ns"], (name, o)
+        assert o["host"] == name
+    cases = pd.read_csv(run / "cases.csv").set_index("impl")
+    assert cases.loc["redis.set-nx-px-lua", "verdict"] == "valid"
+    assert cases.loc["test.no-mutex", "verdict"] == "invalid"
+    assert cases.loc["test.no-mutex", "witness_violations"] > 0  # the clock-free evidence agrees
+    for case in meta["cases"]:
+        rec = json.loads((run / "hist" / f"{case}.json").read_text())
+        history = pd.read_parquet(run / "history" / f"{case}.parquet")
+        assert rec["recording_complete"], rec["recording_problems"]
+        assert (
+            rec["merged_totals"]["events"]
+            == len(history)
+            == sum(w["events"] for w in rec["workers"].values())
+        )
+        hosts = history["client"].str.split("/").str[0]
+        assert set(hosts) == {"alpha", "beta"}
+        # shifted back onto the master's clock: both workers' events share one 3 s window
+        by_host = history.groupby(hosts)["t_ns"].agg(["min", "max"])
+        assert by_host["max"].max() - by_host["min"].min() < SHIFT_NS / 2
+    # nothing was written where the workers ran: the recording travelled over the channel
+    for w in ("w1", "w2"):
+        assert list((tmp_path / w).iterdir()) == []
+
+
+def test_a_worker_lost_mid_case_makes_the_case_unknown(
+    redis_url: str, resource_server: object, tmp_path: Path
+) -> None:
+    resource = redis.Redis.from_url(resource_server.url)  # type: ignore[attr-defined]
+    resource.flushall()
+    port = free_port()
+    workers = [_start_worker(tmp_path / "w1", port, "stays"), _start_worker(tmp_path / "w2", port, "lost")]
+    try:
+        master = _run_master(
+            tmp_path, port, 2, redis_url, resource_server.url,  # type: ignore[attr-defined]
+            "--impl", "redis.set-nx-px-lua", "--duration", "9",
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while resource.llen("lockbench:res:orders:item-0") < 20:  # the load is under way
+            assert time.monotonic() < deadline and master.poll() is None, "the load never started"
+            time.sleep(0.1)
+        for child in psutil.Process(workers[1].pid).children(recursive=True):
+            os.kill(child.pid, signal.SIGKILL)  # the host of worker "lost" goes away
+        _, err = master.communicate(timeout=150)
+        assert workers[1].wait(30) == 1
+    finally:
+        _stop(workers)
+        resource.close()
+    (row,) = pd.read_csv(_run_dir(tmp_path) / "cases.csv").to_dict("records")
+    assert row["verdict"] == "unknown", err
+    assert "worker lost was lost mid-case" in row["verdict_reason"]
