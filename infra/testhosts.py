@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.errors import InfraError
+from infra.placement import Placement, Placer
 from infra.process import die_with_parent
 
 NETNS_DIR = Path("/run/netns")
@@ -195,14 +196,16 @@ class TestHostNet:
     __test__ = False
 
     def __init__(self, n: int, prefix: str | None = None) -> None:
-        if n < 1 or n > 1000:
-            raise InfraError(f"test hosts: need 1..1000 hosts, got {n}")
+        if n < 0 or n > 1000:
+            raise InfraError(f"test hosts: need 0..1000 hosts, got {n}")
         check_available()
         self.family = prefix or "lb"
         cleanup_stale(self.family)
         self.run_prefix = f"{self.family}{os.getpid()}x{secrets.token_hex(2)}"
         self.switch = f"{self.run_prefix}-sw"
         self.hosts: list[TestHost] = []
+        #: host name -> what runs there (for run.json and messages)
+        self.roles: dict[str, str] = {}
         self._routes: list[tuple[str, str]] = []
         self._procs: list[subprocess.Popen] = []
         self._closed = False
@@ -240,22 +243,43 @@ class TestHostNet:
         _ip("-n", sw, "link", "add", "br0", "type", "bridge")
         _ip("-n", sw, "link", "set", "br0", "up")
         _ip("-n", sw, "link", "set", "lo", "up")
-        for i in range(1, n + 1):
-            host = TestHost(f"{self.run_prefix}-h{i}", str(NETWORK[i]))
-            _ip("netns", "add", host.name)
-            self.hosts.append(host)
-            # Both ends are created inside namespaces: the root namespace never sees them.
-            _ip("-n", sw, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", host.name)
-            _ip("-n", sw, "link", "set", f"v{i}", "master", "br0", "up")
-            _ip("-n", host.name, "addr", "add", f"{host.addr}/{NETWORK.prefixlen}", "dev", "eth0")
-            _ip("-n", host.name, "link", "set", "eth0", "up")
-            _ip("-n", host.name, "link", "set", "lo", "up")
+        for _ in range(n):
+            self.add_host()
+
+    def add_host(self, role: str = "") -> TestHost:
+        """One more host on the switch (``role`` says what runs there: ``redis-lock``, ``client-1``)."""
+        if self._closed:
+            raise InfraError("test hosts already closed")
+        i = len(self.hosts) + 1
+        if i >= NETWORK.num_addresses - 1:
+            raise InfraError(f"test hosts: no address left in {NETWORK}")
+        host = TestHost(f"{self.run_prefix}-h{i}", str(NETWORK[i]))
+        _ip("netns", "add", host.name)
+        self.hosts.append(host)
+        self.roles[host.name] = role
+        sw = self.switch
+        # Both ends are created inside namespaces: the root namespace never sees them.
+        _ip("-n", sw, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", host.name)
+        _ip("-n", sw, "link", "set", f"v{i}", "master", "br0", "up")
+        _ip("-n", host.name, "addr", "add", f"{host.addr}/{NETWORK.prefixlen}", "dev", "eth0")
+        _ip("-n", host.name, "link", "set", "eth0", "up")
+        _ip("-n", host.name, "link", "set", "lo", "up")
+        return host
+
+    def placer(self) -> Placer:
+        """A placer for infra's server classes: each server process gets a host of its own."""
+
+        def place(name: str) -> Placement:
+            host = self.add_host(name)
+            return Placement(host.addr, tuple(host.argv([])))
+
+        return place
 
     # -- use ----------------------------------------------------------------------------
     def host(self, name_or_addr: str) -> TestHost:
-        """The host with this namespace name or address."""
+        """The host with this namespace name, address or role."""
         for h in self.hosts:
-            if name_or_addr in (h.name, h.addr):
+            if name_or_addr in (h.name, h.addr, self.roles.get(h.name)):
                 return h
         raise KeyError(name_or_addr)
 

@@ -184,3 +184,28 @@ def test_cleanup_stale_removes_only_runs_whose_owner_is_dead() -> None:
         assert _own_namespaces(stale) == [] and _own_namespaces(alive) == [alive]
     finally:
         testhosts.remove_namespaces(_own_namespaces(stale) + _own_namespaces(alive))
+
+
+def test_stack_puts_each_server_on_its_own_host() -> None:
+    _netns_or_skip()
+    import redis
+
+    from infra.stack import Stack
+
+    with TestHostNet(0, prefix="lbt") as n:
+        control = n.add_host("control")
+        with n.enter(control):
+            stack = Stack(["redis", "memcached"], hosts=n).__enter__()
+        try:
+            urls = {k: v[0] for k, v in stack.urls.items()}
+            hosts = {n.host(role).addr for role in ("redis-lock", "memcached-lock", "resource")}
+            assert len(hosts) == 3 and control.addr not in hosts
+            for url in urls.values():
+                assert url.split("://")[1].split(":")[0] in hosts
+            with n.enter(control):
+                assert redis.Redis.from_url(urls["redis"]).ping()
+            # from the root namespace the running servers do not exist
+            with pytest.raises(redis.ConnectionError):
+                redis.Redis.from_url(urls["redis"], socket_connect_timeout=0.5).ping()
+        finally:
+            stack.close()
