@@ -15,6 +15,7 @@ from bench.faults import parse_fault
 from bench.redact import redact_text
 from bench.results import RunFolder, write_merged_histograms
 from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan
+from bench.testhost_stack import TestHostStack
 from infra.stack import Stack
 from lockimpls import registry
 from lockimpls.base import LockConfigError
@@ -138,6 +139,16 @@ def _check_master_mode(
     """Validate --master-bind / --expect-workers; returns the address to listen on."""
     from bench.worker import parse_host_port
 
+    if test_hosts:
+        if test_hosts < 1:
+            raise UserError(f"--test-hosts must be at least 1, got {test_hosts}")
+        if resource_url or any(user_urls.values()):
+            raise UserError(
+                "--test-hosts starts every server on a test host of its own; drop the server URLs"
+            )
+        from infra.testhosts import check_available
+
+        check_available()  # one line naming the fix (root, CAP_NET_ADMIN, iproute2) when it fails
     if master_bind is None:
         if expect_workers:
             raise UserError("--expect-workers needs --master-bind HOST[:PORT] (where the workers connect)")
@@ -266,6 +277,7 @@ def run_command(
         "skewed_clients": skewed_clients, **first["workload_options"],
         **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
         **({"master_bind": master_bind, "expect_workers": expect_workers} if bind else {}),
+        **({"test_hosts": test_hosts} if test_hosts else {}),
     }  # fmt: skip
     if len(workloads) > 1:
         params["per_workload"] = {
@@ -286,13 +298,13 @@ def run_command(
     started = datetime.now(UTC).isoformat()
     console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
     topology = {b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {}
-    with Stack(
-        needed,
-        user_urls=user_urls,
-        resource_url=resource_url,
-        servers_per_backend=servers_needed,
-        topology=topology,
-    ) as stack:
+    stack_args: dict[str, Any] = {"backends": needed, "user_urls": user_urls, "resource_url": resource_url,
+                                  "servers_per_backend": servers_needed, "topology": topology}  # fmt: skip
+    hosted = TestHostStack(test_hosts, **stack_args) if test_hosts else None
+    with hosted if hosted is not None else Stack(**stack_args) as stack:
+        if hosted is not None:
+            for s in settings.values():
+                s.master_bind, s.expect_workers, s.processes = hosted.master_bind, test_hosts, 1
         folder = RunFolder(
             results_dir,
             {
@@ -304,6 +316,7 @@ def run_command(
                 "params": params,
                 "impls": all_impls,
                 "endpoints": endpoints_for_meta(stack),
+                **({"test_hosts": hosted.roles()} if hosted is not None else {}),
             },
         )
         console.print(f"lockbench: results in {folder.path}")
