@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
+import pytest
 import redis
 
 from infra.ports import free_port
@@ -239,7 +240,7 @@ def test_a_worker_lost_mid_case_makes_the_case_unknown(
     try:
         master = _run_master(
             tmp_path, port, 2, redis_url, resource_server.url,  # type: ignore[attr-defined]
-            "--impl", "redis.set-nx-px-lua", "--duration", "9",
+            "--impl", "redis.set-nx-px-lua", "--duration", "7",
         )  # fmt: skip
         deadline = time.monotonic() + 60
         while resource.llen("lockbench:res:orders:item-0") < 20:  # the load is under way
@@ -255,3 +256,103 @@ def test_a_worker_lost_mid_case_makes_the_case_unknown(
     (row,) = pd.read_csv(_run_dir(tmp_path) / "cases.csv").to_dict("records")
     assert row["verdict"] == "unknown", err
     assert "worker lost was lost mid-case" in row["verdict_reason"]
+
+
+# test hosts: network namespaces on this machine ------------------------------------------------
+
+
+def _netns_or_skip() -> None:
+    from infra import testhosts
+
+    try:
+        testhosts.check_available()
+    except testhosts.NetnsUnavailable as exc:
+        pytest.skip(f"network namespaces unavailable: {exc}")
+
+
+def _run_namespaces(pid: int) -> list[str]:
+    netns = Path("/run/netns")
+    return sorted(n for n in os.listdir(netns) if n.startswith(f"lb{pid}x")) if netns.exists() else []
+
+
+def _bench_on_test_hosts(tmp: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        _bench("run", "--test-hosts", *args, "--results-dir", str(tmp / "results"), "--no-report"),
+        cwd=tmp,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_run_on_test_hosts_crosses_hosts_and_merges_every_recording(tmp_path: Path) -> None:
+    _netns_or_skip()
+    proc = _bench_on_test_hosts(
+        tmp_path, "2", "--impl", "redis.set-nx-px-lua", "--duration", "3", "--users", "6"
+    )
+    _, err = proc.communicate(timeout=150)
+    assert proc.returncode == 0, err
+    assert _run_namespaces(proc.pid) == []  # torn down
+    (run,) = (tmp_path / "results").iterdir()
+    meta = json.loads((run / "run.json").read_text())
+    roles = meta["test_hosts"]
+    assert sorted(roles.values()) == ["master", "redis-lock", "resource", "worker-1", "worker-2"]
+    lock_addr = meta["endpoints"]["redis"]["urls"][0].split("://")[1].split(":")[0]
+    assert roles[lock_addr] == "redis-lock"  # the lock server lives on a host of its own
+    assert set(meta["clock_offsets"]) == {"worker-1", "worker-2"}
+    for o in meta["clock_offsets"].values():
+        assert 0 < o["uncertainty_ns"] < 1_000_000_000
+        assert abs(o["offset_ns"]) <= o["uncertainty_ns"]  # one machine: the true offset is 0
+    (case,) = meta["cases"]
+    rec = json.loads((run / "hist" / f"{case}.json").read_text())
+    history = pd.read_parquet(run / "history" / f"{case}.parquet")
+    assert rec["recording_complete"], rec["recording_problems"]
+    assert rec["merged_totals"]["events"] == len(history) == sum(w["events"] for w in rec["workers"].values())
+    assert set(history["client"].str.split("/").str[0]) == {"worker-1", "worker-2"}
+    (row,) = pd.read_csv(run / "cases.csv").to_dict("records")
+    assert row["verdict"] == "valid" and row["acquisitions"] > 0
+    assert row["uncertain_overlaps"] == 0 and row["witness_violations"] == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_test_hosts_are_torn_down_on_ctrl_c_and_kill(tmp_path: Path, sig: int) -> None:
+    _netns_or_skip()
+    from infra.testhosts import pids_in
+
+    proc = _bench_on_test_hosts(
+        tmp_path, "1", "--impl", "redis.set-nx-px-lua", "--duration", "30", "--users", "2"
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait for the load: a Locust master in the master host's namespace
+            names = _run_namespaces(proc.pid)
+            inside = {p for n in names for p in pids_in(n)}
+            if any("locust" in " ".join(_cmdline(p)) for p in inside) and len(names) >= 5:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, (
+                proc.stderr.read() if proc.stderr else ""
+            )
+            time.sleep(0.2)
+        time.sleep(1)
+        inside = {p for n in _run_namespaces(proc.pid) for p in pids_in(n)} - {proc.pid}
+        proc.send_signal(sig)
+        assert proc.wait(60) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (_run_namespaces(proc.pid) or any(psutil.pid_exists(p) for p in inside)) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        assert _run_namespaces(proc.pid) == []
+        assert [p for p in inside if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
