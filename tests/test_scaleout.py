@@ -143,7 +143,7 @@ def _run_master(tmp: Path, port: int, workers: int, redis_url: str, resource_url
         _bench(
             "run",
             "--duration",
-            "3",
+            "2",
             "--users",
             "6",
             "--master-bind",
@@ -289,7 +289,7 @@ def _bench_on_test_hosts(tmp: Path, *args: str) -> subprocess.Popen:
 def test_run_on_test_hosts_crosses_hosts_and_merges_every_recording(tmp_path: Path) -> None:
     _netns_or_skip()
     proc = _bench_on_test_hosts(
-        tmp_path, "2", "--impl", "redis.set-nx-px-lua", "--duration", "3", "--users", "6"
+        tmp_path, "2", "--impl", "redis.set-nx-px-lua", "--duration", "2", "--users", "6"
     )
     _, err = proc.communicate(timeout=150)
     assert proc.returncode == 0, err
