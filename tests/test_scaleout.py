@@ -356,3 +356,62 @@ def _cmdline(pid: int) -> list[str]:
         return psutil.Process(pid).cmdline()
     except psutil.Error:
         return []
+
+
+# bad input: one line, exit 2 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["worker", "--master", "master.example:http"], "--master must be HOST[:PORT]"),
+        (
+            ["run", "--impl", "redis.set-nx-px-lua", "--expect-workers", "2"],
+            "--expect-workers needs --master-bind",
+        ),
+        (["run", "--impl", "redis.set-nx-px-lua", "--master-bind", "127.0.0.1:5557"], "--expect-workers N"),
+        (
+            ["run", "--impl", "redis.set-nx-px-lua", "--master-bind", "10.9.9.9", "--expect-workers", "2"],
+            "cannot reach servers started here on 127.0.0.1",
+        ),
+        (
+            [
+                "run",
+                "--impl",
+                "redis.set-nx-px-lua",
+                "--test-hosts",
+                "2",
+                "--redis-url",
+                "redis://127.0.0.1:1/0",
+            ],
+            "drop the server URLs",
+        ),
+    ],
+)
+def test_bad_scale_out_input_is_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture) -> None:
+    from bench.cli import main
+
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2
+    assert len(err) == 1 and err[0].startswith("bench: error:") and needle in err[0], err
+
+
+def test_without_namespace_rights_test_hosts_stop_with_one_line(tmp_path: Path) -> None:
+    _netns_or_skip()
+    if not Path("/usr/bin/setpriv").exists():
+        pytest.skip("setpriv (util-linux) is needed to drop CAP_NET_ADMIN for this test")
+    proc = subprocess.run(
+        ["setpriv", "--bounding-set=-net_admin,-sys_admin", "--inh-caps=-net_admin,-sys_admin",
+         *_bench("run", "--test-hosts", "1", "--impl", "redis.set-nx-px-lua", "--results-dir", str(tmp_path))],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("bench: error:")]
+    assert len(errors) == 1 and "namespaces" in errors[0] and "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir())  # no results folder: nothing ran
