@@ -170,6 +170,10 @@ def use_workload(workload: Any) -> None:
 # --- worker side -------------------------------------------------------------------------
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
+    # gevent's loop caches "now" and has not run since before the imports; Locust sets its
+    # --run-time timer right after this event, so a stale "now" (seconds, on a busy
+    # machine) would end every case that much early
+    gevent.get_hub().loop.update_now()
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lockbench_flush", _on_flush_request)
