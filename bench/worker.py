@@ -71,12 +71,12 @@ def run_worker(
     processes: int = 1,
     name: str | None = None,
     say: Callable[[str], None] = print,
-    max_cases: int | None = None,
 ) -> int:
     """Serve a run's cases until its master says it is over; returns the exit code.
 
-    0: the run finished; 1: Locust failed (its last lines were printed). ``max_cases``
-    stops after that many cases (tests).
+    0: the run finished; 1: Locust failed (its last lines were printed). A Locust killed
+    by a signal (the crash workload kills its own process) is started again for the next
+    case.
     """
     if processes < 1:
         raise UserError(f"--processes must be at least 1, got {processes}")
@@ -104,12 +104,13 @@ def run_worker(
             if code == RUN_DONE_EXIT:
                 say(f"lockbench worker: the run is over after {cases} case(s)")
                 return 0
-            if code != 0:
+            if code < 0:
+                # killed by a signal: the crash workload kills its own worker on purpose
+                say(f"lockbench worker: Locust was killed by signal {-code}; serving the next case")
+            elif code != 0:
                 tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-3:]
                 say(f"lockbench worker: Locust exited with code {code}: {' | '.join(tail)}")
                 return 1
-            if max_cases is not None and cases >= max_cases:
-                return 0
             time.sleep(RECONNECT_PAUSE_S)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

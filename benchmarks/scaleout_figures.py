@@ -111,6 +111,12 @@ def main() -> None:
             "| worker hosts | acq/s | x 1 host | hold p50 us | hold inflation (/ solo) | acquire p50 us | worker CPU max (cores) | generator bound |"
         )
         print("|---|---|---|---|---|---|---|---|")
+        s0 = single[0]
+        print(
+            f"| loopback, 1 local process | {s0['throughput_acq_s']:.0f} | - | {s0['hold_p50_us']} | "
+            f"{s0['hold_p50_us'] / solo['hold_p50_us']:.2f} | {s0['acquire_p50_us']:.0f} | "
+            f"{s0['harness_cpu_max']:.2f} | {s0['generator_bound']} |"
+        )
         base = None
         for n in (1, 2, 3):
             row = (
