@@ -28,10 +28,12 @@ from infra.testhosts import TestHost, TestHostNet
 
 KINDS = ("partition-node", "partition-leader", "partition-majority", "partition-client")
 #: seconds from the cut to the heal: longer than the leases and session timeouts the
-#: partition scenarios use (2 s TTL, ZooKeeper's 4 s session), so their effect shows
-HEAL_AFTER_S = 6.0
-#: how long the holder that claimed the fault keeps its lock (it works through the cut)
-HOLD_S = 4.0
+#: partition scenarios use (2 s TTL, a 3 s ZooKeeper session, etcd's lease plus the
+#: election that extends it), so the majority side can move on before the heal
+HEAL_AFTER_S = 8.0
+#: how long the holder that claimed the fault keeps its lock: it works through the cut
+#: and writes to the resource just before the heal, after its lease is gone
+HOLD_S = 7.0
 
 
 @dataclass
