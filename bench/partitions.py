@@ -137,17 +137,36 @@ def strike(
 def after_heal_columns(
     history: pd.DataFrame, start_ns: int, heal_ns: int, holder: str | None
 ) -> dict[str, Any]:
-    """``recovery_after_heal_ms`` and ``takeover_after_cut_ms`` of one partitioned case.
+    """The partition columns of one case.
 
-    recovery: the heal to the next acquisition by anyone (None when none followed).
-    takeover: the cut to the first acquisition by a client other than the holder while
-    the cut lasted (None when the lock stayed with the holder until the heal): how long
-    the lock service kept the cut-off holder's lock.
+    ``recovery_after_heal_ms``: the heal to the next acquisition by anyone (None when none
+    followed). ``takeover_after_cut_ms``: the cut to the first acquisition by a client
+    other than the holder while the cut lasted (None when the lock stayed with the holder
+    until the heal): how long the lock service kept the cut-off holder's lock.
+    ``holder_release`` / ``holder_release_after_cut_ms``: what the holder's release said
+    after its work (``owned``, ``not owned``: the lock was gone, ``unknown``, ``failed``)
+    and when: the moment the holder learned, as the workload checks nothing in between.
     """
     ok = history[(history["op"] == "acquire") & (history["type"] == "ok")]
     after = ok.loc[ok["t_ns"] >= heal_ns, "t_ns"]
     during = ok[(ok["t_ns"] >= start_ns) & (ok["t_ns"] < heal_ns) & (ok["client"] != (holder or ""))]
+    release = history[
+        (history["client"] == (holder or ""))
+        & (history["op"] == "release")
+        & (history["type"] != "invoke")
+        & (history["t_ns"] >= start_ns)
+    ].head(1)
+    learned, when = "", None
+    if len(release):
+        r = release.iloc[0]
+        when = (int(r["t_ns"]) - start_ns) / 1e6
+        if r["type"] == "ok":
+            learned = "owned" if r["value"] is not pd.NA and r["value"] == 1 else "not owned"
+        else:
+            learned = "unknown" if r["type"] == "info" else "failed"
     return {
         "recovery_after_heal_ms": (int(after.min()) - heal_ns) / 1e6 if len(after) else None,
         "takeover_after_cut_ms": (int(during["t_ns"].min()) - start_ns) / 1e6 if len(during) else None,
+        "holder_release": learned,
+        "holder_release_after_cut_ms": when,
     }

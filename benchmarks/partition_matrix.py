@@ -70,6 +70,9 @@ def cell(row: pd.Series) -> str:
             parts.append(f"{label} {v:.0f}" if isinstance(v, float) else f"{label} {v}")
     if row.get("takeover_after_cut_ms") != row.get("takeover_after_cut_ms"):
         parts.append("kept through the cut")
+    learned = row.get("holder_release")
+    if isinstance(learned, str) and learned:
+        parts.append(f"holder's release: {learned}")
     if row["verdict"] == "invalid" and bool(row.get("data_safe")):
         parts.append("data safe")
     return ", ".join(parts)
