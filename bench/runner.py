@@ -9,6 +9,7 @@ interrupted run keeps every finished case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -203,7 +204,10 @@ def _run_locust_on_hosts(
             client_hosts.update({p.pid: h for p, h in zip(procs[1:], hosts, strict=True)})
             code = master.wait(timeout)
             for proc in procs[1:]:
-                proc.wait(30)
+                # a worker stuck in a client library's shutdown has already sent its
+                # recording (or the master marked the case incomplete): stop it
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
             return code
         finally:
             for proc in procs:
