@@ -83,7 +83,11 @@ def run(
     ] = "off",
     fault: Annotated[
         str | None,
-        typer.Option(help="server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader"),
+        typer.Option(
+            help="server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader, or a network "
+            "partition (servers and clients on test hosts, needs root): partition-node, partition-leader, "
+            "partition-majority, partition-client"
+        ),
     ] = None,
     clock_skew: Annotated[float, typer.Option(help="seconds added to the clock of skewed clients")] = 0.0,
     skewed_clients: Annotated[float, typer.Option(help="fraction of clients whose clock is skewed")] = 0.0,

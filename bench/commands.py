@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from bench.results import RunFolder, write_merged_histograms
 from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan
 from bench.testhost_stack import TestHostStack
 from infra.stack import Stack
+from infra.testhosts import TestHostNet
 from lockimpls import registry
 from lockimpls.base import LockConfigError
 from workloads.catalog import WORKLOADS, WorkloadInfo
@@ -170,6 +173,23 @@ def _check_master_mode(
     return host, port
 
 
+@contextlib.contextmanager
+def on_test_hosts(needed: bool) -> Iterator[TestHostNet | None]:
+    """Test hosts for the whole run when ``needed`` (partition faults), else None.
+
+    Bench's main thread moves to a ``control`` host first, so every check, reset and
+    fault it runs (and every thread it starts) reaches the servers on their hosts.
+    Everything is torn down on the way out, Ctrl-C and SIGTERM included.
+    """
+    if not needed:
+        yield None
+        return
+    with TestHostNet(0) as net:
+        control = net.add_host("control")
+        with net.enter(control):
+            yield net
+
+
 def run_command(
     *,
     backends: list[str],
@@ -223,6 +243,20 @@ def run_command(
         for w in workloads
     }
     fault_spec = parse_fault(fault) if fault else None
+    partitioned = fault_spec is not None and fault_spec.is_partition
+    if partitioned and (test_hosts or master_bind):
+        raise UserError(
+            f"--fault {fault_spec.kind} places its own client hosts: drop --test-hosts / --master-bind"
+        )
+    if partitioned:
+        if any(user_urls.values()) or resource_url:
+            raise UserError(
+                f"--fault {fault_spec.kind} starts its own servers on test hosts: drop the server URLs"
+            )
+        for w, p in plans.items():
+            if p["processes"] < 2:
+                console.print(f"lockbench: {fault_spec.kind} cuts one client host off: using --processes 2")
+                plans[w] = {**p, "processes": 2}
     bind = _check_master_mode(master_bind, expect_workers, test_hosts, processes, user_urls, resource_url)
     planned = plan_impls(backends, impls)
     _check_user_dsns(user_urls)
@@ -297,11 +331,14 @@ def run_command(
     all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
     console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
-    topology = {b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {}
+    topology = {b: fault_spec.topology(b) for b in needed} if fault_spec else {}
     stack_args: dict[str, Any] = {"backends": needed, "user_urls": user_urls, "resource_url": resource_url,
                                   "servers_per_backend": servers_needed, "topology": topology}  # fmt: skip
     hosted = TestHostStack(test_hosts, **stack_args) if test_hosts else None
-    with hosted if hosted is not None else Stack(**stack_args) as stack:
+    with (
+        on_test_hosts(partitioned) as net,
+        hosted if hosted is not None else Stack(**stack_args, hosts=net) as stack,
+    ):
         if hosted is not None:
             for s in settings.values():
                 s.master_bind, s.expect_workers, s.processes = hosted.master_bind, test_hosts, 1

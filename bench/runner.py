@@ -9,6 +9,7 @@ interrupted run keeps every finished case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,13 +17,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from bench import analysis
+from bench import analysis, partitions
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
 from bench.redact import redact_text, redact_url
 from bench.reset import reset_lock_state
@@ -177,6 +178,64 @@ def _run_locust(argv: list[str], log_path: Path, timeout: float) -> int:
             raise
 
 
+def _client_hosts(stack: Stack, n: int) -> list[Any]:
+    """``n`` client hosts of the run's test hosts (made on first use, then reused)."""
+    net = stack.hosts
+    hosts = []
+    for i in range(1, n + 1):
+        try:
+            hosts.append(net.host(f"client-{i}"))
+        except KeyError:
+            hosts.append(net.add_host(f"client-{i}"))
+    return hosts
+
+
+def _run_locust_on_hosts(
+    argv: list[str],
+    stack: Stack,
+    workers: int,
+    log_path: Path,
+    timeout: float,
+    client_hosts: dict[int, Any],
+) -> int:
+    """Locust's master here (bench's control host), one worker process on each client host.
+
+    Why not ``--processes``: its workers share one host, so cutting the holder's host off
+    would cut every client; here each worker can be cut alone. ``client_hosts`` receives
+    ``{worker pid: client host}`` as the workers start.
+    """
+    net = stack.hosts
+    control = net.host("control")
+    port = free_port()
+    hosts = _client_hosts(stack, workers)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    master_argv = [*argv, "--master", "--expect-workers", str(workers),
+                   "--master-bind-host", control.addr, "--master-bind-port", str(port)]  # fmt: skip
+    worker_argv = [*argv, "--worker", "--master-host", control.addr, "--master-port", str(port)]
+    procs: list[subprocess.Popen] = []
+    with open(log_path, "wb") as log:
+        try:
+            master = subprocess.Popen(master_argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+            procs.append(master)
+            for host in hosts:
+                procs.append(net.popen(host, worker_argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, env=env))  # fmt: skip
+            client_hosts.update({p.pid: h for p, h in zip(procs[1:], hosts, strict=True)})
+            code = master.wait(timeout)
+            for proc in procs[1:]:
+                # a worker stuck in a client library's shutdown has already sent its
+                # recording (or the master marked the case incomplete): stop it
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+            return code
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(5)
+
+
 def _log_tail(path: Path, lines: int = 4) -> str:
     try:
         text = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
@@ -191,7 +250,9 @@ def run_case(case: Case, stack: Stack, scratch: Path, last_case: bool = False) -
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
     lock_urls = stack.urls[case.backend]
-    argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out, last_case)
+    on_hosts = case.fault is not None and case.fault.is_partition
+    argv_settings = replace(settings, processes=1) if on_hosts else settings
+    argv = locust_argv(case, argv_settings, lock_urls, stack.urls["resource"][0], out, last_case)
     log_path = out / "locust.log"
     try:
         reset_lock_state(case.backend, lock_urls)
@@ -199,13 +260,25 @@ def run_case(case: Case, stack: Stack, scratch: Path, last_case: bool = False) -
         raise CaseFailed(f"{case.case_id}: could not clear lock state before the case: {exc}") from exc
     before = server_stats.snapshot(case.backend, lock_urls)
     fault = None
+    ground = None
     if case.fault is not None:
         server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
-        fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
+        if on_hosts:
+            lock_servers = [s for k, s in stack.servers.items() if k.startswith(f"{case.backend}-lock")]
+            ground = partitions.PartitionGround(stack.hosts, lock_servers)
+        fault = FaultThread(
+            case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground
+        )
+    if fault is not None:
         fault.start()
     try:
-        wait = settings.workers_wait_s if settings.master_bind else 0
-        code = _run_locust(argv, log_path, timeout=settings.duration + 120 + wait)
+        if on_hosts:
+            code = _run_locust_on_hosts(
+                argv, stack, settings.processes, log_path, settings.duration + 120, ground.client_hosts
+            )
+        else:
+            wait = settings.workers_wait_s if settings.master_bind else 0
+            code = _run_locust(argv, log_path, timeout=settings.duration + 120 + wait)
     finally:
         if fault is not None:
             fault.stop()
@@ -219,10 +292,17 @@ def run_case(case: Case, stack: Stack, scratch: Path, last_case: bool = False) -
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
     if fault is not None:
-        recording["fault"] = {"spec": case.fault.label, "error": fault.error}
+        recording["fault"] = {"spec": case.fault.label, "error": fault.error, "holder": fault.holder}
         if fault.window is not None:
             w = fault.window
             recording["fault"].update({"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail})
+            if on_hosts:
+                recording["fault"]["hosts"] = {
+                    str(pid): host.name for pid, host in (ground.client_hosts if ground else {}).items()
+                }
+                recording["partition"] = partitions.after_heal_columns(
+                    history, w.start_ns, w.end_ns, fault.holder
+                )
             history = with_fault_window(history, w)
             history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
@@ -270,6 +350,7 @@ def judge(
     fault_info = recording.get("fault") or {}
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
+    row.update(recording.get("partition") or {})
     if not recording.get("complete", True):
         row["verdict"] = "unknown"
         row["verdict_reason"] = "; ".join(recording.get("problems") or ["the recording is incomplete"])
