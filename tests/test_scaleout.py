@@ -230,13 +230,17 @@ def test_workers_elsewhere_merge_and_undo_a_shifted_clock(
         assert list((tmp_path / w).iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("kill", "worker gone was lost mid-case (no heartbeat)"), ("stop", "worker gone left mid-case")],
+)
 def test_a_worker_lost_mid_case_makes_the_case_unknown(
-    redis_url: str, resource_server: object, tmp_path: Path
+    redis_url: str, resource_server: object, tmp_path: Path, how: str, reason: str
 ) -> None:
     resource = redis.Redis.from_url(resource_server.url)  # type: ignore[attr-defined]
     resource.flushall()
     port = free_port()
-    workers = [_start_worker(tmp_path / "w1", port, "stays"), _start_worker(tmp_path / "w2", port, "lost")]
+    workers = [_start_worker(tmp_path / "w1", port, "stays"), _start_worker(tmp_path / "w2", port, "gone")]
     try:
         master = _run_master(
             tmp_path, port, 2, redis_url, resource_server.url,  # type: ignore[attr-defined]
@@ -246,17 +250,22 @@ def test_a_worker_lost_mid_case_makes_the_case_unknown(
         while resource.llen("lockbench:res:orders:item-0") < 20:  # the load is under way
             assert time.monotonic() < deadline and master.poll() is None, "the load never started"
             time.sleep(0.1)
-        # the host of worker "lost" goes away: bench worker and its Locust process at once
-        doomed = [workers[1].pid, *(c.pid for c in psutil.Process(workers[1].pid).children(recursive=True))]
-        for pid in doomed:
-            os.kill(pid, signal.SIGKILL)
+        if how == "kill":  # the host goes away: bench worker and its Locust process at once
+            doomed = [
+                workers[1].pid,
+                *(c.pid for c in psutil.Process(workers[1].pid).children(recursive=True)),
+            ]
+            for pid in doomed:
+                os.kill(pid, signal.SIGKILL)
+        else:  # stopped cleanly: its recording arrives, but its clients quit before the case ended
+            workers[1].terminate()
         _, err = master.communicate(timeout=150)
     finally:
         _stop(workers)
         resource.close()
     (row,) = pd.read_csv(_run_dir(tmp_path) / "cases.csv").to_dict("records")
     assert row["verdict"] == "unknown", err
-    assert "worker lost was lost mid-case" in row["verdict_reason"]
+    assert reason in row["verdict_reason"]
 
 
 # test hosts: network namespaces on this machine ------------------------------------------------

@@ -72,6 +72,9 @@ class _State:
         self.peers: dict[str, dict[str, Any]] = {}  # host, pid, worker id
         self.clock_start: dict[str, clock_offsets.Estimate] = {}
         self.align = False
+        # master: workers whose final chunk came before the master began to stop (not crashes)
+        self.left_early: set[str] = set()
+        self.stopping = False
 
 
 STATE = _State()
@@ -355,6 +358,13 @@ def _on_final(environment: Any, msg: Any, **_: Any) -> None:
         return
     _absorb(msg.node_id, msg.data)
     STATE.finals[msg.node_id] = msg.data["totals"]
+    if not STATE.stopping and not msg.data.get("crashed"):
+        STATE.left_early.add(msg.node_id)  # its clients stopped while the case went on
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment: Any, **_: Any) -> None:
+    STATE.stopping = True
 
 
 @events.test_start.add_listener
@@ -367,6 +377,8 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.finals.clear()
     STATE.received.clear()
     STATE.written = False
+    STATE.left_early.clear()
+    STATE.stopping = False
     if STATE.workload is not None:
         STATE.workload.setup(environment.parsed_options)
     runner = environment.runner
@@ -410,7 +422,9 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
             problems.append(
                 f"no final recording from {len(missing)} worker(s): {', '.join(sorted(map(_worker_name, missing)))}"
             )
-        complete = not (lost or missing)
+        for worker in sorted(STATE.left_early):
+            problems.append(f"worker {_worker_name(worker)} left mid-case (stopped before the case ended)")
+        complete = not (lost or missing or STATE.left_early)
         for worker, totals in STATE.finals.items():
             got = STATE.received.get(worker, {})
             for key, value in totals.items():
