@@ -141,7 +141,9 @@ def run(
         str | None,
         _opt(
             "fault",
-            "server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader",
+            "server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader, or a network "
+            "partition (servers and clients on test hosts, needs root): partition-node, partition-leader, "
+            "partition-majority, partition-client",
             metavar="FAULT",
         ),
     ] = None,
@@ -219,6 +221,30 @@ def run(
         float | None,
         _opt("slo_us", "draw an SLO line on the report's latency charts (microseconds)", metavar="US"),
     ] = None,
+    master_bind: Annotated[
+        str | None,
+        _opt(
+            "master_bind",
+            "act as master for `bench worker`s on other hosts: listen on HOST[:PORT] (5557)",
+            metavar="HOST[:PORT]",
+        ),
+    ] = None,
+    expect_workers: Annotated[
+        int,
+        _opt(
+            "expect_workers",
+            "with --master-bind: Locust worker processes to wait for before each case",
+            metavar="N",
+        ),
+    ] = 0,
+    test_hosts: Annotated[
+        int,
+        _opt(
+            "test_hosts",
+            "N worker hosts in network namespaces on this machine (+ master, lock and resource hosts)",
+            metavar="N",
+        ),
+    ] = 0,
 ) -> None:
     """Run lock impls under a workload against real servers; print the report's path.
 
@@ -266,6 +292,7 @@ def run(
         render=report, argv=sys.argv, console=console,
         lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
         skewed_clients=skewed_clients, explicit=explicit,
+        master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -525,6 +552,22 @@ def baseline_update(
     source = json.loads((dest / "baseline.json").read_text())["source_run"]
     console.print(f"lockbench: baseline {name!r} from run {source}: {folder_size(dest):,} bytes")
     print(dest)
+
+
+@app.command("worker")
+def worker_cmd(
+    master: Annotated[
+        str, _opt("master", "HOST[:PORT] of the `bench run --master-bind` to serve", metavar="HOST[:PORT]")
+    ],
+    processes: Annotated[int, _opt("processes", "Locust worker processes on this host", metavar="N")] = 1,
+    name: Annotated[
+        str | None, _opt("name", "this host's name in results (default: the hostname)", metavar="NAME")
+    ] = None,
+) -> None:
+    """Run Locust workers here for a `bench run` acting as master on another host, case after case."""
+    from bench.worker import run_worker
+
+    raise typer.Exit(run_worker(master, processes=processes, name=name, say=console.print))
 
 
 @app.command("list", short_help="List backends, impl ids, workloads and suites.")

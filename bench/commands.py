@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,9 @@ from bench.progress import LiveProgress
 from bench.redact import redact_text
 from bench.results import RunFolder, write_merged_histograms
 from bench.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan, with_calibration
+from bench.testhost_stack import TestHostStack
 from infra.stack import Stack
+from infra.testhosts import TestHostNet
 from lockimpls import registry
 from lockimpls.base import LockConfigError
 from workloads.catalog import WORKLOADS, WorkloadInfo
@@ -147,6 +151,69 @@ def _plan_workload(
     return {**v, "workload_options": opts}
 
 
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _check_master_mode(
+    master_bind: str | None,
+    expect_workers: int,
+    test_hosts: int,
+    processes: int,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+) -> tuple[str, int] | None:
+    """Validate --master-bind / --expect-workers; returns the address to listen on."""
+    from bench.worker import parse_host_port
+
+    if test_hosts:
+        if test_hosts < 1:
+            raise UserError(f"--test-hosts must be at least 1, got {test_hosts}")
+        if resource_url or any(user_urls.values()):
+            raise UserError(
+                "--test-hosts starts every server on a test host of its own; drop the server URLs"
+            )
+        from infra.testhosts import check_available
+
+        check_available()  # one line naming the fix (root, CAP_NET_ADMIN, iproute2) when it fails
+    if master_bind is None:
+        if expect_workers:
+            raise UserError("--expect-workers needs --master-bind HOST[:PORT] (where the workers connect)")
+        return None
+    if test_hosts:
+        raise UserError("--test-hosts places the master itself; drop --master-bind")
+    host, port = parse_host_port(master_bind, "--master-bind")
+    if expect_workers < 1:
+        raise UserError("--master-bind needs --expect-workers N (Locust worker processes to wait for)")
+    if processes > 1:
+        raise UserError(
+            "--processes is for one host; with --master-bind run `bench worker --processes N` on each"
+        )
+    if not _is_loopback(host) and not (resource_url and any(user_urls.values())):
+        raise UserError(
+            "workers on other hosts cannot reach servers started here on 127.0.0.1: give the lock server "
+            "(--redis-url, --pg-dsn, ...) and --resource-url at addresses the workers can reach"
+        )
+    return host, port
+
+
+@contextlib.contextmanager
+def on_test_hosts(needed: bool) -> Iterator[TestHostNet | None]:
+    """Test hosts for the whole run when ``needed`` (partition faults), else None.
+
+    Bench's main thread moves to a ``control`` host first, so every check, reset and
+    fault it runs (and every thread it starts) reaches the servers on their hosts.
+    Everything is torn down on the way out, Ctrl-C and SIGTERM included.
+    """
+    if not needed:
+        yield None
+        return
+    with TestHostNet(0) as net:
+        control = net.add_host("control")
+        with net.enter(control):
+            yield net
+
+
 def run_command(
     *,
     backends: list[str],
@@ -175,6 +242,9 @@ def run_command(
     clock_skew: float = 0.0,
     skewed_clients: float = 0.0,
     explicit: set[str] | None = None,
+    master_bind: str | None = None,
+    expect_workers: int = 0,
+    test_hosts: int = 0,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
 
@@ -200,6 +270,21 @@ def run_command(
         for w in workloads
     }
     fault_spec = parse_fault(fault) if fault else None
+    partitioned = fault_spec is not None and fault_spec.is_partition
+    if partitioned and (test_hosts or master_bind):
+        raise UserError(
+            f"--fault {fault_spec.kind} places its own client hosts: drop --test-hosts / --master-bind"
+        )
+    if partitioned:
+        if any(user_urls.values()) or resource_url:
+            raise UserError(
+                f"--fault {fault_spec.kind} starts its own servers on test hosts: drop the server URLs"
+            )
+        for w, p in plans.items():
+            if p["processes"] < 2:
+                console.print(f"lockbench: {fault_spec.kind} cuts one client host off: using --processes 2")
+                plans[w] = {**p, "processes": 2}
+    bind = _check_master_mode(master_bind, expect_workers, test_hosts, processes, user_urls, resource_url)
     planned = plan_impls(backends, impls)
     _check_user_dsns(user_urls)
     if fault_spec is not None:
@@ -236,9 +321,14 @@ def run_command(
             skewed_clients=skewed_clients,
             workload_options=p["workload_options"],
             lock_params=dict(lock_params or {}),
+            master_bind=bind,
+            expect_workers=expect_workers,
         )  # fmt: skip
         for w, p in plans.items()
     }
+    if bind is not None:
+        for s in settings.values():
+            s.processes = 1  # the workers are remote; their own --processes says how many
     first = plans[workloads[0]]
     params = {
         "workload": ",".join(workloads), "duration_s": first["duration"], "users": first["users"],
@@ -247,6 +337,8 @@ def run_command(
         "fencing": first["fencing"], "fault": fault or "", "clock_skew_s": clock_skew,
         "skewed_clients": skewed_clients, **first["workload_options"],
         **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
+        **({"master_bind": master_bind, "expect_workers": expect_workers} if bind else {}),
+        **({"test_hosts": test_hosts} if test_hosts else {}),
     }  # fmt: skip
     if len(workloads) > 1:
         params["per_workload"] = {
@@ -266,11 +358,27 @@ def run_command(
     needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
     all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
+    topology = {b: fault_spec.topology(b) for b in needed} if fault_spec else {}
+    stack_args: dict[str, Any] = {"backends": needed, "user_urls": user_urls, "resource_url": resource_url,
+                                  "servers_per_backend": servers_needed, "topology": topology}  # fmt: skip
+    hosted = TestHostStack(test_hosts, **stack_args) if test_hosts else None
+
+    @contextlib.contextmanager
+    def open_stack() -> Iterator[Any]:
+        with (
+            on_test_hosts(partitioned) as net,
+            hosted if hosted is not None else Stack(**stack_args, hosts=net) as stack,
+        ):
+            if hosted is not None:
+                for s in settings.values():
+                    s.master_bind, s.expect_workers, s.processes = hosted.master_bind, test_hosts, 1
+            yield stack
+
     run = _Execution(cases, console)
     try:
         return run.execute(
-            needed, user_urls=user_urls, resource_url=resource_url, servers_needed=servers_needed,
-            topology={b: fault_spec.topology() for b in needed} if fault_spec and fault_spec.topology() else {},
+            needed, open_stack=open_stack,
+            extra_meta=lambda: {"test_hosts": hosted.roles()} if hosted is not None else {},
             meta_fields={
                 "started_at": started, "command": redact_text(" ".join(["bench", *argv[1:]])),
                 "git_commit": meta.git_commit(), "host": meta.host_info(), "params": params, "impls": all_impls,
@@ -309,10 +417,8 @@ class _Execution:
         self,
         needed: list[str],
         *,
-        user_urls: dict[str, list[str]],
-        resource_url: str | None,
-        servers_needed: dict[str, int],
-        topology: dict[str, str],
+        open_stack: Callable[[], contextlib.AbstractContextManager[Any]],
+        extra_meta: Callable[[], dict[str, Any]],
         meta_fields: dict[str, Any],
         results_dir: Path,
         render: bool,
@@ -320,10 +426,8 @@ class _Execution:
     ) -> int:
         console = self.console
         console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
-        with Stack(
-            needed, user_urls=user_urls, resource_url=resource_url, servers_per_backend=servers_needed,
-            topology=topology,
-        ) as stack:  # fmt: skip
+        with open_stack() as stack:
+            meta_fields.update(extra_meta())
             meta_fields["versions"] = {"servers": stack.versions, "libraries": meta.library_versions()}
             meta_fields["endpoints"] = endpoints_for_meta(stack)
             raise_if_interrupted()

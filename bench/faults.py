@@ -4,7 +4,9 @@ Grammar of ``--fault``: ``KIND[@WHEN]``. KIND is ``restart`` (SIGKILL the lock s
 start it again: Redis has no persistence here, so every lock is forgotten),
 ``failover`` (Redis behind Sentinel: the master dies and the replica takes over, with
 the newest writes not yet replicated), ``kill-member`` / ``kill-leader`` (one node of a
-ZooKeeper or etcd ensemble). WHEN is ``held`` (default: the moment a client holds a lock;
+ZooKeeper or etcd ensemble), or a network partition (``partition-node``,
+``partition-leader``, ``partition-majority``, ``partition-client``: see
+:mod:`bench.partitions`; the case then runs on test hosts). WHEN is ``held`` (default: the moment a client holds a lock;
 the holder is told and keeps the lock while the fault runs) or a time like ``3s`` after
 the load starts.
 
@@ -25,20 +27,35 @@ from typing import Any
 
 import redis
 
+from bench import partitions
 from bench.errors import UserError
 
-#: fault kind -> (backends it applies to, the topology it needs from infra)
-KINDS: dict[str, tuple[tuple[str, ...], str | None]] = {
-    "restart": (("redis", "postgres", "etcd", "memcached", "zookeeper"), None),
+_SERVERS = ("redis", "postgres", "etcd", "memcached", "zookeeper")
+_ENSEMBLES = {"zookeeper": "ensemble", "etcd": "ensemble"}
+
+#: fault kind -> (backends it applies to, the topology it needs from infra: one for every
+#: backend, or one per backend)
+KINDS: dict[str, tuple[tuple[str, ...], str | dict[str, str] | None]] = {
+    "restart": (_SERVERS, None),
     "failover": (("redis",), "sentinel"),
     "kill-member": (("zookeeper", "etcd"), "ensemble"),
     "kill-leader": (("zookeeper", "etcd"), "ensemble"),
+    "partition-node": (_SERVERS, _ENSEMBLES),
+    "partition-leader": (("redis", "zookeeper", "etcd"), {"redis": "sentinel", **_ENSEMBLES}),
+    "partition-majority": (_SERVERS, _ENSEMBLES),
+    "partition-client": (_SERVERS, None),
 }
 
 #: How long a signalling holder keeps its lock while the fault runs (seconds).
 #: failover: a Sentinel election that fails is retried after twice the failover timeout (6 s);
 #: one took 8.2 s on the shared machine, and a holder that had let go by then proved nothing.
-HOLD_FOR = {"restart": 2.0, "failover": 12.0, "kill-member": 3.0, "kill-leader": 6.0}
+HOLD_FOR = {
+    "restart": 2.0,
+    "failover": 12.0,
+    "kill-member": 3.0,
+    "kill-leader": 6.0,
+    **dict.fromkeys(partitions.KINDS, partitions.HOLD_S),
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +73,17 @@ class FaultSpec:
     def label(self) -> str:
         return f"{self.kind}@{self.when}"
 
-    def topology(self) -> str | None:
-        return KINDS[self.kind][1]
+    def topology(self, backend: str | None = None) -> str | None:
+        """The server topology this fault needs for ``backend`` (None: the plain server)."""
+        topo = KINDS[self.kind][1]
+        if isinstance(topo, dict):
+            return topo.get(backend or "")
+        return topo
+
+    @property
+    def is_partition(self) -> bool:
+        """A network partition: the case runs on test hosts."""
+        return self.kind in partitions.KINDS
 
     def applies_to(self, backend: str) -> bool:
         return backend in KINDS[self.kind][0]
@@ -100,10 +126,20 @@ class FaultThread(threading.Thread):
     and owns (their processes and handles); Locust only signals when a lock is held.
     """
 
-    def __init__(self, spec: FaultSpec, server: Any, resource_url: str, deadline_s: float) -> None:
+    def __init__(
+        self,
+        spec: FaultSpec,
+        server: Any,
+        resource_url: str,
+        deadline_s: float,
+        ground: partitions.PartitionGround | None = None,
+    ) -> None:
         super().__init__(name=f"fault-{spec.kind}", daemon=True)
         self.spec = spec
         self.server = server
+        self.ground = ground
+        #: client id of the holder that claimed the fault (None for a timed fault)
+        self.holder: str | None = None
         self.resource = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
         self.deadline_s = deadline_s
         self.window: FaultWindow | None = None
@@ -129,7 +165,10 @@ class FaultThread(threading.Thread):
         self.resource.set("lockbench:res:armed", "1")
         end = time.monotonic() + self.deadline_s
         while not self._cancel.is_set() and time.monotonic() < end:
-            if self.resource.blpop(["lockbench:res:signal"], timeout=1):
+            popped = self.resource.blpop(["lockbench:res:signal"], timeout=1)
+            if popped:
+                value = popped[1]
+                self.holder = value.decode() if isinstance(value, bytes) else str(value)
                 return True
         self.resource.delete("lockbench:res:armed")
         return False
@@ -172,6 +211,11 @@ class FaultThread(threading.Thread):
             )
         if not trigger():
             return None
+        if spec.is_partition:
+            if self.ground is None:
+                raise RuntimeError(f"{spec.kind} needs the case on test hosts")
+            start, healed, detail = partitions.strike(spec.kind, self.ground, self.holder, self._cancel)
+            return FaultWindow(spec.kind, start, healed, detail)
         start = time.monotonic_ns()
         if spec.kind == "restart":
             detail = _restart(self.server)

@@ -9,6 +9,7 @@ interrupted run keeps every finished case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench import analysis, evidence, fidelity
+from bench import analysis, evidence, fidelity, partitions
 from bench.errors import raise_if_interrupted
 from bench.evidence import checker_reason
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
@@ -69,6 +70,11 @@ class RunSettings:
     workload_options: dict[str, Any] = field(default_factory=dict)
     #: JSON of a workloads.evidence.StopRule: end the case once its evidence is in ("" = run the duration)
     stop_rule: str = ""
+    #: master mode: Locust listens here and waits for ``expect_workers`` remote workers
+    master_bind: tuple[str, int] | None = None
+    expect_workers: int = 0
+    #: seconds a master waits for its workers before the case fails
+    workers_wait_s: float = 120.0
 
 
 @dataclass
@@ -152,7 +158,12 @@ def write_urls_file(out: Path, lock_urls: list[str], resource_url: str) -> Path:
 
 
 def locust_argv(
-    case: Case, settings: RunSettings, lock_urls: list[str], resource_url: str, out: Path
+    case: Case,
+    settings: RunSettings,
+    lock_urls: list[str],
+    resource_url: str,
+    out: Path,
+    last_case: bool = False,
 ) -> list[str]:
     """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it."""
     urls_file = write_urls_file(out, lock_urls, resource_url)
@@ -187,7 +198,17 @@ def locust_argv(
         value = settings.workload_options.get(key)
         if value is not None:
             argv += [flag, str(value)]
-    if settings.processes > 1:
+    if settings.master_bind is not None:
+        host, port = settings.master_bind
+        argv += [
+            "--master", "--master-bind-host", host, "--master-bind-port", str(port),
+            "--expect-workers", str(settings.expect_workers),
+            "--expect-workers-max-wait", str(round(settings.workers_wait_s)),
+            "--lockbench-align-clocks",
+        ]  # fmt: skip
+        if last_case:
+            argv.append("--lockbench-last-case")
+    elif settings.processes > 1:
         port = free_port()
         argv += [
             "--processes", str(settings.processes),
@@ -235,6 +256,64 @@ def _run_locust(
             raise
 
 
+def _client_hosts(stack: Stack, n: int) -> list[Any]:
+    """``n`` client hosts of the run's test hosts (made on first use, then reused)."""
+    net = stack.hosts
+    hosts = []
+    for i in range(1, n + 1):
+        try:
+            hosts.append(net.host(f"client-{i}"))
+        except KeyError:
+            hosts.append(net.add_host(f"client-{i}"))
+    return hosts
+
+
+def _run_locust_on_hosts(
+    argv: list[str],
+    stack: Stack,
+    workers: int,
+    log_path: Path,
+    timeout: float,
+    client_hosts: dict[int, Any],
+) -> int:
+    """Locust's master here (bench's control host), one worker process on each client host.
+
+    Why not ``--processes``: its workers share one host, so cutting the holder's host off
+    would cut every client; here each worker can be cut alone. ``client_hosts`` receives
+    ``{worker pid: client host}`` as the workers start.
+    """
+    net = stack.hosts
+    control = net.host("control")
+    port = free_port()
+    hosts = _client_hosts(stack, workers)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    master_argv = [*argv, "--master", "--expect-workers", str(workers),
+                   "--master-bind-host", control.addr, "--master-bind-port", str(port)]  # fmt: skip
+    worker_argv = [*argv, "--worker", "--master-host", control.addr, "--master-port", str(port)]
+    procs: list[subprocess.Popen] = []
+    with open(log_path, "wb") as log:
+        try:
+            master = subprocess.Popen(master_argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+            procs.append(master)
+            for host in hosts:
+                procs.append(net.popen(host, worker_argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, env=env))  # fmt: skip
+            client_hosts.update({p.pid: h for p, h in zip(procs[1:], hosts, strict=True)})
+            code = master.wait(timeout)
+            for proc in procs[1:]:
+                # a worker stuck in a client library's shutdown has already sent its
+                # recording (or the master marked the case incomplete): stop it
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+            return code
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(5)
+
+
 def _log_tail(path: Path, lines: int = 4) -> str:
     try:
         text = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
@@ -262,8 +341,8 @@ def run_case(
     solo: fidelity.Solo | None = None,
     on_tick: Callable[[dict[str, Any]], None] | None = None,
     launch: Callable[[list[str], Path, float], int] | None = None,
+    last_case: bool = False,
 ) -> dict[str, Any]:
-    """Run one case in Locust and return its judged, summarised outcome."""
     """Run one case in Locust and return its judged, summarised outcome.
 
     ``launch(argv, log_path, timeout)`` starts Locust and returns its exit code; default a
@@ -273,7 +352,9 @@ def run_case(
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
     lock_urls = stack.urls[case.backend]
-    argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out)
+    on_hosts = case.fault is not None and case.fault.is_partition
+    argv_settings = replace(settings, processes=1) if on_hosts else settings
+    argv = locust_argv(case, argv_settings, lock_urls, stack.urls["resource"][0], out, last_case)
     log_path = out / "locust.log"
     try:
         reset_lock_state(case.backend, lock_urls)
@@ -283,16 +364,28 @@ def run_case(
     pids = _server_pids(stack, case.backend)
     cpu_before = server_stats.cpu_snapshot(case.backend, lock_urls, pids)
     fault = None
+    ground = None
     if case.fault is not None:
         server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
-        fault = FaultThread(case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration)
+        if on_hosts:
+            lock_servers = [s for k, s in stack.servers.items() if k.startswith(f"{case.backend}-lock")]
+            ground = partitions.PartitionGround(stack.hosts, lock_servers)
+        fault = FaultThread(
+            case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground
+        )
+    if fault is not None:
         fault.start()
     launched_ns = time.monotonic_ns()
     try:
-        if launch is not None:
+        if on_hosts:
+            code = _run_locust_on_hosts(
+                argv, stack, settings.processes, log_path, settings.duration + 120, ground.client_hosts
+            )
+        elif launch is not None:
             code = launch(argv, log_path, settings.duration + 120)
         else:
-            code = _run_locust(argv, log_path, timeout=settings.duration + 120, on_tick=on_tick)
+            wait = settings.workers_wait_s if settings.master_bind else 0
+            code = _run_locust(argv, log_path, timeout=settings.duration + 120 + wait, on_tick=on_tick)
     finally:
         exited_ns = time.monotonic_ns()
         if fault is not None:
@@ -308,10 +401,17 @@ def run_case(
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
     if fault is not None:
-        recording["fault"] = {"spec": case.fault.label, "error": fault.error}
+        recording["fault"] = {"spec": case.fault.label, "error": fault.error, "holder": fault.holder}
         if fault.window is not None:
             w = fault.window
             recording["fault"].update({"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail})
+            if on_hosts:
+                recording["fault"]["hosts"] = {
+                    str(pid): host.name for pid, host in (ground.client_hosts if ground else {}).items()
+                }
+                recording["partition"] = partitions.after_heal_columns(
+                    history, w.start_ns, w.end_ns, fault.holder
+                )
             history = with_fault_window(history, w)
             history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
@@ -374,6 +474,7 @@ def judge(
     fault_info = recording.get("fault") or {}
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
+    row.update(recording.get("partition") or {})
     row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
     row["verdict_reason"] = checker_reason(verdict.results) if row["verdict"] == "unknown" else ""
     # a verdict needs evidence (bench/evidence.py): enough acquisitions, not mostly server errors
@@ -418,6 +519,7 @@ def judge(
             "server_cpu": recording.get("server_cpu"),
             "lock_stats": recording.get("lock_stats", {}),
             "fault": recording.get("fault"),
+            "clock_offsets": recording.get("clock_offsets") or {},
             "checks": [
                 {"name": r.name, "status": r.status, "counters": r.counters, "detail": r.detail}
                 for r in verdict.results
@@ -464,7 +566,7 @@ def run_plan(
                 same_steps = [s for k, s in solos.items() if k[1:] == case.calibration_key[1:]]
                 solo = fidelity.pooled(same_steps)
             try:
-                result = run_case(case, stack, Path(tmp), solo, on_tick)
+                result = run_case(case, stack, Path(tmp), solo, on_tick, last_case=i == len(cases) - 1)
             except CaseFailed as exc:
                 failures.append(str(exc))
                 if on_failure:
@@ -482,6 +584,10 @@ def run_plan(
                 result.get("log"),
             )
             folder.note("calibration", calibration)
+            if result["extra"].get("clock_offsets"):
+                # the latest measurement per worker; every case keeps its own in hist/<case>.json
+                offsets = {**folder.meta.get("clock_offsets", {}), **result["extra"]["clock_offsets"]}
+                folder.note("clock_offsets", offsets)
             if dead:
                 raise ServerDied(
                     f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"

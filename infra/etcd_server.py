@@ -1,8 +1,8 @@
-"""Throwaway etcd members on 127.0.0.1: one node, or a 3-node cluster for fault cases.
+"""Throwaway etcd members on 127.0.0.1 or test hosts: one node, or a 3-node cluster for fault cases.
 
 Debian 12 ships etcd 3.4 (package ``etcd-server``). Locks talk to it through its
 HTTP/JSON gateway on the client port (``/v3/...``), so the URL of a node is the plain
-``http://127.0.0.1:<client port>`` every etcd user knows.
+``http://<host>:<client port>`` every etcd user knows.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import platform
 import shutil
 import subprocess
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from infra.cluster import LoopbackCluster
 from infra.errors import InfraError
 from infra.install import find_binary
+from infra.placement import LOOPBACK_HOST, Placer, on_loopback
 from infra.ports import free_port
 from infra.process import ServerProcess
 
@@ -83,16 +85,20 @@ class EtcdServer:
         cluster_token: str | None = None,
         heartbeat_ms: int = SINGLE_HEARTBEAT_MS,
         election_ms: int = SINGLE_ELECTION_MS,
+        host: str = LOOPBACK_HOST,
+        launcher: Sequence[str] = (),
     ) -> None:
         self.binary = binary()
         self.name = name
+        self.host = host
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.dir = workdir / f"{name}-{self.client_port}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.dir / "data"
-        member = f"{name}=http://127.0.0.1:{self.peer_port}"
+        member = f"{name}=http://{host}:{self.peer_port}"
         argv = [
+            *launcher,
             self.binary,
             "--name", name,
             "--data-dir", str(self.data_dir),
@@ -112,11 +118,11 @@ class EtcdServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"http://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     def healthy(self) -> bool:
         """True when the member answers /health with a leader; False on any error."""
@@ -154,7 +160,7 @@ class EtcdServer:
 
 
 class EtcdCluster(LoopbackCluster):
-    """Three etcd members on loopback forming one cluster, for failover and partition cases.
+    """Three etcd members forming one cluster, for failover and partition cases.
 
     Why separate from :class:`EtcdServer`: a member of a cluster is only healthy once a
     quorum is up, so all members must be started before any is waited for.
@@ -163,12 +169,17 @@ class EtcdCluster(LoopbackCluster):
     kind = "etcd-cluster"
     label = "etcd cluster"
 
-    def __init__(self, workdir: Path, name: str = "etcd-cluster", size: int = 3) -> None:
+    def __init__(
+        self, workdir: Path, name: str = "etcd-cluster", size: int = 3, *, place: Placer = on_loopback
+    ) -> None:
         if size < 1:
             raise InfraError("an etcd cluster needs at least one member")
         ports = [(free_port(), free_port()) for _ in range(size)]
         names = [f"{name}-{i}" for i in range(size)]
-        initial = ",".join(f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True))
+        spots = [place(n) for n in names]
+        initial = ",".join(
+            f"{n}=http://{p.host}:{peer}" for n, p, (_, peer) in zip(names, spots, ports, strict=True)
+        )
         token = f"lockbench-{name}-{ports[0][0]}"
         nodes = [
             EtcdServer(
@@ -180,8 +191,10 @@ class EtcdCluster(LoopbackCluster):
                 cluster_token=token,
                 heartbeat_ms=CLUSTER_HEARTBEAT_MS,
                 election_ms=CLUSTER_ELECTION_MS,
+                host=p.host,
+                launcher=p.launcher,
             )
-            for n, (client, peer) in zip(names, ports, strict=True)
+            for n, p, (client, peer) in zip(names, spots, ports, strict=True)
         ]
         super().__init__(name, nodes)
 

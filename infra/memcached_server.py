@@ -1,20 +1,22 @@
-"""Throwaway memcached instances on 127.0.0.1 (OS package ``memcached``)."""
+"""Throwaway memcached instances on 127.0.0.1 or a test host (OS package ``memcached``)."""
 
 from __future__ import annotations
 
 import os
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from infra.install import find_binary
+from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
 
 
-def _version(port: int) -> str:
+def _version(host: str, port: int) -> str:
     """The server's own version string (``VERSION 1.6.18`` -> ``1.6.18``); raises when down."""
-    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+    with socket.create_connection((host, port), timeout=0.5) as s:
         s.sendall(b"version\r\n")
         reply = s.recv(128)
     if not reply.startswith(b"VERSION "):
@@ -31,15 +33,25 @@ class MemcachedServer:
 
     kind = "memcached"
 
-    def __init__(self, workdir: Path, name: str = "memcached", port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "memcached",
+        port: int | None = None,
+        *,
+        host: str = LOOPBACK_HOST,
+        launcher: Sequence[str] = (),
+    ) -> None:
         self.binary = find_binary("memcached", "memcached")
         self.port = port or free_port()
         self.name = name
+        self.host = host
         self.dir = workdir / f"{name}-{self.port}"
         self.dir.mkdir(parents=True, exist_ok=True)
         argv = [
+            *launcher,
             self.binary,
-            "--listen=127.0.0.1",
+            f"--listen={host}",
             f"--port={self.port}",
             "--udp-port=0",
             "--memory-limit=64",
@@ -52,10 +64,10 @@ class MemcachedServer:
 
     @property
     def url(self) -> str:
-        return f"memcached://127.0.0.1:{self.port}"
+        return f"memcached://{self.host}:{self.port}"
 
     def start(self, detached: bool = False) -> MemcachedServer:
-        self.process.start(lambda: bool(_version(self.port)), timeout=10, detached=detached)
+        self.process.start(lambda: bool(_version(self.host, self.port)), timeout=10, detached=detached)
         return self
 
     def stop(self) -> None:

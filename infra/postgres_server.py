@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL clusters on 127.0.0.1: initdb into a temporary directory, one database.
+"""Throwaway PostgreSQL clusters on 127.0.0.1 or a test host: initdb into a temporary directory, one database.
 
 Durability choice, stated once here because it changes what a COMMIT costs:
 
@@ -29,10 +29,12 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from infra.errors import InfraError
 from infra.install import find_binary
+from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
 
@@ -117,11 +119,19 @@ class PostgresServer:
     kind = "postgres"
 
     def __init__(
-        self, workdir: Path, name: str = "postgres", port: int | None = None, *, fsync: bool = False
+        self,
+        workdir: Path,
+        name: str = "postgres",
+        port: int | None = None,
+        *,
+        fsync: bool = False,
+        host: str = LOOPBACK_HOST,
+        launcher: Sequence[str] = (),
     ) -> None:
         self.initdb, self.binary = _find_server_binaries()
         self.port = port or free_port()
         self.name = name
+        self.host = host
         self.fsync = fsync
         self.password = secrets.token_urlsafe(12)
         self.workdir = Path(workdir)
@@ -149,7 +159,7 @@ class PostgresServer:
             self.binary,
             "-D", str(self.datadir),
             "-p", str(self.port),
-            "-c", "listen_addresses=127.0.0.1",
+            "-c", f"listen_addresses={host}",
             "-c", f"unix_socket_directories={self.sockdir}",
             "-c", f"fsync={'on' if fsync else 'off'}",
             "-c", "synchronous_commit=on",
@@ -169,6 +179,10 @@ class PostgresServer:
             ids = [f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"]
             argv = [setpriv, *ids, "--", *argv]
             user = None
+        if launcher:
+            if user is not None:
+                raise InfraError("PostgreSQL on a test host as root needs setpriv; install util-linux")
+            argv = [*launcher, *argv]
         self.process = _PostgresProcess(name, argv, self.logdir / "server.log", cwd=self.base, user=user)
         self.process.cleanup_dir = self._own_tmp
 
@@ -176,10 +190,10 @@ class PostgresServer:
     @property
     def url(self) -> str:
         """DSN of the lockbench database (it carries the password: redact before printing)."""
-        return f"postgresql://{DB_USER}:{self.password}@127.0.0.1:{self.port}/{DB_NAME}"
+        return f"postgresql://{DB_USER}:{self.password}@{self.host}:{self.port}/{DB_NAME}"
 
     def _admin_url(self) -> str:
-        return f"postgresql://{DB_USER}:{self.password}@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://{DB_USER}:{self.password}@{self.host}:{self.port}/postgres"
 
     def _chown(self, path: Path) -> None:
         if self.run_as:
@@ -221,6 +235,11 @@ class PostgresServer:
         if r.returncode != 0:
             tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
             raise InfraError(f"initdb failed (code {r.returncode}): {tail}")
+        if self.host != LOOPBACK_HOST:
+            # initdb lets TCP clients in from loopback only; on a test host they come from
+            # the other test hosts, on the subnet the server's address belongs to.
+            with open(self.datadir / "pg_hba.conf", "a") as hba:
+                hba.write("host all all samenet scram-sha-256\n")
         self._initialised = True
 
     def _ready(self) -> bool:

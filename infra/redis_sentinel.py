@@ -1,4 +1,4 @@
-"""A Redis master + one replica behind three Sentinels on 127.0.0.1, for the failover fault.
+"""A Redis master + one replica behind three Sentinels (loopback or test hosts), for failover and partitions.
 
 Redis replicates asynchronously: a master acknowledges a write before any replica has it.
 When the master dies and Sentinel promotes the replica, every write the replica had not
@@ -25,6 +25,7 @@ import redis
 
 from infra.errors import InfraError
 from infra.install import find_binary
+from infra.placement import Placer, on_loopback
 from infra.ports import free_port
 from infra.process import ServerProcess
 from infra.redis_server import RedisServer
@@ -37,14 +38,13 @@ FAILOVER_TIMEOUT_MS = 3000
 Address = tuple[str, int]
 
 
-def _client(port: int) -> redis.Redis:
-    return redis.Redis(
-        "127.0.0.1", port, socket_timeout=1.0, socket_connect_timeout=0.5, decode_responses=True
-    )
+def _client(address: Address) -> redis.Redis:
+    host, port = address
+    return redis.Redis(host, port, socket_timeout=1.0, socket_connect_timeout=0.5, decode_responses=True)
 
 
-def _sentinel_ready(port: int) -> bool:
-    with _client(port) as c:
+def _sentinel_ready(address: Address) -> bool:
+    with _client(address) as c:
         return bool(c.ping())
 
 
@@ -87,32 +87,52 @@ class RedisSentinelGroup:
 
     kind = "redis-sentinel"
 
-    def __init__(self, workdir: Path, name: str = "redis-sentinel", service: str = "lockbench") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "redis-sentinel",
+        service: str = "lockbench",
+        *,
+        place: Placer = on_loopback,
+    ) -> None:
         self.name = name
         self.service = service
         self.binary = find_binary("redis-server", "redis-server")
         # Redis waits 5 s by default before a full sync, in case more replicas come: one comes.
         sync_now = ["--repl-diskless-sync-delay", "0"]
-        master = RedisServer(workdir, f"{name}-master", extra_args=sync_now)
+        at = place(f"{name}-master")
+        master = RedisServer(
+            workdir, f"{name}-master", extra_args=sync_now, host=at.host, launcher=at.launcher
+        )
+        at = place(f"{name}-replica")
         replica = RedisServer(
-            workdir, f"{name}-replica", extra_args=[*sync_now, "--replicaof", "127.0.0.1", str(master.port)]
+            workdir,
+            f"{name}-replica",
+            extra_args=[*sync_now, "--replicaof", master.host, str(master.port)],
+            host=at.host,
+            launcher=at.launcher,
         )
         #: The two data nodes; which one is master changes with a failover (see :meth:`master`).
         self.nodes: list[RedisServer] = [master, replica]
         self.sentinel_ports = [free_port() for _ in range(SENTINELS)]
         self.sentinels: list[ServerProcess] = []
+        #: (host, port) of each sentinel
+        self.sentinel_addrs: list[Address] = []
         for i, port in enumerate(self.sentinel_ports):
+            at = place(f"{name}-sentinel{i + 1}")
+            self.sentinel_addrs.append((at.host, port))
             sdir = workdir / f"{name}-sentinel{i + 1}-{port}"
             sdir.mkdir(parents=True, exist_ok=True)
             config = sdir / "sentinel.conf"
             config.write_text(
                 "\n".join(
                     [
-                        "bind 127.0.0.1",
+                        f"bind {at.host}",
                         f"port {port}",
                         f"dir {sdir}",
                         "daemonize no",
-                        f"sentinel monitor {service} 127.0.0.1 {master.port} {QUORUM}",
+                        *([] if at.on_loopback else ["protected-mode no"]),
+                        f"sentinel monitor {service} {master.host} {master.port} {QUORUM}",
                         f"sentinel down-after-milliseconds {service} {DOWN_AFTER_MS}",
                         f"sentinel failover-timeout {service} {FAILOVER_TIMEOUT_MS}",
                         f"sentinel parallel-syncs {service} 1",
@@ -120,14 +140,14 @@ class RedisSentinelGroup:
                 )
                 + "\n"
             )
-            argv = [self.binary, str(config), "--sentinel"]
+            argv = at.argv([self.binary, str(config), "--sentinel"])
             self.sentinels.append(
                 ServerProcess(f"{name}-sentinel{i + 1}", argv, sdir / "sentinel.log", cwd=sdir)
             )
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel_addrs)
         return f"redis+sentinel://{hosts}/{self.service}"
 
     @property
@@ -148,8 +168,8 @@ class RedisSentinelGroup:
             # Sentinels find replicas in the master's INFO, asked at connect and then every
             # 10 s: a replica that is linked before they start is found at once.
             self._wait(self._replica_linked, timeout, "replica in sync")
-            for proc, port in zip(self.sentinels, self.sentinel_ports, strict=True):
-                proc.start(lambda p=port: _sentinel_ready(p), timeout=10, detached=detached)
+            for proc, addr in zip(self.sentinels, self.sentinel_addrs, strict=True):
+                proc.start(lambda a=addr: _sentinel_ready(a), timeout=10, detached=detached)
             self._wait(self._ready, timeout, "ready (replica in sync, sentinels aware of each other)")
         except BaseException:
             self.stop()
@@ -158,20 +178,20 @@ class RedisSentinelGroup:
 
     def _replica_linked(self) -> bool:
         master, replica = self.nodes
-        with _client(replica.port) as c:
+        with _client(replica.address) as c:
             if c.info("replication").get("master_link_status") != "up":
                 return False
-        with _client(master.port) as c:
+        with _client(master.address) as c:
             return c.info("replication").get("connected_slaves") == 1
 
     def _ready(self) -> bool:
         master, replica = self.nodes
         if not self._replica_linked():
             return False
-        for port in self.sentinel_ports:
-            with _client(port) as c:
+        for addr in self.sentinel_addrs:
+            with _client(addr) as c:
                 state = c.sentinel_master(self.service)
-                if (state["ip"], state["port"]) != ("127.0.0.1", master.port) or not _healthy(state):
+                if (state["ip"], state["port"]) != master.address or not _healthy(state):
                     return False
                 if not any(
                     r["port"] == replica.port and _healthy(r) for r in c.sentinel_slaves(self.service)
@@ -216,9 +236,9 @@ class RedisSentinelGroup:
 
     def _reported_masters(self) -> list[Address]:
         seen = []
-        for port in self.sentinel_ports:
+        for addr in self.sentinel_addrs:
             try:
-                with _client(port) as c:
+                with _client(addr) as c:
                     host, mport = c.sentinel_get_master_addr_by_name(self.service)
             except (redis.RedisError, OSError, TypeError, ValueError):
                 continue
@@ -227,7 +247,7 @@ class RedisSentinelGroup:
 
     def node_at(self, address: Address) -> RedisServer:
         for node in self.nodes:
-            if ("127.0.0.1", node.port) == address:
+            if node.address == address:
                 return node
         raise InfraError(f"{self.name}: no data node at {address[0]}:{address[1]}")
 
@@ -263,7 +283,7 @@ class RedisSentinelGroup:
             reported = self._reported_masters()
             if len(reported) < SENTINELS or len(set(reported)) != 1 or reported[0] == old:
                 return False
-            with _client(reported[0][1]) as c:
+            with _client(reported[0]) as c:
                 if c.execute_command("ROLE")[0] != "master":
                     return False
             found[:] = [reported[0]]
@@ -296,7 +316,7 @@ class RedisSentinelGroup:
         replica = next(n for n in self.nodes if n is not master)
         replica.process.kill(signal.SIGSTOP)
         try:
-            with _client(master.port) as c:
+            with _client(master.address) as c:
                 c.execute_command("CLIENT", "KILL", "TYPE", "replica")
             hold()
             _kill(master)

@@ -1,18 +1,20 @@
-"""Throwaway redis-server instances on 127.0.0.1 (no persistence: a restart loses lock state)."""
+"""Throwaway redis-server instances on 127.0.0.1 or a test host (no persistence: a restart loses lock state)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from infra.install import find_binary
+from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
 
 
-def _ping(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+def _ping(host: str, port: int) -> bool:
+    with socket.create_connection((host, port), timeout=0.5) as s:
         s.sendall(b"PING\r\n")
         return s.recv(64).startswith(b"+PONG")
 
@@ -27,21 +29,33 @@ class RedisServer:
     kind = "redis"
 
     def __init__(
-        self, workdir: Path, name: str = "redis", port: int | None = None, extra_args: list[str] | None = None
+        self,
+        workdir: Path,
+        name: str = "redis",
+        port: int | None = None,
+        extra_args: list[str] | None = None,
+        *,
+        host: str = LOOPBACK_HOST,
+        launcher: Sequence[str] = (),
     ) -> None:
         self.binary = find_binary("redis-server", "redis-server")
         self.port = port or free_port()
         self.name = name
+        self.host = host
         self.dir = workdir / f"{name}-{self.port}"
         self.dir.mkdir(parents=True, exist_ok=True)
+        # Protected mode refuses every client that is not on loopback; a test host's address
+        # exists only inside its namespaces, so nothing outside the machine can reach it.
+        protected = "yes" if host == LOOPBACK_HOST else "no"
         argv = [
+            *launcher,
             self.binary,
-            "--bind", "127.0.0.1",
+            "--bind", host,
             "--port", str(self.port),
             "--dir", str(self.dir),
             "--save", "",
             "--appendonly", "no",
-            "--protected-mode", "yes",
+            "--protected-mode", protected,
             "--daemonize", "no",
             "--maxclients", "10000",
             *(extra_args or []),
@@ -49,11 +63,15 @@ class RedisServer:
         self.process = ServerProcess(name, argv, self.dir / "server.log")
 
     @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self, detached: bool = False) -> RedisServer:
-        self.process.start(lambda: _ping(self.port), timeout=10, detached=detached)
+        self.process.start(lambda: _ping(self.host, self.port), timeout=10, detached=detached)
         return self
 
     def stop(self) -> None:

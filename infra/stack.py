@@ -1,9 +1,14 @@
-"""The servers one command needs: started on loopback, reused, or given by the user.
+"""The servers one command needs: started on loopback or on test hosts, reused, or given by the user.
 
 For each backend the URL comes from, in order: the user's ``--<backend>-url`` (checked
 for reachability, nothing started), a server left up by ``bench infra up`` (reused),
 or a throwaway server started now and stopped when the stack closes, whatever happens.
 The protected resource always gets its own Redis, distinct from every lock server.
+
+With ``hosts`` (a :class:`infra.testhosts.TestHostNet`) every server process the stack
+starts gets a test host of its own, the resource included; nothing is reused from
+``bench infra up`` then. Whoever talks to those servers (readiness checks included) must
+run inside a namespace on the same switch: see ``TestHostNet.enter``.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from infra import catalog, state
 from infra.errors import InfraError
+from infra.placement import Placer, on_loopback
 from infra.ports import port_open
+
+if TYPE_CHECKING:
+    from infra.testhosts import TestHostNet
 
 DEFAULT_PORTS = {
     "redis": 6379,
@@ -69,15 +78,18 @@ class Stack:
         reuse_infra_up: bool = True,
         servers_per_backend: dict[str, int] | None = None,
         topology: dict[str, str] | None = None,
+        hosts: TestHostNet | None = None,
     ) -> None:
         self.backends = backends
+        self.hosts = hosts
+        self._place: Placer = hosts.placer() if hosts is not None else on_loopback
         self.counts = servers_per_backend or {}
         self.topology = {k: v for k, v in (topology or {}).items() if v}
         self.user_urls = {k: v for k, v in (user_urls or {}).items() if v}
         self.resource_url = resource_url
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="lockbench-"))
-        self.reuse = reuse_infra_up
+        self.reuse = reuse_infra_up and hosts is None
         self.urls: dict[str, list[str]] = {}
         self.sources: dict[str, str] = {}
         self.servers: dict[str, Any] = {}
@@ -95,7 +107,12 @@ class Stack:
         cls = catalog.server_class(backend, None if plain else self.topology.get(backend))
         if cls is None:
             return catalog.local_url(backend, self.workdir)
-        server = cls(self.workdir, name=key)
+        topology = None if plain else self.topology.get(backend)
+        if topology is not None:
+            server = cls(self.workdir, name=key, place=self._place)
+        else:
+            at = self._place(key)
+            server = cls(self.workdir, name=key, host=at.host, launcher=at.launcher)
         self.servers[key] = server
         server.start()
         try:

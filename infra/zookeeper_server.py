@@ -1,8 +1,8 @@
-"""Throwaway ZooKeeper servers on 127.0.0.1: one standalone server, or a 3-node ensemble.
+"""Throwaway ZooKeeper servers on 127.0.0.1 or test hosts: one standalone server, or a 3-node ensemble.
 
 Debian's ``zookeeper`` package puts its jars under /usr/share/java and its scripts expect
 /etc and /var, so lockbench starts the JVM itself: ``QuorumPeerMain`` with its own
-``zoo.cfg`` (client port on 127.0.0.1, its own data directory, the admin HTTP server off,
+``zoo.cfg`` (client port on its host's address, its own data directory, the admin HTTP server off,
 the four-letter words ``ruok srvr mntr stat conf`` allowed). The package ships no logging
 backend, so slf4j-simple (``libslf4j-java``, a dependency of the package) goes on the
 classpath and the server's warnings and errors land in ``server.log``.
@@ -20,11 +20,13 @@ import os
 import shutil
 import signal
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from infra.cluster import LoopbackCluster
 from infra.errors import InfraError
 from infra.install import find_binary
+from infra.placement import LOOPBACK_HOST, Placer, on_loopback
 from infra.ports import free_port
 from infra.process import ServerProcess
 
@@ -164,12 +166,15 @@ class ZooKeeperServer:
         port: int | None = None,
         *,
         server_id: int | None = None,
-        peers: list[tuple[int, int, int, int]] | None = None,
+        peers: list[tuple[int, str, int, int, int]] | None = None,
         force_sync: bool = True,
+        host: str = LOOPBACK_HOST,
+        launcher: Sequence[str] = (),
     ) -> None:
         self.java = java_binary()
         self.classpath = classpath()
         self.name = name
+        self.host = host
         self.port = port or free_port()
         self.dir = workdir / f"{name}-{self.port}"
         self.data_dir = self.dir / "data"
@@ -178,7 +183,7 @@ class ZooKeeperServer:
             f"tickTime={TICK_MS}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={host}",
             "admin.enableServer=false",
             f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
             "maxClientCnxns=0",
@@ -190,11 +195,12 @@ class ZooKeeperServer:
         if peers:
             # initLimit/syncLimit in ticks: 10 s to join, 5 s to stay in sync (2 busy cores)
             lines += ["initLimit=20", "syncLimit=10", "quorumListenOnAllIPs=false"]
-            lines += [f"server.{sid}=127.0.0.1:{quorum}:{election}" for sid, _, quorum, election in peers]
+            lines += [f"server.{sid}={addr}:{quorum}:{election}" for sid, addr, _, quorum, election in peers]
             (self.data_dir / "myid").write_text(f"{server_id}\n")
         self.config = self.dir / "zoo.cfg"
         self.config.write_text("\n".join(lines) + "\n")
         argv = [
+            *launcher,
             self.java,
             *JVM_OPTS,
             "-cp", self.classpath,
@@ -210,7 +216,7 @@ class ZooKeeperServer:
 
     @property
     def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -219,7 +225,7 @@ class ZooKeeperServer:
     def mode(self) -> str | None:
         """``standalone``, ``leader`` or ``follower`` once serving; None before (or when down)."""
         try:
-            return _mode("127.0.0.1", self.port)
+            return _mode(self.host, self.port)
         except OSError:
             return None
 
@@ -272,12 +278,12 @@ class ZooKeeperServer:
                 child.unlink()
 
     def mntr(self) -> dict[str, float | str]:
-        return mntr("127.0.0.1", self.port)
+        return mntr(self.host, self.port)
 
     def version(self) -> str:
         """The server's version as ``srvr`` reports it (from the jar's name when it is down)."""
         try:
-            first = four_letter("127.0.0.1", self.port, "srvr", timeout=0.5).splitlines()[0]
+            first = four_letter(self.host, self.port, "srvr", timeout=0.5).splitlines()[0]
             if first.startswith("Zookeeper version:"):
                 return first.split(":", 1)[1].split("-", 1)[0].split(",")[0].strip()
         except (OSError, IndexError):
@@ -290,7 +296,7 @@ class ZooKeeperServer:
 
 
 class ZooKeeperEnsemble(LoopbackCluster):
-    """Three ZooKeeper servers on loopback forming one ensemble, for failover and partition cases.
+    """Three ZooKeeper servers forming one ensemble, for failover and partition cases.
 
     Why separate from :class:`ZooKeeperServer`: a member serves only once a quorum has
     elected a leader, so all members start before any is waited for.
@@ -299,13 +305,24 @@ class ZooKeeperEnsemble(LoopbackCluster):
     kind = "zookeeper-ensemble"
     label = "ZooKeeper ensemble"
 
-    def __init__(self, workdir: Path, name: str = "zookeeper-ensemble", size: int = 3) -> None:
+    def __init__(
+        self, workdir: Path, name: str = "zookeeper-ensemble", size: int = 3, *, place: Placer = on_loopback
+    ) -> None:
         if size < 1:
             raise InfraError("a ZooKeeper ensemble needs at least one server")
-        peers = [(i + 1, free_port(), free_port(), free_port()) for i in range(size)]
+        spots = {i + 1: place(f"{name}-{i + 1}") for i in range(size)}
+        peers = [(sid, p.host, free_port(), free_port(), free_port()) for sid, p in spots.items()]
         nodes = [
-            ZooKeeperServer(workdir, f"{name}-{sid}", client, server_id=sid, peers=peers)
-            for sid, client, _, _ in peers
+            ZooKeeperServer(
+                workdir,
+                f"{name}-{sid}",
+                client,
+                server_id=sid,
+                peers=peers,
+                host=spots[sid].host,
+                launcher=spots[sid].launcher,
+            )
+            for sid, _, client, _, _ in peers
         ]
         super().__init__(name, nodes)
 

@@ -22,6 +22,7 @@ Status = Literal["valid", "invalid", "unknown"]
 #: Every counter the checkers here can report, in the order results tables show them.
 COUNTER_COLUMNS = [
     "overlapping_holds",
+    "uncertain_overlaps",
     "max_concurrent_holders",
     "witness_violations",
     "witness_max",
@@ -220,17 +221,66 @@ def _open_counts(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
     return np.searchsorted(s_sorted, skey, side="right") - np.searchsorted(e_sorted, skey, side="right")
 
 
-def check_overlaps(history: pd.DataFrame, hold_frame: pd.DataFrame | None = None) -> CheckResult:
+def worker_of(client: str) -> str:
+    """The worker a client ran on: the ``<worker>/`` prefix the master gives remote clients, else ""."""
+    return client.rsplit("/", 1)[0] if "/" in client else ""
+
+
+def _certain_overlaps(h: pd.DataFrame, flagged: np.ndarray, uncertainty_ns: dict[str, int]) -> np.ndarray:
+    """Which flagged holds overlap some other client's hold by more than the two clocks' bound.
+
+    Holds of one worker share one clock (bound 0); holds of two workers were each shifted
+    by an estimated offset, so their relative error is at most the sum of both bounds. A
+    flagged hold whose every overlap is within that is *uncertain*: it may be clock error.
+    """
+    lock = np.asarray(h["lock"], dtype=object)
+    client = np.asarray(h["client"], dtype=object)
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    end = h["end_ns"].to_numpy(dtype=np.int64)
+    worker = np.array([worker_of(c) for c in client], dtype=object)
+    bound = np.array([int(uncertainty_ns.get(w, 0)) for w in worker], dtype=np.int64)
+    certain = np.zeros(len(h), dtype=bool)
+    longest = int((end - start).max())
+    for name in pd.unique(lock[flagged]):
+        rows = np.flatnonzero(lock == name)
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        s, e = start[rows], end[rows]
+        for k in np.flatnonzero(flagged[rows]):
+            i = rows[k]
+            lo = np.searchsorted(s, s[k] - longest, side="left")
+            hi = np.searchsorted(s, s[k], side="right")
+            j = rows[lo:hi]
+            j = j[(client[j] != client[i]) & (e[lo:hi] > s[k])]
+            if not len(j):
+                continue
+            overlap = np.minimum(end[j], end[i]) - start[i]
+            tolerance = np.where(worker[j] == worker[i], 0, bound[j] + bound[i])
+            certain[i] = bool((overlap > tolerance).any())
+    return certain
+
+
+def check_overlaps(
+    history: pd.DataFrame,
+    hold_frame: pd.DataFrame | None = None,
+    uncertainty_ns: dict[str, int] | None = None,
+) -> CheckResult:
     """Mutual exclusion as the clients saw it: did two clients hold one lock at once?
 
     ``overlapping_holds`` counts holds that begin while a hold of another client on the
     same lock is open (a client nesting its own holds is reentrancy, not a violation);
     ``max_concurrent_holders`` is the most distinct clients holding one lock at once.
+
+    With clients on several hosts, ``uncertainty_ns`` maps each worker (the client id's
+    ``<worker>/`` prefix) to the bound of its clock offset. An overlap between two workers
+    no longer than the sum of their bounds might be clock error alone: it is counted in
+    ``uncertain_overlaps`` and makes the result ``unknown``, never valid and never invalid.
     """
     h = holds(history) if hold_frame is None else hold_frame
+    # the uncertain count exists only where clocks had to be aligned (several hosts)
+    extra = {"uncertain_overlaps": 0} if uncertainty_ns is not None else {}
     if h.empty:
         return CheckResult(
-            "overlaps", "valid", {"overlapping_holds": 0, "max_concurrent_holders": 0}, "no holds"
+            "overlaps", "valid", {"overlapping_holds": 0, **extra, "max_concurrent_holders": 0}, "no holds"
         )
     lock_codes, _ = pd.factorize(h["lock"])
     client_codes, clients = pd.factorize(h["client"])
@@ -241,23 +291,40 @@ def check_overlaps(history: pd.DataFrame, hold_frame: pd.DataFrame | None = None
     on_lock = _open_counts(lock_codes, start, end)
     own = _open_counts(pair, start, end)
     others = on_lock - own
-    overlapping = int((others > 0).sum())
+    flagged = others > 0
+    if uncertainty_ns and flagged.any():
+        certain = flagged & _certain_overlaps(h, flagged, uncertainty_ns)
+    else:
+        certain = flagged
+    overlapping = int(certain.sum())
+    uncertain = int(flagged.sum()) - overlapping
 
     # a client's outermost holds (nothing of its own open at their start) form the union
     # of its holding time, so counting them counts distinct holders
     outer = own == 1
     max_holders = int(_open_counts(lock_codes[outer], start[outer], end[outer]).max()) if outer.any() else 0
 
-    status: Status = "invalid" if overlapping else "valid"
+    status: Status = "invalid" if overlapping else "unknown" if uncertain else "valid"
     if overlapping:
-        per_lock = pd.Series(others > 0).groupby(np.asarray(h["lock"])).sum()
+        per_lock = pd.Series(certain).groupby(np.asarray(h["lock"])).sum()
         worst = per_lock.sort_values(ascending=False).head(3)
         where = ", ".join(f"{k}: {int(v)}" for k, v in worst.items() if v)
         detail = f"{overlapping} of {len(h)} holds began while another client held the lock ({where}); up to {max_holders} holders at once"
     else:
         detail = f"{len(h)} holds, never two clients at once"
+    if uncertain:
+        detail += (
+            f"; {uncertain} overlaps shorter than the clock uncertainty between their hosts (cannot tell)"
+        )
     return CheckResult(
-        "overlaps", status, {"overlapping_holds": overlapping, "max_concurrent_holders": max_holders}, detail
+        "overlaps",
+        status,
+        {
+            "overlapping_holds": overlapping,
+            **({"uncertain_overlaps": uncertain} if extra else {}),
+            "max_concurrent_holders": max_holders,
+        },
+        detail,
     )
 
 
@@ -398,11 +465,17 @@ def check_unknown(history: pd.DataFrame) -> CheckResult:
 # workloads -------------------------------------------------------------------------------
 
 
+def clock_uncertainty(final_state: dict[str, Any] | None) -> dict[str, int] | None:
+    """Per worker clock bounds the master put in the final state (None: one clock for all)."""
+    bounds = (final_state or {}).get("clock_uncertainty_ns")
+    return None if bounds is None else dict(bounds)
+
+
 def check_flash_sale(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
     """The flash-sale verdict: overlaps, witness, stock invariant, fencing and unknown outcomes."""
     return Verdict.combine(
         [
-            check_overlaps(history),
+            check_overlaps(history, uncertainty_ns=clock_uncertainty(final_state)),
             check_witness(history),
             check_stock(final_state, indeterminate_purchases(history)),
             check_fencing(final_state),
@@ -501,4 +574,6 @@ def check_crash(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Ve
 
 def check_lock_pairs(history: pd.DataFrame, final_state: dict[str, Any] | None = None) -> Verdict:
     """The lock-pairs verdict: only the history can speak (there is no resource)."""
-    return Verdict.combine([check_overlaps(history), check_unknown(history)])
+    return Verdict.combine(
+        [check_overlaps(history, uncertainty_ns=clock_uncertainty(final_state)), check_unknown(history)]
+    )

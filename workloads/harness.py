@@ -10,6 +10,13 @@ plain, valid locustfile. The protocol that makes the merge lossless:
   and flush (``lockbench_flush``: the ``--run-time`` path stops the master before the
   workers), waits for all of them, checks that the totals add up, and writes the case
   output (``recording.json`` + ``history.parquet``) into ``--lockbench-out``.
+
+Workers on other hosts (``--lockbench-align-clocks``): the master measures each worker's
+clock offset with ``lockbench_ping`` / ``lockbench_pong`` round trips before the load
+starts and again after it ends (``workloads.clock_offsets``), shifts that worker's events
+onto its own clock as they arrive, and prefixes their client ids with the worker's id
+(``<host>/<pid>-u<n>``) so that clients of two hosts never share an id. A worker that
+stops answering mid-case leaves the recording incomplete, and the problem names it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterable
@@ -24,21 +32,26 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 from gevent import monkey
 from locust import events
 from locust import runners as locust_runners
-from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+from locust.runners import STATE_MISSING, LocalRunner, MasterRunner, WorkerRunner
 
 from lockimpls.base import DEFAULT_RETRY_INTERVAL, LockOptions
 from lockimpls.registry import resolve
+from workloads import clock_offsets
 from workloads.evidence import EvidenceWatch, StopRule
 from workloads.recording import HIST_NAMES, Recorder
+from workloads.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
 log = logging.getLogger("lockbench")
 
 FINAL_WAIT_S = 60.0
 #: How often workers ship their recording while a stop rule waits for evidence (s).
 STOP_REPORT_INTERVAL_S = 0.5
+#: Seconds the master waits for one clock round trip before counting it lost.
+PONG_WAIT_S = 1.0
 
 RECORDER = Recorder()
 
@@ -58,6 +71,15 @@ class _State:
         self.workload: Any = None
         self.lock_class: type | None = None
         self.progress: Any = None
+        # master, aligning clocks: per worker node id
+        self.clock_samples: dict[str, list[clock_offsets.Sample]] = {}
+        self.pending_ping: dict[str, tuple[int, int, gevent.event.Event]] = {}
+        self.peers: dict[str, dict[str, Any]] = {}  # host, pid, worker id
+        self.clock_start: dict[str, clock_offsets.Estimate] = {}
+        self.align = False
+        # master: workers whose final chunk came before the master began to stop (not crashes)
+        self.left_early: set[str] = set()
+        self.stopping = False
 
 
 STATE = _State()
@@ -102,6 +124,19 @@ def _add_options(parser: Any) -> None:
         "--lockbench-stop",
         default="",
         help="JSON stop rule (workloads/evidence.py): end the test once the fault's evidence is in",
+    )
+
+    g.add_argument(
+        "--lockbench-align-clocks",
+        action="store_true",
+        default=False,
+        help="workers run on other hosts: measure their clock offsets and shift their events",
+    )
+    g.add_argument(
+        "--lockbench-last-case",
+        action="store_true",
+        default=False,
+        help="the run's last case: workers started by `bench worker` exit afterwards",
     )
 
 
@@ -179,17 +214,52 @@ def _on_init(environment: Any, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lockbench_flush", _on_flush_request)
+        runner.register_message("lockbench_ping", _on_ping)
         if getattr(environment.parsed_options, "lockbench_stop", ""):
             # the master judges the evidence from what workers ship: ship it sooner than every 3 s
             locust_runners.WORKER_REPORT_INTERVAL = STOP_REPORT_INTERVAL_S
     elif isinstance(runner, MasterRunner):
         runner.register_message("lockbench_final", _on_final)
+        runner.register_message("lockbench_pong", _on_pong)
+
+
+def _clock_shift_ns() -> int:
+    return int(os.environ.get(CLOCK_SHIFT_ENV) or 0)
+
+
+def host_label() -> str:
+    """What this process's host is called in results: ``$LOCKBENCH_HOST`` or the hostname."""
+    label = os.environ.get(HOST_ENV) or socket.gethostname()
+    return label.replace("/", "_").replace("#", "_")
+
+
+def _drain() -> dict:
+    """The recording since the last drain, its times as this host's clock reads them."""
+    chunk = RECORDER.drain()
+    shift = _clock_shift_ns()
+    if shift:
+        for event in chunk["events"]:
+            event[5] += shift
+    return chunk
+
+
+def _on_ping(environment: Any, msg: Any, **_: Any) -> None:
+    now = time.monotonic_ns() + _clock_shift_ns()
+    reply = {"i": msg.data["i"], "t": now, "host": host_label(), "pid": os.getpid()}
+    environment.runner.send_message("lockbench_pong", reply)
+
+
+@events.quitting.add_listener
+def _on_quitting(environment: Any, **_: Any) -> None:
+    opts = environment.parsed_options
+    if isinstance(environment.runner, WorkerRunner) and getattr(opts, "lockbench_last_case", False):
+        environment.process_exit_code = RUN_DONE_EXIT
 
 
 @events.report_to_master.add_listener
 def _on_report_to_master(client_id: str, data: dict) -> None:
     if not STATE.sent_final:
-        data["lockbench"] = RECORDER.drain()
+        data["lockbench"] = _drain()
 
 
 def _cpu_seconds() -> float:
@@ -217,7 +287,7 @@ def _cpu_totals() -> dict[str, float | None]:
 
 
 def _send_final(environment: Any, crashed: bool = False) -> None:
-    chunk = RECORDER.drain()
+    chunk = _drain()
     chunk["crashed"] = crashed
     chunk["totals"] = {**RECORDER.totals, **_cpu_totals()}
     chunk["lock_stats"] = dict(RECORDER.lock_stats)  # summed by users' on_stop, before this
@@ -250,6 +320,8 @@ def _on_flush_request(environment: Any, msg: Any, **_: Any) -> None:
 
 # --- master side -------------------------------------------------------------------------
 def _absorb(client_id: str, chunk: dict) -> None:
+    if STATE.align:
+        _to_master_clock(client_id, chunk)
     RECORDER.absorb(chunk)
     got = STATE.received.setdefault(client_id, {"events": 0, **{n: 0 for n in HIST_NAMES}})
     got["events"] += len(chunk.get("events", []))
@@ -269,11 +341,78 @@ def _on_worker_report(client_id: str, data: dict) -> None:
     _absorb(client_id, chunk)
 
 
+def _to_master_clock(node_id: str, chunk: dict) -> None:
+    """Shift a remote worker's events onto this clock and give its clients that worker's id."""
+    peer = STATE.peers.get(node_id)
+    start = STATE.clock_start.get(node_id)
+    if peer is None or start is None:
+        return  # no estimate: the events stay as they are and the problems say so
+    prefix, offset = peer["worker_id"] + "/", start.offset_ns
+    for event in chunk.get("events", []):
+        event[0] = prefix + event[0]
+        event[5] -= offset
+
+
+def _on_pong(environment: Any, msg: Any, **_: Any) -> None:
+    t1 = time.monotonic_ns()
+    pending = STATE.pending_ping.get(msg.node_id)
+    if pending is None or pending[0] != msg.data["i"]:
+        return  # an answer that came too late: its round trip is not known exactly
+    STATE.clock_samples.setdefault(msg.node_id, []).append(
+        clock_offsets.Sample(pending[1], int(msg.data["t"]), t1)
+    )
+    STATE.peers.setdefault(msg.node_id, {"host": msg.data["host"], "pid": msg.data["pid"]})
+    pending[2].set()
+
+
+def _measure_clocks(runner: Any, nodes: list[str]) -> dict[str, clock_offsets.Estimate]:
+    """Ping each worker in turn ``ROUNDS`` times; the minimum-round-trip estimate per worker."""
+    out: dict[str, clock_offsets.Estimate] = {}
+    for node in nodes:
+        STATE.clock_samples[node] = []
+        for i in range(clock_offsets.ROUNDS):
+            done = gevent.event.Event()
+            STATE.pending_ping[node] = (i, time.monotonic_ns(), done)
+            runner.send_message("lockbench_ping", {"i": i}, client_id=node)
+            if not done.wait(PONG_WAIT_S) and i == 0:
+                break  # not answering at all: do not wait out every round
+        STATE.pending_ping.pop(node, None)
+        est = clock_offsets.estimate(STATE.clock_samples[node])
+        if est is not None:
+            out[node] = est
+    return out
+
+
+def _name_workers() -> None:
+    """Worker ids for results: the host's name, with ``#k`` where one host runs several."""
+    by_host: dict[str, list[tuple[int, str]]] = {}
+    for node, peer in STATE.peers.items():
+        by_host.setdefault(peer["host"], []).append((peer["pid"], node))
+    for host, members in by_host.items():
+        for k, (_, node) in enumerate(sorted(members)):
+            STATE.peers[node]["worker_id"] = host if len(members) == 1 else f"{host}#{k}"
+
+
+def _live_workers(runner: Any) -> list[str]:
+    return [c.id for c in runner.clients.all if c.state != STATE_MISSING]
+
+
+def _worker_name(node: str) -> str:
+    return STATE.peers.get(node, {}).get("worker_id") or node
+
+
 def _on_final(environment: Any, msg: Any, **_: Any) -> None:
     if msg.node_id in STATE.finals:
         return
     _absorb(msg.node_id, msg.data)
     STATE.finals[msg.node_id] = msg.data["totals"]
+    if not STATE.stopping and not msg.data.get("crashed"):
+        STATE.left_early.add(msg.node_id)  # its clients stopped while the case went on
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment: Any, **_: Any) -> None:
+    STATE.stopping = True
 
 
 @events.test_start.add_listener
@@ -286,6 +425,8 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.finals.clear()
     STATE.received.clear()
     STATE.written = False
+    STATE.left_early.clear()
+    STATE.stopping = False
     if STATE.workload is not None:
         STATE.workload.setup(environment.parsed_options)
     if STATE.progress is None:
@@ -294,6 +435,13 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     rule = StopRule.from_json(getattr(environment.parsed_options, "lockbench_stop", ""))
     if rule is not None:
         gevent.spawn(_stop_on_evidence, environment, rule, STATE.t_start_ns)
+
+    runner = environment.runner
+    STATE.align = isinstance(runner, MasterRunner) and environment.parsed_options.lockbench_align_clocks
+    if STATE.align:
+        STATE.peers.clear()
+        STATE.clock_start = _measure_clocks(runner, _live_workers(runner))
+        _name_workers()
 
 
 PROGRESS_FILE = "progress.json"
@@ -354,33 +502,77 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         return
     complete = True
     problems: list[str] = []
+    offsets: dict[str, dict[str, Any]] = {}
     if isinstance(runner, MasterRunner):
-        workers = set(STATE.received) | {c.id for c in runner.clients.all}
+        workers = set(STATE.received) | {c.id for c in runner.clients.all} | set(STATE.clock_start)
         pending = workers - set(STATE.finals)
         for worker in pending:
             runner.send_message("lockbench_flush", None, client_id=worker)
         deadline = time.monotonic() + FINAL_WAIT_S
-        while (workers - set(STATE.finals)) and time.monotonic() < deadline:
+        # a worker that stopped answering (no heartbeat) will not send anything: stop waiting
+        while (set(_live_workers(runner)) - set(STATE.finals)) and time.monotonic() < deadline:
             gevent.sleep(0.05)
-        missing = workers - set(STATE.finals)
+        lost = {c.id for c in runner.clients.all if c.state == STATE_MISSING} - set(STATE.finals)
+        for worker in sorted(lost):
+            problems.append(f"worker {_worker_name(worker)} was lost mid-case (no heartbeat)")
+        missing = workers - set(STATE.finals) - lost
         if missing:
-            complete = False
-            problems.append(f"no final recording from {len(missing)} worker(s)")
+            problems.append(
+                f"no final recording from {len(missing)} worker(s): {', '.join(sorted(map(_worker_name, missing)))}"
+            )
+        for worker in sorted(STATE.left_early):
+            problems.append(f"worker {_worker_name(worker)} left mid-case (stopped before the case ended)")
+        complete = not (lost or missing or STATE.left_early)
         for worker, totals in STATE.finals.items():
             got = STATE.received.get(worker, {})
             for key, value in totals.items():
                 if key not in MEASURED_TOTALS and got.get(key, 0) != value:
                     complete = False
-                    problems.append(f"{worker}: {key} recorded {value}, received {got.get(key, 0)}")
+                    problems.append(
+                        f"{_worker_name(worker)}: {key} recorded {value}, received {got.get(key, 0)}"
+                    )
+        if STATE.align:
+            offsets, clock_problems = _clock_report(runner, workers - lost)
+            problems += clock_problems
+            complete = complete and not clock_problems
     elif not isinstance(runner, LocalRunner):
         return
-    _write_output(environment, complete, problems)
+    _write_output(environment, complete, problems, offsets)
 
 
-def _write_output(environment: Any, complete: bool, problems: list[str]) -> None:
+def _clock_report(runner: Any, workers: set[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each worker's offset and bound, with a second measurement after the load to catch drift."""
+    end = _measure_clocks(runner, sorted(set(_live_workers(runner)) & workers))
+    offsets: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for node in sorted(workers):
+        start = STATE.clock_start.get(node)
+        if start is None:
+            problems.append(
+                f"worker {_worker_name(node)}: no clock offset measured, its times cannot be aligned"
+            )
+            continue
+        peer = STATE.peers[node]
+        offsets[peer["worker_id"]] = {
+            **clock_offsets.combine(start, end.get(node)),
+            "host": peer["host"],
+            "rtt_ns": start.rtt_ns,
+        }
+    return offsets, problems
+
+
+def _write_output(
+    environment: Any, complete: bool, problems: list[str], offsets: dict[str, dict[str, Any]] | None = None
+) -> None:
     opts = environment.parsed_options
     workload = STATE.workload
     final_state = workload.final_state(opts) if workload is not None else {}
+    if offsets:
+        # the checkers need each client's clock bound to tell an overlap from clock error
+        final_state = {
+            **final_state,
+            "clock_uncertainty_ns": {w: o["uncertainty_ns"] for w, o in offsets.items()},
+        }
     history = RECORDER.history_frame()
     totals = dict(RECORDER.totals)
     if isinstance(environment.runner, LocalRunner):
@@ -401,6 +593,7 @@ def _write_output(environment: Any, complete: bool, problems: list[str]) -> None
         "lock_stats": dict(RECORDER.lock_stats),
         "final_state": final_state,
         "histograms": RECORDER.encoded_histograms(),
+        "clock_offsets": offsets or {},
     }
     STATE.written = True
     out = opts.lockbench_out

@@ -1,0 +1,172 @@
+"""Network partitions during a case: who goes on which side, cut, heal, and what it cost.
+
+A partition fault needs the case to run on test hosts (:mod:`infra.testhosts`): every
+server process on its own host, each Locust worker process on its own client host, the
+resource and bench's control host on no side (both sides reach them, so a cut-off holder
+can still write to the resource, the stale write that fencing must stop). The sides:
+
+* ``partition-node``: one server node (a follower where there is a leader) against every
+  other server node and client host;
+* ``partition-leader``: the leader (Redis Sentinel: the master) together with the holder's
+  client host, against the rest;
+* ``partition-majority``: a minority of the server nodes (no leader) with the holder's
+  client host, against the majority and the other clients (one server: the holder alone);
+* ``partition-client``: the holder's client host against every server node.
+
+The cut lasts :data:`HEAL_AFTER_S` seconds, then every route is removed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from infra.testhosts import TestHost, TestHostNet
+
+KINDS = ("partition-node", "partition-leader", "partition-majority", "partition-client")
+#: seconds from the cut to the heal: longer than the leases and session timeouts the
+#: partition scenarios use (2 s TTL, a 3 s ZooKeeper session, etcd's lease plus the
+#: election that extends it), so the majority side can move on before the heal
+HEAL_AFTER_S = 8.0
+#: how long the holder that claimed the fault keeps its lock: it works through the cut
+#: and writes to the resource just before the heal, after its lease is gone
+HOLD_S = 7.0
+
+
+@dataclass
+class PartitionGround:
+    """What a partition fault acts on: the hosts, the lock servers, the client hosts.
+
+    Why one object: the fault thread must map a holder's client id (``<pid>-u<n>``) to
+    the host its Locust process runs on, and a server node to its host, at strike time.
+    """
+
+    net: TestHostNet
+    servers: list[Any]
+    #: Locust worker pid -> its client host
+    client_hosts: dict[int, TestHost] = field(default_factory=dict)
+
+    def nodes(self) -> list[tuple[str, TestHost]]:
+        """(name, host) of every server process of the lock service."""
+        out: list[tuple[str, TestHost]] = []
+        for server in self.servers:
+            for node in getattr(server, "nodes", [server]):
+                out.append((node.name, self.net.host(node.host)))
+            for proc, (addr, _) in zip(
+                getattr(server, "sentinels", []), getattr(server, "sentinel_addrs", []), strict=False
+            ):
+                out.append((proc.name, self.net.host(addr)))
+        return out
+
+    def leader(self) -> tuple[str, TestHost] | None:
+        """The node that leads now: a cluster's leader, a Sentinel group's master."""
+        for server in self.servers:
+            if hasattr(server, "leader"):
+                node = server.leader()
+                if node is not None:
+                    return node.name, self.net.host(node.host)
+            elif hasattr(server, "master") and hasattr(server, "node_at"):
+                node = server.node_at(server.master())
+                return node.name, self.net.host(node.host)
+        return None
+
+    def holder_host(self, client_id: str | None) -> TestHost:
+        """The client host of the Locust process that runs ``client_id`` (the first one when unknown)."""
+        if client_id:
+            pid = client_id.split("-", 1)[0]
+            if pid.isdigit() and int(pid) in self.client_hosts:
+                return self.client_hosts[int(pid)]
+        return next(iter(self.client_hosts.values()))
+
+
+def sides(kind: str, ground: PartitionGround, holder: TestHost) -> tuple[list[TestHost], list[TestHost], str]:
+    """(side A, side B, a line naming what is on each side) for a partition of ``kind``."""
+    nodes = ground.nodes()
+    leader = ground.leader()
+    lead_name = leader[0] if leader else None
+    followers = [n for n in nodes if n[0] != lead_name]
+    others = [h for h in ground.client_hosts.values() if h.name != holder.name]
+    roles = ground.net.roles
+    if kind == "partition-node":
+        victim = followers[-1] if followers else nodes[-1]
+        a = [victim]
+        b = [n for n in nodes if n is not victim]
+        a_hosts, b_hosts = [victim[1]], [n[1] for n in b] + list(ground.client_hosts.values())
+    elif kind == "partition-leader":
+        lead = leader or nodes[0]
+        a = [lead]
+        b = [n for n in nodes if n[0] != lead[0]]
+        a_hosts, b_hosts = [lead[1], holder], [n[1] for n in b] + others
+    elif kind == "partition-majority":
+        minority = followers[len(followers) - (len(nodes) - 1) // 2 :] if (len(nodes) - 1) // 2 else []
+        a = minority
+        b = [n for n in nodes if n not in minority]
+        a_hosts, b_hosts = [n[1] for n in a] + [holder], [n[1] for n in b] + others
+    elif kind == "partition-client":
+        a, b = [], nodes
+        a_hosts, b_hosts = [holder], [n[1] for n in nodes]
+    else:
+        raise ValueError(f"not a partition kind: {kind}")
+    holder_role = roles.get(holder.name, holder.name)
+    a_names = [n[0] for n in a] + ([holder_role] if holder in a_hosts else [])
+    b_names = [n[0] for n in b] + [
+        roles.get(h.name, h.name) for h in b_hosts if h in ground.client_hosts.values()
+    ]
+    detail = f"cut {{{', '.join(a_names)}}} from {{{', '.join(b_names)}}}; healed after {HEAL_AFTER_S:g}s"
+    return a_hosts, b_hosts, detail
+
+
+def strike(
+    kind: str, ground: PartitionGround, holder_client: str | None, cancel: Any
+) -> tuple[int, int, str]:
+    """Cut, wait :data:`HEAL_AFTER_S` (or until ``cancel`` is set), heal; (start_ns, heal_ns, detail)."""
+    holder = ground.holder_host(holder_client)
+    side_a, side_b, detail = sides(kind, ground, holder)
+    start = time.monotonic_ns()
+    try:
+        ground.net.partition(side_a, side_b)
+        cancel.wait(HEAL_AFTER_S)
+    finally:
+        ground.net.heal()
+    return start, time.monotonic_ns(), detail
+
+
+def after_heal_columns(
+    history: pd.DataFrame, start_ns: int, heal_ns: int, holder: str | None
+) -> dict[str, Any]:
+    """The partition columns of one case.
+
+    ``recovery_after_heal_ms``: the heal to the next acquisition by anyone (None when none
+    followed). ``takeover_after_cut_ms``: the cut to the first acquisition by a client
+    other than the holder while the cut lasted (None when the lock stayed with the holder
+    until the heal): how long the lock service kept the cut-off holder's lock.
+    ``holder_release`` / ``holder_release_after_cut_ms``: what the holder's release said
+    after its work (``owned``, ``not owned``: the lock was gone, ``unknown``, ``failed``)
+    and when: the moment the holder learned, as the workload checks nothing in between.
+    """
+    ok = history[(history["op"] == "acquire") & (history["type"] == "ok")]
+    after = ok.loc[ok["t_ns"] >= heal_ns, "t_ns"]
+    during = ok[(ok["t_ns"] >= start_ns) & (ok["t_ns"] < heal_ns) & (ok["client"] != (holder or ""))]
+    release = history[
+        (history["client"] == (holder or ""))
+        & (history["op"] == "release")
+        & (history["type"] != "invoke")
+        & (history["t_ns"] >= start_ns)
+    ].head(1)
+    learned, when = "", None
+    if len(release):
+        r = release.iloc[0]
+        when = (int(r["t_ns"]) - start_ns) / 1e6
+        if r["type"] == "ok":
+            learned = "owned" if r["value"] is not pd.NA and r["value"] == 1 else "not owned"
+        else:
+            learned = "unknown" if r["type"] == "info" else "failed"
+    return {
+        "recovery_after_heal_ms": (int(after.min()) - heal_ns) / 1e6 if len(after) else None,
+        "takeover_after_cut_ms": (int(during["t_ns"].min()) - start_ns) / 1e6 if len(during) else None,
+        "holder_release": learned,
+        "holder_release_after_cut_ms": when,
+    }

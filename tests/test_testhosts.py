@@ -1,0 +1,211 @@
+"""Test hosts: namespaces that reach each other, partitions that cut both ways, no leftovers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra import testhosts
+from infra.testhosts import TestHost, TestHostNet
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _netns_or_skip() -> None:
+    try:
+        testhosts.check_available()
+    except testhosts.NetnsUnavailable as exc:
+        pytest.skip(f"network namespaces unavailable: {exc}")
+
+
+@pytest.fixture
+def net() -> Iterator[TestHostNet]:
+    _netns_or_skip()
+    with TestHostNet(3, prefix="lbt") as n:
+        yield n
+
+
+def _listen(net: TestHostNet, host: TestHost) -> tuple[socket.socket, int]:
+    """A listening socket inside ``host`` that answers every connection with b'pong'."""
+    with net.enter(host):
+        srv = socket.socket()
+        srv.bind((host.addr, 0))
+        srv.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"pong")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def _reaches(net: TestHostNet, src: TestHost, dst: TestHost, port: int) -> bool:
+    with net.enter(src):
+        try:
+            with socket.create_connection((dst.addr, port), timeout=0.5) as c:
+                c.settimeout(0.5)
+                return c.recv(4) == b"pong"
+        except OSError:
+            return False
+
+
+def _own_namespaces(prefix: str) -> list[str]:
+    return [n for n in testhosts._namespaces() if n.startswith(prefix)]
+
+
+def test_hosts_reach_each_other_and_not_from_the_root_namespace(net: TestHostNet) -> None:
+    h1, h2, h3 = net.hosts
+    assert all(h.addr.startswith("198.1") for h in net.hosts)
+    srv, port = _listen(net, h2)
+    try:
+        assert _reaches(net, h1, h2, port)
+        assert _reaches(net, h3, h2, port)
+        # the address exists inside the namespaces only
+        root_addrs = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+        assert "198.18." not in root_addrs
+    finally:
+        srv.close()
+
+
+def test_partition_blocks_both_ways_and_heal_restores(net: TestHostNet) -> None:
+    h1, h2, h3 = net.hosts
+    s1, p1 = _listen(net, h1)
+    s2, p2 = _listen(net, h2)
+    try:
+        net.partition([h1], [h2])
+        assert not _reaches(net, h1, h2, p2)
+        assert not _reaches(net, h2, h1, p1)
+        assert _reaches(net, h3, h1, p1) and _reaches(net, h3, h2, p2)  # only that pair is cut
+        net.heal()
+        assert net.partitioned == []
+        assert _reaches(net, h1, h2, p2) and _reaches(net, h2, h1, p1)
+    finally:
+        s1.close()
+        s2.close()
+
+
+def test_an_established_connection_stalls_across_a_partition(net: TestHostNet) -> None:
+    h1, h2, _ = net.hosts
+    with net.enter(h2):
+        srv = socket.socket()
+        srv.bind((h2.addr, 0))
+        srv.listen(1)
+    try:
+        with net.enter(h1):
+            client = socket.create_connection(srv.getsockname(), timeout=2)
+        conn, _ = srv.accept()
+        net.partition([h2], [h1])
+        conn.sendall(b"lost")
+        client.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            client.recv(4)
+        net.heal()
+        client.settimeout(10)
+        assert client.recv(4) == b"lost"  # TCP retransmits once the route is back
+        client.close()
+        conn.close()
+    finally:
+        srv.close()
+
+
+def test_an_error_inside_leaves_no_namespace_or_process() -> None:
+    _netns_or_skip()
+    with pytest.raises(RuntimeError), TestHostNet(2, prefix="lbt") as n:
+        prefix = n.run_prefix
+        child = n.popen(n.hosts[0], ["sleep", "60"])
+        raise RuntimeError("boom")
+    assert child.poll() is not None
+    assert _own_namespaces(prefix) == []
+
+
+def _wait_gone(prefix: str, timeout: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := _own_namespaces(prefix)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_owner_killed_leaves_no_namespace_or_process(sig: int) -> None:
+    _netns_or_skip()
+    code = (
+        "import sys, time\n"
+        "from infra.testhosts import TestHostNet\n"
+        "net = TestHostNet(2, prefix='lbt')\n"
+        "p = net.popen(net.hosts[1], ['sleep', '60'])\n"
+        "print(net.run_prefix, p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        prefix, pid = owner.stdout.readline().split()
+        assert _own_namespaces(prefix)
+        owner.send_signal(sig)
+        owner.wait(10)
+        assert _wait_gone(prefix) == []
+        deadline = time.monotonic() + 5
+        while testhosts._pid_alive(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not testhosts._pid_alive(int(pid))
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        owner.stdout.close()
+
+
+def test_cleanup_stale_removes_only_runs_whose_owner_is_dead() -> None:
+    _netns_or_skip()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"lbt{dead.pid}xdead-h1"
+    alive = f"lbt{os.getpid()}xbeef-h1"
+    for name in (stale, alive):
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        removed = testhosts.cleanup_stale("lbt")
+        assert stale in removed
+        assert alive not in removed
+        assert _own_namespaces(stale) == [] and _own_namespaces(alive) == [alive]
+    finally:
+        testhosts.remove_namespaces(_own_namespaces(stale) + _own_namespaces(alive))
+
+
+def test_stack_puts_each_server_on_its_own_host() -> None:
+    _netns_or_skip()
+    import redis
+
+    from infra.stack import Stack
+
+    with TestHostNet(0, prefix="lbt") as n:
+        control = n.add_host("control")
+        with n.enter(control):
+            stack = Stack(["redis", "memcached"], hosts=n).__enter__()
+        try:
+            urls = {k: v[0] for k, v in stack.urls.items()}
+            hosts = {n.host(role).addr for role in ("redis-lock", "memcached-lock", "resource")}
+            assert len(hosts) == 3 and control.addr not in hosts
+            for url in urls.values():
+                assert url.split("://")[1].split(":")[0] in hosts
+            with n.enter(control):
+                assert redis.Redis.from_url(urls["redis"]).ping()
+            # from the root namespace the running servers do not exist
+            with pytest.raises(redis.ConnectionError):
+                redis.Redis.from_url(urls["redis"], socket_connect_timeout=0.5).ping()
+        finally:
+            stack.close()
