@@ -141,6 +141,16 @@ def run(
     slo_us: Annotated[
         float | None, typer.Option(help="draw an SLO line on the report's latency charts (microseconds)")
     ] = None,
+    arrivals: Annotated[
+        str | None,
+        typer.Option(help="open model: buyers arrive by constant:R, poisson:R or spike:PEAK@RAMP[:DECAY]"),
+    ] = None,
+    patience: Annotated[
+        float, typer.Option(help="open model: seconds a buyer waits for the lock after arriving")
+    ] = 2.0,
+    max_in_flight: Annotated[
+        int, typer.Option(help="open model: buyers inside at once (all processes); more are rejected")
+    ] = 50,
 ) -> None:
     """Run lock impls under a workload against real servers; print the report's path."""
     from bench.commands import run_command
@@ -180,6 +190,7 @@ def run(
         render=report, argv=sys.argv, console=console,
         lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
         skewed_clients=skewed_clients, explicit=explicit,
+        arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
     )  # fmt: skip
     raise typer.Exit(code)
 

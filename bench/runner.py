@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench import analysis
+from bench import analysis, arrival_metrics
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
 from bench.redact import redact_text, redact_url
 from bench.reset import reset_lock_state
@@ -243,6 +243,8 @@ def judge(
     row["scenario"] = case.scenario
     row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")
     row["fault"] = case.fault.label if case.fault else ""
+    arrival_columns, arrival_hists = arrival_metrics.arrival_summary(history, recording.get("final_state"))
+    row.update(arrival_columns)
     # The lock may fail (overlaps) while the data stays right (fencing refused the stale writes).
     damage = [row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted")]
     row["data_safe"] = not any(v and v == v for v in damage)
@@ -262,6 +264,7 @@ def judge(
     # A load generator at ~one full core cannot issue requests any faster: its figures
     # measure the harness as much as the lock, and the report says so.
     row["generator_bound"] = bool(shares) and max(shares) >= GENERATOR_BOUND_SHARE
+    arrival_metrics.schedule_lag_bound(row)
     commands = recording.get("server_commands") or {}
     acquisitions = row.get("acquisitions") or 0
     row["server_cmds_per_acquire"] = (
@@ -271,7 +274,7 @@ def judge(
         row[f"lockstat_{key}"] = value
     return {
         "row": row,
-        "histograms": recording["histograms"],
+        "histograms": {**recording["histograms"], **arrival_hists},
         "history_file": history_file,
         "extra": {
             "recording_complete": recording.get("complete", True),

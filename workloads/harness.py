@@ -139,6 +139,9 @@ def use_workload(workload: Any) -> None:
 # --- worker side -------------------------------------------------------------------------
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
+    # gevent's loop caches "now" from its creation at import; Locust arms --run-time from
+    # that stale clock, so seconds spent importing (a busy machine: 5 s) were cut from the run
+    gevent.get_hub().loop.update_now()
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lockbench_flush", _on_flush_request)
