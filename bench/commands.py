@@ -137,6 +137,10 @@ def plan_open_model(
         parse_arrivals(arrivals)
     except SpecError as exc:
         raise UserError(str(exc)) from None
+    if "users" in explicit:
+        raise UserError(
+            "--users does not apply with --arrivals: buyers come by the schedule; cap them with --max-in-flight"
+        )
     _check_numbers(patience=(patience, 0.001), max_in_flight=(max_in_flight, 1))
     infos: dict[str, WorkloadInfo] = {}
     for w in workloads:
