@@ -48,10 +48,13 @@ def _is_open(run: RunData) -> bool:
 
 
 def _label(run: RunData, group: str, several: bool) -> str:
-    rows = run.groups()[group]
-    first = rows.iloc[0]
+    """impl, scenario, the arrival spec of an open case, and the run's id suffix when there are several."""
+    first = run.groups()[group].iloc[0]
     label = f"{text(first, 'impl') or group} {scenario_of(first)}"
-    return f"{run.run_id}: {label}" if several else label
+    params = run.meta.get("params") if isinstance(run.meta.get("params"), dict) else {}
+    if num(first, "arrival_count") is not None and params.get("arrivals"):
+        label += f" {params['arrivals']}"
+    return f"{label} [{run.run_id[-6:]}]" if several else label
 
 
 def latency_figure(runs: list[RunData]) -> go.Figure:
@@ -66,7 +69,7 @@ def latency_figure(runs: list[RunData]) -> go.Figure:
         for _, r in run.cases.iterrows()
         if num(r, "arrival_count")
     }
-    colours: dict[str, str] = {}
+    shown = 0
     max_x = 10_000.0
     for run in runs:
         for group, rows in run.groups().items():
@@ -74,7 +77,8 @@ def latency_figure(runs: list[RunData]) -> go.Figure:
             is_open = num(rows.iloc[0], "arrival_count") is not None
             if not is_open and impl not in open_impls:
                 continue
-            colour = colours.setdefault(impl, PALETTE[len(colours) % len(PALETTE)])
+            colour = PALETTE[shown % len(PALETTE)]  # one per case; the dash tells the two lines apart
+            shown += 1
             lines = _LINES if is_open else (("acquire_ok", "closed loop: acquire invoke->ok", "dot"),)
             for hist_name, what, dash in lines:
                 hist = run.merged_histogram(group, hist_name)
