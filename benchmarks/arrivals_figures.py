@@ -2,7 +2,7 @@
 
 1. ``closed``: ``bench run --impl IMPL`` (flash-sale defaults: 50 users, one hot item). Its
    acquisitions/s, X, is the lock's capacity as the closed loop sees it.
-2. ``open``: the same lock with ``--arrivals constant:R`` for R = 0.5 X and 1.2 X and
+2. ``open``: the same lock with ``--arrivals constant:R`` for R = 0.5 X and 1.2 X (``--shares``) and
    ``--max-in-flight 50`` (the closed loop's 50 users), same duration. Every figure is
    printed beside the closed loop's, which is the floor of the same run.
 3. ``spike``: ``--arrivals spike:PEAK@1s --stock STOCK`` for each impl in ``SPIKE_IMPLS``.
@@ -65,6 +65,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--peak", type=int, default=500, help="spike peak arrivals/s")
     ap.add_argument("--stock", type=int, default=300, help="spike: units per item, so the sale sells out")
+    ap.add_argument(
+        "--shares", type=float, nargs="+", default=[0.5, 1.2], help="open rates as multiples of X"
+    )
     ap.add_argument("--skip-spike", action="store_true")
     ap.add_argument("--results-dir", type=Path, default=ROOT / "results" / "arrivals")
     args = ap.parse_args()
@@ -74,7 +77,7 @@ def main() -> None:
     x = float(pd.read_csv(closed / "cases.csv")["throughput_acq_s"].iloc[0])
     print(f"closed loop ({closed.name}): {x:.1f} acquisitions/s with 50 users")
     opened = []
-    for share in (0.5, 1.2):
+    for share in args.shares:
         rate = max(1.0, round(share * x))
         run = bench_run(args.results_dir, "--impl", args.impl, "--duration", d, "--arrivals",
                         f"constant:{rate:g}", "--no-report")  # fmt: skip
