@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,6 +197,30 @@ def test_planning_validates_the_open_model() -> None:
         plan_open_model(["flash-sale"], "constant:5", 1.0, 0, set())
 
 
+def test_a_bad_spec_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    argv = [
+        "run",
+        "--impl",
+        "redis.set-nx-px-lua",
+        "--arrivals",
+        "spike:5000",
+        "--results-dir",
+        str(tmp_path),
+    ]
+    previous = signal.getsignal(signal.SIGTERM)  # main() installs its own handler
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("bench: error: bad --arrivals 'spike:5000'") and "spike:5000@1s" in err
+    assert not any(tmp_path.iterdir())
+
+
 def test_gate_knows_the_arrival_metrics() -> None:
     assert parse_rule("arrival.p99:+10%").info.column == "arrival_p99_us"
     assert parse_rule("arrival-start.p50:+200us").info.column == "arrival_start_p50_us"
@@ -210,10 +235,6 @@ def test_gate_knows_the_arrival_metrics() -> None:
 @pytest.mark.slow
 def test_open_run_keeps_its_rate_and_impatient_buyers_give_up(tmp_path: Path) -> None:
     """Two processes, 100 arrivals/s, 20 ms critical sections and 5 ms of patience."""
-    bad = bench(
-        "run", "--impl", "redis.set-nx-px-lua", "--arrivals", "spike:5000", "--results-dir", str(tmp_path)
-    )
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "spike:5000@1s" in bad.stderr
     r = bench(
         "run", "--impl", "redis.set-nx-px-lua", "--arrivals", "constant:100", "--processes", "2",
         "--duration", "3", "--cs", "20ms", "--patience", "0.005", "--max-in-flight", "20",
@@ -229,7 +250,7 @@ def test_open_run_keeps_its_rate_and_impatient_buyers_give_up(tmp_path: Path) ->
     # recorded schedule span (intended times), match that rate: none was lost or added
     for _, mine in arrive.groupby(arrive["client"].str.split("-u").str[0]):
         span_s = (mine["t_ns"].max() - mine["t_ns"].min()) / 1e9
-        assert span_s > 1.0
+        assert span_s > 0.3  # a process that joined late has a shorter schedule, not another rate
         assert abs(len(mine) - 1 - 50 * span_s) <= 2, (len(mine), span_s)
         gaps = np.diff(np.sort(mine["t_ns"].to_numpy()))
         assert np.allclose(gaps, 20 * MS, atol=1000)  # evenly spaced: constant:100 over 2 processes
