@@ -348,6 +348,25 @@ def matrix_cmd(
         Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
     ] = Path("results"),
     report: Annotated[bool, typer.Option(help="render report.html at the end")] = True,
+    arrivals: Annotated[
+        str | None,
+        _opt(
+            "arrivals",
+            "open model: buyers arrive by constant:R, poisson:R or spike:PEAK@RAMP[:DECAY]",
+            metavar="SPEC",
+        ),
+    ] = None,
+    patience: Annotated[
+        float, _opt("patience", "open model: seconds a buyer waits for the lock after arriving", metavar="S")
+    ] = 2.0,
+    max_in_flight: Annotated[
+        int,
+        _opt(
+            "max_in_flight",
+            "open model: buyers inside at once (all processes); more are rejected",
+            metavar="N",
+        ),
+    ] = 50,
 ) -> None:
     """Every impl under every safety scenario (faults fenced and unfenced), one folder, one report."""
     from bench.matrix import matrix_command
@@ -362,6 +381,7 @@ def matrix_cmd(
             "memcached": [memcached_url] if memcached_url else [],
         }, resource_url=resource_url, results_dir=results_dir,
         render=report, argv=sys.argv, console=console,
+        arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
     )  # fmt: skip
     raise typer.Exit(code)
 

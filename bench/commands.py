@@ -25,7 +25,8 @@ from infra.stack import Stack
 from infra.testhosts import TestHostNet
 from lockimpls import registry
 from lockimpls.base import LockConfigError
-from workloads.catalog import WORKLOADS, WorkloadInfo
+from workloads.arrivals import parse_arrivals
+from workloads.catalog import WORKLOADS, WorkloadInfo, open_model
 from workloads.distributions import SpecError, parse_distribution
 
 
@@ -214,6 +215,37 @@ def on_test_hosts(needed: bool) -> Iterator[TestHostNet | None]:
             yield net
 
 
+def plan_open_model(
+    workloads: list[str], arrivals: str | None, patience: float, max_in_flight: int, explicit: set[str]
+) -> dict[str, WorkloadInfo]:
+    """The workload each name runs as: its open model with ``--arrivals``, else itself; validated."""
+    if arrivals is None:
+        given = [f"--{n.replace('_', '-')}" for n in ("patience", "max_in_flight") if n in explicit]
+        if given:
+            raise UserError(f"{' and '.join(given)} only apply with --arrivals (the open model)")
+        return {w: WORKLOADS[w] for w in workloads}
+    try:
+        parse_arrivals(arrivals)
+    except SpecError as exc:
+        raise UserError(str(exc)) from None
+    if "users" in explicit:
+        raise UserError(
+            "--users does not apply with --arrivals: buyers come by the schedule; cap them with --max-in-flight"
+        )
+    if not (0.001 <= patience <= 3600):  # also false for NaN
+        raise UserError(f"--patience must be a number of seconds from 0.001 to 3600, got {patience}")
+    if not (1 <= max_in_flight <= 1_000_000):
+        raise UserError(f"--max-in-flight must be a whole number from 1 to 1000000, got {max_in_flight}")
+    infos: dict[str, WorkloadInfo] = {}
+    for w in workloads:
+        variant = open_model(WORKLOADS[w])
+        if variant is None:
+            able = [n for n, i in WORKLOADS.items() if i.open_module]
+            raise UserError(f"--arrivals does not apply to workload {w}; it applies to {', '.join(able)}")
+        infos[w] = variant
+    return infos
+
+
 def run_command(
     *,
     backends: list[str],
@@ -245,6 +277,9 @@ def run_command(
     master_bind: str | None = None,
     expect_workers: int = 0,
     test_hosts: int = 0,
+    arrivals: str | None = None,
+    patience: float = 2.0,
+    max_in_flight: int = 50,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
 
@@ -261,11 +296,15 @@ def run_command(
     )  # fmt: skip
     validate.check_urls({_URL_OPTIONS.get(b, b): urls for b, urls in user_urls.items()})
     validate.check_urls({"resource_url": resource_url})
+    infos = plan_open_model(workloads, arrivals, patience, max_in_flight, explicit or set())
+    if arrivals is not None:
+        workload_options = {**workload_options, "arrivals": arrivals, "patience": patience,
+                            "max_in_flight": max_in_flight}  # fmt: skip
     base = {"ttl": ttl, "cs": workload_options["cs"], "fencing": fencing, "duration": duration, "users": users,
             "processes": processes}  # fmt: skip
     plans = {
         w: _plan_workload(
-            WORKLOADS[w], _per_workload(WORKLOADS[w], explicit or set(), base), workload_options, console
+            infos[w], _per_workload(infos[w], explicit or set(), base), workload_options, console
         )
         for w in workloads
     }
@@ -296,7 +335,7 @@ def run_command(
         servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
     runnable: dict[str, list[tuple[str, str]]] = {}
     for workload in workloads:
-        info = WORKLOADS[workload]
+        info = infos[workload]
         runnable[workload] = []
         for impl_id, backend, cls in planned:
             if info.requires and not getattr(cls.capabilities, info.requires, False):
@@ -310,8 +349,9 @@ def run_command(
 
     settings = {
         w: RunSettings(
-            users=p["users"],
-            spawn_rate=spawn_rate or float(p["users"]),
+            # the open model runs one scheduler user per process, all started at once
+            users=p["processes"] if arrivals else p["users"],
+            spawn_rate=100.0 * p["processes"] if arrivals else spawn_rate or float(p["users"]),
             duration=p["duration"],
             processes=p["processes"],
             ttl=p["ttl"],
@@ -347,7 +387,7 @@ def run_command(
         }
     impl_classes = {impl_id: cls for impl_id, _, cls in planned}
     cases = [
-        Case(impl=impl_id, backend=backend, workload=WORKLOADS[w], trial=t, params={"trials": trials},
+        Case(impl=impl_id, backend=backend, workload=infos[w], trial=t, params={"trials": trials},
              fencing=mode, fault=fault_spec, settings=settings[w])
         for t in range(trials)
         for w in workloads

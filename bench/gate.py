@@ -190,6 +190,13 @@ def _values(rows: pd.DataFrame, column: str) -> list[float]:
     return [float(v) for v in values if math.isfinite(float(v))]
 
 
+def _has_column(cand: pd.DataFrame, base: pd.DataFrame | None, column: str) -> bool:
+    """Does either side of a group carry ``column`` with at least one value?"""
+    return any(
+        rows is not None and column in rows.columns and rows[column].notna().any() for rows in (cand, base)
+    )
+
+
 def _violations(rows: pd.DataFrame) -> tuple[int, bool, bool]:
     """(violation count, unsafe, undecided) of a group's trials."""
     count = 0
@@ -289,6 +296,8 @@ def evaluate(
         b_rows = b_groups.get(group)
         result.rows.append(_safety_row(group, impl, workload, b_rows, c_rows))
         for rule in rules:
+            if rule.info.optional and not _has_column(c_rows, b_rows, rule.info.column):
+                continue  # an open-model metric on a closed-loop case: nothing to judge
             row = Row(group, impl, workload, rule.metric, rule.text, None, None, 0, 0,
                       relative=rule.relative, unit="%" if rule.relative else rule.info.unit)  # fmt: skip
             cv = _values(c_rows, rule.info.column)

@@ -2,9 +2,16 @@
 
     rule       := metric ":" threshold | "violations:0"
     metric     := "throughput" | "throughput.ops" | FAMILY "." PCT | "utilization" | "fairness"
-                | "round-trips"
-    FAMILY     := "acquire" | "release" | "hold" | "handoff"
-    PCT        := "p50" | "p90" | "p99" | "p999" | "max"   (release/hold/handoff: p50, p99)
+                | "round-trips" | ARRIVAL
+    FAMILY     := "acquire" | "release" | "hold" | "handoff" | "arrival" | "arrival-start"
+    PCT        := "p50" | "p90" | "p99" | "p999" | "max"   (the others: p50, p99)
+    ARRIVAL    := "arrival.served" | "arrival.gave-up" | "arrival.inversions" | "arrival.sellout"
+
+``arrival.*`` metrics exist for open-model cases (``--arrivals``): ``arrival.p99`` is the
+intended arrival -> purchase latency, ``arrival-start.p99`` actual start -> purchase;
+``arrival.served`` / ``arrival.gave-up`` count buyers, ``arrival.inversions`` is the
+fraction of grants that overtook an earlier waiting arrival, ``arrival.sellout`` the
+seconds to sell out.
     threshold  := SIGN NUMBER ("%" | UNIT)?
 
 The sign says which way is worse, and must match the metric: latencies and round trips get
@@ -37,6 +44,8 @@ class MetricInfo:
     worse: int  # +1: larger is worse, -1: smaller is worse
     unit: str
     latency: bool = False
+    #: only some cases have it (open-model ``arrival_*``): a group without the column skips the rule
+    optional: bool = False
 
 
 def _latency_metrics() -> dict[str, MetricInfo]:
@@ -46,9 +55,13 @@ def _latency_metrics() -> dict[str, MetricInfo]:
         ("release", ("p50", "p99")),
         ("hold", ("p50", "p99")),
         ("handoff", ("p50", "p99")),
+        ("arrival", ("p50", "p99")),
+        ("arrival-start", ("p50", "p99")),
     ):
         for pct in pcts:
-            out[f"{family}.{pct}"] = MetricInfo(f"{family}_{pct}_us", +1, "us", latency=True)
+            column = f"{family.replace('-', '_')}_{pct}_us"
+            optional = family.startswith("arrival")
+            out[f"{family}.{pct}"] = MetricInfo(column, +1, "us", latency=True, optional=optional)
     return out
 
 
@@ -59,6 +72,10 @@ METRICS: dict[str, MetricInfo] = {
     "utilization": MetricInfo("utilization", -1, ""),
     "fairness": MetricInfo("jain_index", -1, ""),
     "round-trips": MetricInfo("server_cmds_per_acquire", +1, "cmds/acq"),
+    "arrival.served": MetricInfo("arrival_served", -1, "buyers", optional=True),
+    "arrival.gave-up": MetricInfo("arrival_gave_up", +1, "buyers", optional=True),
+    "arrival.inversions": MetricInfo("arrival_order_inversion_frac", +1, "", optional=True),
+    "arrival.sellout": MetricInfo("arrival_sellout_s", +1, "s", optional=True),
 }
 
 SAFETY = "violations"

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench import analysis, evidence, fidelity, partitions
+from bench import analysis, arrival_metrics, evidence, fidelity, partitions
 from bench.errors import raise_if_interrupted
 from bench.evidence import checker_reason
 from bench.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
@@ -468,6 +468,8 @@ def judge(
     row["scenario"] = case.scenario
     row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")
     row["fault"] = case.fault.label if case.fault else ""
+    arrival_columns, arrival_hists = arrival_metrics.arrival_summary(history, recording.get("final_state"))
+    row.update(arrival_columns)
     # The lock may fail (overlaps) while the data stays right (fencing refused the stale writes).
     damage = [row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted")]
     row["data_safe"] = not any(v and v == v for v in damage)
@@ -507,7 +509,7 @@ def judge(
         row[f"lockstat_{key}"] = value
     return {
         "row": row,
-        "histograms": recording["histograms"],
+        "histograms": {**recording["histograms"], **arrival_hists},
         "history_file": history_file,
         "extra": {
             "recording_complete": recording.get("complete", True),

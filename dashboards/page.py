@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
 
+from dashboards.arrivals import arrivals_section
 from dashboards.charts import (
     fairness_figure,
     handoff_utilization_figure,
@@ -416,6 +417,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
         sections.append(deltas_section(runs, rlabels, glabels, params_differ=bool(differences)))
     sections.append(fidelity_section(run, glabels))
     sections += figures[:4]
+    sections.append(arrivals_section(runs))  # open-model cases only; "" otherwise
     sections += [figures[4], fairness_table(runs, rlabels, glabels)]
     sections.append(round_trips_section(runs, rlabels, glabels))
     sections.append(latency_section(run, labels))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -26,6 +26,8 @@ class WorkloadInfo:
     options: dict[str, str] = field(default_factory=dict)  # bench option -> locustfile flag
     #: bench option defaults of this workload, used when the user did not give the flag
     defaults: dict[str, object] = field(default_factory=dict)
+    #: the locustfile of its open model (``--arrivals``), None when it has none
+    open_module: str | None = None
 
     @property
     def path(self) -> Path:
@@ -56,6 +58,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             "max_qty": "--max-qty",
             "cs": "--cs",
         },
+        open_module="flash_sale_open.py",
     ),
     "lock-pairs": WorkloadInfo(
         name="lock-pairs",
@@ -116,6 +119,24 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         defaults={"ttl": 1.0, "cs": "5ms", "duration": 10.0, "users": 10, "processes": 2},
     ),
 }
+
+
+#: Options of an open-model workload (workloads/flash_sale_open.py): bench option -> flag.
+ARRIVAL_OPTIONS = {"arrivals": "--arrivals", "patience": "--patience", "max_in_flight": "--max-in-flight"}
+
+
+def open_model(info: WorkloadInfo) -> WorkloadInfo | None:
+    """The arrival-driven variant of a workload (``flash-sale`` -> ``flash-sale-open``), or None."""
+    if info.open_module is None:
+        return None
+    return replace(
+        info,
+        name=f"{info.name}-open",
+        module_file=info.open_module,
+        summary=f"{info.summary}; buyers arrive on a schedule (--arrivals) and try once",
+        options={**info.options, **ARRIVAL_OPTIONS},
+        open_module=None,
+    )
 
 
 def names() -> list[str]:

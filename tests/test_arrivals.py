@@ -1,0 +1,270 @@
+"""The open model: arrival schedules, latency from the intended arrival, buyers who give up."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench.arrival_metrics import arrival_summary, schedule_lag_bound, visits
+from bench.commands import plan_open_model
+from bench.errors import UserError
+from bench.gate_rules import parse_rule
+from tests.helpers import bench
+from workloads.arrivals import ArrivalSpec, parse_arrivals
+from workloads.distributions import SpecError
+from workloads.recording import decode_histogram, history_frame
+
+MS = 1_000_000
+
+
+# parsing -------------------------------------------------------------------------------------
+
+
+def test_forms_parse() -> None:
+    assert parse_arrivals("constant:200") == ArrivalSpec("constant", 200.0)
+    assert parse_arrivals("poisson:500/s") == ArrivalSpec("poisson", 500.0)
+    assert parse_arrivals("spike:5000@1s") == ArrivalSpec("spike", 5000.0, 1.0, 1.0)
+    assert parse_arrivals("spike:100@500ms:2s") == ArrivalSpec("spike", 100.0, 0.5, 2.0)
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "constant", "constant:0", "steady:5", "poisson:-1", "spike:5000", "spike:5000@1"]
+)
+def test_bad_forms_name_the_grammar(bad: str) -> None:
+    with pytest.raises(SpecError, match="spike:5000@1s"):
+        parse_arrivals(bad)
+
+
+# the schedule keeps its rate -----------------------------------------------------------------
+
+
+def _count_in_window(times: list[float], lo: float, hi: float) -> int:
+    a = np.asarray(times)
+    return int(((a >= lo) & (a < hi)).sum())
+
+
+@pytest.mark.parametrize("shares", [1, 3])
+def test_poisson_keeps_its_rate_across_shares(shares: int) -> None:
+    spec = parse_arrivals("poisson:2000")
+    times: list[float] = []
+    for k in range(shares):
+        times += _take_until(spec.schedule(k, shares, random.Random(k)), 10.0)
+    times.sort()
+    # expected count from the recorded span, not from a clock: rate x (last - first)
+    span = times[-1] - times[0]
+    expected = 2000 * span
+    assert abs(len(times) - 1 - expected) < 4 * math.sqrt(expected)
+    # and in any one-second window, within 5 sigma of the rate
+    for lo in range(1, 9):
+        n = _count_in_window(times, lo, lo + 1)
+        assert abs(n - 2000) < 5 * math.sqrt(2000), (lo, n)
+
+
+def _take_until(gen: Iterator[float], until: float) -> list[float]:
+    out = []
+    for t in gen:
+        if t >= until:
+            break
+        out.append(t)
+    return out
+
+
+def test_constant_and_spike_shares_rebuild_the_exact_schedule() -> None:
+    for text in ("constant:300", "spike:1000@1s"):
+        spec = parse_arrivals(text)
+        whole = _take_until(spec.schedule(), 4.0)
+        dealt = sorted(t for k in range(4) for t in _take_until(spec.schedule(k, 4), 4.0))
+        assert dealt == whole
+        # every window holds what the cumulative rate says, within one arrival
+        for lo, hi in ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (2.0, 4.0)):
+            expected = spec.expected(hi) - spec.expected(lo)
+            assert abs(_count_in_window(whole, lo, hi) - expected) <= 1.0, (text, lo, hi)
+    spike = parse_arrivals("spike:1000@1s")
+    assert spike.rate_at(1.0) == 1000 and spike.rate_at(0.5) == 500
+    assert len(list(spike.schedule())) == pytest.approx(spike.total, abs=1)  # a spike ends
+
+
+# latency counts from arrival ------------------------------------------------------------------
+
+
+def _visit(
+    client: str, seq: int, lock: str, arrive: int, start: int, events: list, end: tuple
+) -> list[tuple]:
+    """A buyer's events: arrive invoke at the intended time (value = start lag), then ``events``."""
+    rows = [(client, seq, "arrive", "invoke", lock, arrive, None, start - arrive, None)]
+    rows += [
+        (client, seq + i + 1, op, typ, lock, t, None, v, err) for i, (op, typ, t, v, err) in enumerate(events)
+    ]
+    rows.append((client, seq, "arrive", end[0], lock, end[1], None, None, end[2]))
+    return rows
+
+
+def _served(acq: int, bought_at: int, units: int = 1) -> list:
+    return [
+        ("acquire", "invoke", acq - 1, None, None),
+        ("acquire", "ok", acq, None, None),
+        ("purchase", "ok", bought_at, units, None),
+        ("release", "invoke", bought_at + 1, None, None),
+        ("release", "ok", bought_at + 2, 1, None),
+    ]
+
+
+def synthetic_history() -> pd.DataFrame:
+    lock = "flash-sale:item-0"
+    ev: list[tuple] = []
+    # A arrives at 0 ms, starts 2 ms late, buys at 10 ms: 10 ms from arrival, 8 ms from start
+    ev += _visit("1-u0", 0, lock, 0, 2 * MS, _served(4 * MS, 10 * MS), ("ok", 11 * MS, None))
+    # B arrives at 5 ms, starts at 5 ms, waits, gives up at 45 ms (patience): acquire times out
+    ev += _visit(
+        "1-u1", 0, lock, 5 * MS, 5 * MS, [("acquire", "invoke", 5 * MS, None, None),
+                                          ("acquire", "fail", 45 * MS, None, "timeout")],
+        ("fail", 45 * MS, "gave-up"),
+    )  # fmt: skip
+    # C arrives at 6 ms, starts on time, is granted at 20 ms while B still waits: an inversion;
+    # buys the last 2 units at 30 ms: 24 ms from arrival and from start
+    ev += _visit("1-u2", 0, lock, 6 * MS, 6 * MS, _served(20 * MS, 30 * MS, 2), ("ok", 31 * MS, None))
+    # D finds the in-flight cap full
+    ev += _visit("1-u3", 0, lock, 7 * MS, 7 * MS, [], ("fail", 7 * MS, "rejected"))
+    # A's slot serves E later (same client, later seqs): sold out
+    ev += _visit("1-u0", 5, lock, 50 * MS, 50 * MS, _served(51 * MS, 52 * MS, 0), ("ok", 53 * MS, None))
+    return history_frame(ev)
+
+
+def test_latency_counts_from_the_intended_arrival() -> None:
+    final_state = {"items": {"item-0": {"initial": 3, "stock": 0, "orders_units": 3}}}
+    cols, hists = arrival_summary(synthetic_history(), final_state)
+    arrival = decode_histogram(hists["arrival"])
+    start = decode_histogram(hists["arrival_start"])
+    assert arrival.get_total_count() == start.get_total_count() == 2  # served buyers only
+    assert arrival.get_min_value() == pytest.approx(10_000, rel=1e-3)  # A: 10 ms from arrival
+    assert start.get_min_value() == pytest.approx(8_000, rel=1e-3)  # A: 8 ms from its start
+    assert arrival.get_max_value() == pytest.approx(24_000, rel=1e-3)  # C
+    assert cols["arrival_p99_us"] == pytest.approx(24_000, rel=1e-3)
+    assert cols["arrival_start_p50_us"] == pytest.approx(8_000, rel=1e-3)
+    assert cols["arrival_schedule_lag_p99_us"] == pytest.approx(2_000, rel=1e-3)
+    assert (cols["arrival_count"], cols["arrival_served"], cols["arrival_sold_out"]) == (5, 2, 1)
+    assert (cols["arrival_gave_up"], cols["arrival_failed"], cols["arrival_rejected_in_flight"]) == (1, 0, 1)
+    assert cols["arrival_order_inversions"] == 1  # C overtook B
+    assert cols["arrival_order_inversion_frac"] == pytest.approx(1 / 3)
+    assert cols["arrival_sellout_s"] == pytest.approx(0.030)  # C took the last unit at 30 ms
+
+
+def test_a_closed_loop_history_has_no_arrival_columns() -> None:
+    h = synthetic_history()
+    assert visits(h[h["op"] != "arrive"]).empty
+    assert arrival_summary(h[h["op"] != "arrive"], None) == ({}, {})
+
+
+def test_schedule_lag_over_1ms_is_generator_bound() -> None:
+    row = {"arrival_schedule_lag_p99_us": 2500.0, "generator_bound": False}
+    schedule_lag_bound(row)
+    assert row["generator_bound"] is True
+    assert row["generator_bound_reason"] == "schedule lag p99 2.5 ms > 1 ms"
+    row = {"arrival_schedule_lag_p99_us": 900.0, "generator_bound": True, "generator_bound_reason": "hold x3"}
+    schedule_lag_bound(row)  # never clears another reason
+    assert row["generator_bound"] is True and row["generator_bound_reason"] == "hold x3"
+    row = {
+        "arrival_schedule_lag_p99_us": 1500.0,
+        "generator_bound": True,
+        "generator_bound_reason": "hold x3",
+    }
+    schedule_lag_bound(row)
+    assert row["generator_bound_reason"] == "hold x3; schedule lag p99 1.5 ms > 1 ms"
+
+
+# planning and gate -----------------------------------------------------------------------------
+
+
+def test_planning_validates_the_open_model() -> None:
+    infos = plan_open_model(["flash-sale"], "spike:5000@1s", 2.0, 50, set())
+    assert infos["flash-sale"].name == "flash-sale-open"
+    assert infos["flash-sale"].options["arrivals"] == "--arrivals"
+    with pytest.raises(UserError, match="does not apply to workload lock-pairs"):
+        plan_open_model(["lock-pairs"], "constant:5", 2.0, 50, set())
+    with pytest.raises(UserError, match="--patience only apply with --arrivals"):
+        plan_open_model(["flash-sale"], None, 1.0, 50, {"patience"})
+    with pytest.raises(UserError, match="--users does not apply with --arrivals"):
+        plan_open_model(["flash-sale"], "constant:5", 1.0, 50, {"users"})
+    with pytest.raises(UserError, match="--max-in-flight must be at least 1"):
+        plan_open_model(["flash-sale"], "constant:5", 1.0, 0, set())
+
+
+def test_a_bad_spec_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    argv = [
+        "run",
+        "--impl",
+        "redis.set-nx-px-lua",
+        "--arrivals",
+        "spike:5000",
+        "--results-dir",
+        str(tmp_path),
+    ]
+    previous = signal.getsignal(signal.SIGTERM)  # main() installs its own handler
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("bench: error: bad --arrivals 'spike:5000'") and "spike:5000@1s" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_gate_knows_the_arrival_metrics() -> None:
+    assert parse_rule("arrival.p99:+10%").info.column == "arrival_p99_us"
+    assert parse_rule("arrival-start.p50:+200us").info.column == "arrival_start_p50_us"
+    assert parse_rule("arrival.gave-up:+5").info.optional
+    with pytest.raises(UserError, match="gets worse upwards"):
+        parse_rule("arrival.p99:-10%")
+
+
+# against a real Redis ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_open_run_keeps_its_rate_and_impatient_buyers_give_up(tmp_path: Path) -> None:
+    """Two processes, 100 arrivals/s, 20 ms critical sections and 5 ms of patience."""
+    r = bench(
+        "run", "--impl", "redis.set-nx-px-lua", "--arrivals", "constant:100", "--processes", "2",
+        "--duration", "3", "--cs", "20ms", "--patience", "0.005", "--max-in-flight", "20",
+        "--results-dir", str(tmp_path / "results"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    row = pd.read_csv(run / "cases.csv").iloc[0]
+    history = pd.read_parquet(run / "history" / f"{row['case']}.parquet")
+    arrive = history[(history["op"] == "arrive") & (history["type"] == "invoke")]
+    hist = json.loads((run / "hist" / f"{row['case']}.json").read_text())
+    assert len(hist["workers"]) == 2 and hist["recording_complete"] and len(arrive) > 10
+    # the rate: each process schedules 50/s from its own start; its arrivals, counted over its
+    # recorded schedule span (intended times), match that rate: none was lost or added
+    for _, mine in arrive.groupby(arrive["client"].str.split("-u").str[0]):
+        span_s = (mine["t_ns"].max() - mine["t_ns"].min()) / 1e9
+        assert span_s > 0.3  # a worker that joined late (a busy machine) has a shorter schedule
+        assert abs(len(mine) - 1 - 50 * span_s) <= 2, (len(mine), span_s)
+        gaps = np.diff(np.sort(mine["t_ns"].to_numpy()))
+        assert np.allclose(gaps, 20 * MS, atol=1000)  # evenly spaced: constant:100 over 2 processes
+    # impatient buyers gave up: recorded as such, their acquire a timeout, the lock judged valid
+    assert row["arrival_gave_up"] > 0 and row["arrival_served"] > 0
+    assert row["arrival_failed"] == 0 and row["verdict"] == "valid" and row["overlapping_holds"] == 0
+    v = visits(history)
+    gave_up = v[v["outcome"] == "gave_up"]
+    assert (gave_up["acquire_type"] == "fail").all()
+    assert not (history["type"] == "info").any()
+    assert decode_histogram(hist["histograms"]["arrival"]).get_total_count() == row["arrival_served"]
+    served = v[v["outcome"] == "served"]
+    assert (
+        (served["purchase_ns"] - served["intended_ns"]) >= (served["purchase_ns"] - served["start_ns"])
+    ).all()
+    assert 'id="arrivals"' in (run / "report.html").read_text()
