@@ -237,6 +237,25 @@ def run(
             metavar="N",
         ),
     ] = 0,
+    arrivals: Annotated[
+        str | None,
+        _opt(
+            "arrivals",
+            "open model: buyers arrive by constant:R, poisson:R or spike:PEAK@RAMP[:DECAY]",
+            metavar="SPEC",
+        ),
+    ] = None,
+    patience: Annotated[
+        float, _opt("patience", "open model: seconds a buyer waits for the lock after arriving", metavar="S")
+    ] = 2.0,
+    max_in_flight: Annotated[
+        int,
+        _opt(
+            "max_in_flight",
+            "open model: buyers inside at once (all processes); more are rejected",
+            metavar="N",
+        ),
+    ] = 50,
     test_hosts: Annotated[
         int,
         _opt(
@@ -293,26 +312,35 @@ def run(
         lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
         skewed_clients=skewed_clients, explicit=explicit,
         master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
+        arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
     )  # fmt: skip
     raise typer.Exit(code)
 
 
-@app.command("matrix")
+@app.command("matrix", short_help="Every impl under every safety scenario: one folder, one report.")
 def matrix_cmd(
     backend: Annotated[
         list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
     ] = [],  # noqa: B006
-    impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
+    impl: Annotated[
+        list[str], typer.Option(envvar=_env("impl"), help="impl id(s) or package.module:Class (repeatable)")
+    ] = [],  # noqa: B006
     scenario: Annotated[
         list[str],
         typer.Option(
-            help="only these scenarios (repeatable; default: every one that applies; see bench list)"
+            envvar=_env("scenario"),
+            help="only these scenarios (repeatable; default: every one that applies; see bench list)",
         ),
     ] = [],  # noqa: B006
-    parallel: Annotated[int, typer.Option(help="lanes (cases sharing no server) run side by side")] = 4,
+    parallel: Annotated[
+        int, typer.Option(envvar=_env("parallel"), help="lanes (cases sharing no server) run side by side")
+    ] = 4,
     warm: Annotated[
         bool,
-        typer.Option(help="start each case's Locust from a warm, pre-imported process (--no-warm: cold)"),
+        typer.Option(
+            envvar=_env("warm"),
+            help="start each case's Locust from a warm, pre-imported process (--no-warm: cold)",
+        ),
     ] = True,
     redis_url: Annotated[
         list[str],
@@ -347,26 +375,7 @@ def matrix_cmd(
     results_dir: Annotated[
         Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
     ] = Path("results"),
-    report: Annotated[bool, typer.Option(help="render report.html at the end")] = True,
-    arrivals: Annotated[
-        str | None,
-        _opt(
-            "arrivals",
-            "open model: buyers arrive by constant:R, poisson:R or spike:PEAK@RAMP[:DECAY]",
-            metavar="SPEC",
-        ),
-    ] = None,
-    patience: Annotated[
-        float, _opt("patience", "open model: seconds a buyer waits for the lock after arriving", metavar="S")
-    ] = 2.0,
-    max_in_flight: Annotated[
-        int,
-        _opt(
-            "max_in_flight",
-            "open model: buyers inside at once (all processes); more are rejected",
-            metavar="N",
-        ),
-    ] = 50,
+    report: Annotated[bool, typer.Option(envvar=_env("report"), help="render report.html at the end")] = True,
 ) -> None:
     """Every impl under every safety scenario (faults fenced and unfenced), one folder, one report."""
     from bench.matrix import matrix_command
@@ -381,7 +390,6 @@ def matrix_cmd(
             "memcached": [memcached_url] if memcached_url else [],
         }, resource_url=resource_url, results_dir=results_dir,
         render=report, argv=sys.argv, console=console,
-        arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -434,20 +442,32 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-@app.command("calibrate")
+@app.command("calibrate", short_help="Print backend floors and each impl's solo hold.")
 def calibrate_cmd(
     backend: Annotated[
         list[str], typer.Option(help="backend(s) whose impls to calibrate, or 'all'", envvar=_env("backend"))
     ] = [],  # noqa: B006
-    impl: Annotated[list[str], typer.Option(help="impl id(s) or package.module:Class (repeatable)")] = [],  # noqa: B006
-    workload: Annotated[str, typer.Option(help="workload whose steps the solo client runs")] = "flash-sale",
-    duration: Annotated[float, typer.Option(help="seconds of the one-client run per impl")] = 3.0,
-    cs: Annotated[str, typer.Option(help="critical-section time, as for bench run")] = "1ms",
-    ttl: Annotated[float, typer.Option(help="lease (TTL) in seconds for locks that have one")] = 10.0,
+    impl: Annotated[
+        list[str], typer.Option(envvar=_env("impl"), help="impl id(s) or package.module:Class (repeatable)")
+    ] = [],  # noqa: B006
+    workload: Annotated[
+        str, typer.Option(envvar=_env("workload"), help="workload whose steps the solo client runs")
+    ] = "flash-sale",
+    duration: Annotated[
+        float, typer.Option(envvar=_env("duration"), help="seconds of the one-client run per impl")
+    ] = 3.0,
+    cs: Annotated[
+        str, typer.Option(envvar=_env("cs"), help="critical-section time, as for bench run")
+    ] = "1ms",
+    ttl: Annotated[
+        float, typer.Option(envvar=_env("ttl"), help="lease (TTL) in seconds for locks that have one")
+    ] = 10.0,
     retry_interval: Annotated[
-        float, typer.Option(help="seconds between attempts of polling locks")
+        float, typer.Option(envvar=_env("retry_interval"), help="seconds between attempts of polling locks")
     ] = DEFAULT_RETRY_INTERVAL,
-    lock_params: Annotated[str | None, typer.Option(help="JSON object of impl-specific options")] = None,
+    lock_params: Annotated[
+        str | None, typer.Option(envvar=_env("lock_params"), help="JSON object of impl-specific options")
+    ] = None,
 ) -> None:
     """Print each backend's floor (one round trip) and each impl's solo hold; keeps no results."""
     from rich.console import Console as RichConsole
@@ -574,7 +594,7 @@ def baseline_update(
     print(dest)
 
 
-@app.command("worker")
+@app.command("worker", short_help="Serve a remote `bench run --master-bind` as Locust workers.")
 def worker_cmd(
     master: Annotated[
         str, _opt("master", "HOST[:PORT] of the `bench run --master-bind` to serve", metavar="HOST[:PORT]")

@@ -193,7 +193,7 @@ def test_planning_validates_the_open_model() -> None:
         plan_open_model(["flash-sale"], None, 1.0, 50, {"patience"})
     with pytest.raises(UserError, match="--users does not apply with --arrivals"):
         plan_open_model(["flash-sale"], "constant:5", 1.0, 50, {"users"})
-    with pytest.raises(UserError, match="--max-in-flight must be at least 1"):
+    with pytest.raises(UserError, match="--max-in-flight must be a whole number from 1"):
         plan_open_model(["flash-sale"], "constant:5", 1.0, 0, set())
 
 
