@@ -137,12 +137,10 @@ def _kill_all(pids: list[int], grace: float) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    from infra.state import pid_alive
+
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     # a zombie is dead for our purpose (its namespace reference is gone)
     with contextlib.suppress(OSError):
         if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
