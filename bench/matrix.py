@@ -321,7 +321,7 @@ def _run_lane_cases(
                 shared.endpoints[lane.name] = endpoints_for_meta(stack)
                 shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
             try:
-                result = run_case(case, stack, scratch, launch)
+                result = run_case(case, stack, scratch, launch=launch)
             except CaseFailed as exc:
                 shared.fail(str(exc))
                 continue
