@@ -451,7 +451,8 @@ class _Execution:
             return (
                 f"interrupted; finished cases in {path} (report.html not written: run `bench report {path}`)"
             )
-        return f"interrupted; finished cases in {path} ({done} of {len(self.cases)} finished)"
+        cases = [c for c in self.cases if not getattr(c, "solo", False)]  # calibrations are no cases
+        return f"interrupted; finished cases in {path} ({done} of {len(cases)} finished)"
 
     def execute(
         self,

@@ -106,7 +106,7 @@ def test_user_supplied_server_killed_mid_run_is_unknown_and_fails_the_run(tmp_pa
     try:
         run = BenchRun("run", "--impl", IMPL, "--redis-url", server.url, "--duration", "7", "--users", "5",
                        "--no-report", "--results-dir", str(tmp_path / "results"))  # fmt: skip
-        run.wait_for("[1/1]")
+        run.wait_for("[2/2]")  # [1/2] is the solo calibration
         _wait_for_lock_traffic(server.url)
         server.process.kill()
         code, out, err = run.finish()
@@ -124,7 +124,7 @@ def test_user_supplied_server_killed_mid_run_is_unknown_and_fails_the_run(tmp_pa
 def test_server_bench_started_that_died_makes_the_case_unknown(tmp_path: Path) -> None:
     run = BenchRun("run", "--impl", IMPL, "--duration", "6", "--users", "5", "--no-report",
                    "--results-dir", str(tmp_path / "results"))  # fmt: skip
-    run.wait_for("[1/1]")
+    run.wait_for("[2/2]")  # [1/2] is the solo calibration
     servers = [p for p in run.descendants() if p.name() == "redis-server"]
     assert len(servers) == 2, servers  # the lock server and the resource
     lock_server = next(p for p in servers if "redis-lock" in p.cwd())  # redis-server chdirs to its --dir
@@ -163,7 +163,7 @@ def test_interrupt_before_the_first_case(tmp_path: Path) -> None:
 def test_interrupt_mid_case_keeps_finished_cases(tmp_path: Path) -> None:
     run = BenchRun("run", "--impl", IMPL, "--impl", "redis.setnx-del", "--duration", "3", "--users", "5",
                    "--results-dir", str(tmp_path / "r"))  # fmt: skip
-    run.wait_for("[2/2]")
+    run.wait_for("[4/4]")  # each impl's solo calibration runs before its case
     time.sleep(2)
     started = run.descendants()
     run.proc.send_signal(signal.SIGINT)
