@@ -160,7 +160,7 @@ def _check_master_mode(
     master_bind: str | None,
     expect_workers: int,
     test_hosts: int,
-    processes: int,
+    processes: int | str,
     user_urls: dict[str, list[str]],
     resource_url: str | None,
 ) -> tuple[str, int] | None:
@@ -186,7 +186,7 @@ def _check_master_mode(
     host, port = parse_host_port(master_bind, "--master-bind")
     if expect_workers < 1:
         raise UserError("--master-bind needs --expect-workers N (Locust worker processes to wait for)")
-    if processes > 1:
+    if str(processes).strip().lower() != "auto" and resolve_processes(processes, 2) > 1:
         raise UserError(
             "--processes is for one host; with --master-bind run `bench worker --processes N` on each"
         )
@@ -394,7 +394,10 @@ def run_command(
         for impl_id, backend in runnable[w]
         for mode in fencing_modes(plans[w]["fencing"], impl_classes[impl_id], impl_id, console, quiet=t > 0)
     ]  # fmt: skip
-    cases = with_calibration(cases)  # each impl's solo hold, measured next to its cases
+    if bind is None and not test_hosts:
+        # each impl's solo hold, measured next to its cases (local runs: remote workers serve
+        # only the cases they were started for)
+        cases = with_calibration(cases)
     needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
     all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
