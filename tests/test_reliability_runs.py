@@ -7,8 +7,6 @@ stderr, run.json and cases.csv, and that no process bench started outlives it.
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import signal
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
+import pytest
 
 from infra.redis_server import RedisServer
 from tests.helpers import PROJECT
