@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -33,14 +34,19 @@ def _redis_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
 
 
-def _redis(urls: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _redis_info(urls: Sequence[str], section: str) -> Iterator[dict[str, Any]]:
+    """``INFO <section>`` of each Redis server, one fresh connection each."""
     for url in urls:
         client = _redis_client(url)
         try:
-            stats = client.info("commandstats")
+            yield client.info(section)
         finally:
             client.close()
+
+
+def _redis(urls: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for stats in _redis_info(urls, "commandstats"):
         for key, value in stats.items():
             name = key.removeprefix("cmdstat_")
             out[name] = out.get(name, 0) + int(value["calls"])
@@ -88,15 +94,7 @@ class CpuReading:
 
 
 def _redis_cpu(urls: Sequence[str]) -> float:
-    total = 0.0
-    for url in urls:
-        client = _redis_client(url)
-        try:
-            info = client.info("cpu")
-        finally:
-            client.close()
-        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    return total
+    return sum(float(i["used_cpu_user"]) + float(i["used_cpu_sys"]) for i in _redis_info(urls, "cpu"))
 
 
 def _etcd_cpu(urls: Sequence[str]) -> float:
