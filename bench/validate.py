@@ -130,13 +130,13 @@ def check_numbers(values: Mapping[str, Any], sources: Mapping[str, str] | None =
     """Check every value whose name is in ``RANGES``; ``None`` means "not given" and passes."""
     for name, value in values.items():
         if name == "processes" and str(value).strip().lower() == "auto":
-            continue  # bench.commands.resolve_processes turns it into a number
+            continue  # bench.run.command.resolve_processes turns it into a number
         if name in RANGES and value is not None:
             check_number(name, value, (sources or {}).get(name, ""))
 
 
 def _url_error(name: str, part: str, why: str, source: str) -> UserError:
-    from bench.redact import redact_text
+    from bench.results.redact import redact_text
 
     example = URL_SCHEMES[name][1]
     return UserError(f"{flag(name)} {redact_text(part)!r}: {why}; e.g. {example}{_from(source)}")

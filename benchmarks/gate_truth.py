@@ -38,8 +38,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gate import run_gate  # noqa: E402
-from bench.gate_rules import DEFAULT_RULES  # noqa: E402
+from bench.gate.compare import run_gate  # noqa: E402
+from bench.gate.rules import DEFAULT_RULES  # noqa: E402
 
 
 def bench_run(out: Path, *args: str) -> Path:

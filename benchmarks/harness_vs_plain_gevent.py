@@ -7,7 +7,7 @@ and resource) started here on loopback:
 - **lockbench**: ``python -m locust -f workloads/flash_sale.py --headless`` with the
   flags ``bench run`` passes (one process), every event in the history and every
   latency in the HDR histograms; acquisitions/s over the steady window and hold p50
-  are computed from its recording as ``bench run`` does (``bench.analysis``);
+  are computed from its recording as ``bench run`` does (``bench.measure.analysis``);
 - **plain**: ``benchmarks/plain_flash_sale_loop.py``, the same steps in N greenlets,
   no Locust, no history, only the hold histogram.
 
@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 import redis  # noqa: E402
 
-from bench.analysis import steady_window  # noqa: E402
+from bench.measure.analysis import steady_window  # noqa: E402
 from infra.redis_server import RedisServer  # noqa: E402
 from lockimpls.base import DEFAULT_RETRY_INTERVAL  # noqa: E402
-from workloads.recording import decode_histogram  # noqa: E402
+from workloads.harness.recording import decode_histogram  # noqa: E402
 
 PLAIN_LOOP = ROOT / "benchmarks" / "plain_flash_sale_loop.py"
 FLASH_SALE = ROOT / "workloads" / "flash_sale.py"

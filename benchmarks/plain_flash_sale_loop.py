@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockimpls.base import LockOptions  # noqa: E402
 from lockimpls.registry import resolve  # noqa: E402
-from workloads import holder_first  # noqa: E402
-from workloads.recording import new_histogram  # noqa: E402
-from workloads.resource import FlashSaleResource  # noqa: E402
+from workloads.harness import holder_first  # noqa: E402
+from workloads.harness.recording import new_histogram  # noqa: E402
+from workloads.harness.resource import FlashSaleResource  # noqa: E402
 
 ITEM = "item-0"
 STOCK = 100_000

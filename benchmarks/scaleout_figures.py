@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from workloads.recording import decode_histogram
+from workloads.harness.recording import decode_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Options that belong to particular workloads (mirrors workloads/catalog.py; dashboards import no workloads).
+#: Options that belong to particular workloads (mirrors workloads/harness/catalog.py; dashboards import no workloads).
 _FLASH_SALE = ("items", "skew", "stock", "max_qty")
 WORKLOAD_OPTIONS: dict[str, tuple[str, ...]] = {
     "flash-sale": _FLASH_SALE,

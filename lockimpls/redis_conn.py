@@ -305,7 +305,7 @@ def set_take_hook(hook: Callable[[redis.connection.AbstractConnection], None] | 
     """Call ``hook`` with every connection :class:`DirectCommands` lends, before its command.
 
     The load generator uses it to schedule a lock holder's replies before waiters'
-    (``workloads.holder_first``); lock algorithms never do. None removes it.
+    (``workloads.harness.holder_first``); lock algorithms never do. None removes it.
     """
     _take_hook[:] = [] if hook is None else [hook]
 

@@ -30,7 +30,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     "plotly ...): about a minute the first time, quiet while pip works; later runs skip this" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  .venv/bin/python -c 'import bench.cli, locust, redis, hdrh, plotly' || { echo "lockbench: pip install failed" >&2; exit 2; }
+  .venv/bin/python -c 'import bench.cli.app, locust, redis, hdrh, plotly' || { echo "lockbench: pip install failed" >&2; exit 2; }
   touch "$stamp"
   echo "lockbench: .venv ready" >&2
 fi

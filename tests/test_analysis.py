@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from bench.analysis import (
+from bench.measure.analysis import (
     CASE_COLUMNS,
     case_row,
     fairness,
@@ -18,8 +18,8 @@ from bench.analysis import (
     steady_window,
     utilization,
 )
-from workloads.checkers import check_flash_sale
-from workloads.recording import HISTORY_COLUMNS, history_frame
+from workloads.checks.core import check_flash_sale
+from workloads.harness.recording import HISTORY_COLUMNS, history_frame
 
 S = 1_000_000_000  # one second in ns
 

@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.arrival_metrics import arrival_summary, schedule_lag_bound, visits
-from bench.commands import plan_open_model
 from bench.errors import UserError
-from bench.gate_rules import parse_rule
+from bench.gate.rules import parse_rule
+from bench.measure.arrival_metrics import arrival_summary, schedule_lag_bound, visits
+from bench.run.command import plan_open_model
 from tests.helpers import bench
-from workloads.arrivals import ArrivalSpec, parse_arrivals
-from workloads.distributions import SpecError
-from workloads.recording import decode_histogram, history_frame
+from workloads.harness.arrivals import ArrivalSpec, parse_arrivals
+from workloads.harness.distributions import SpecError
+from workloads.harness.recording import decode_histogram, history_frame
 
 MS = 1_000_000
 
@@ -198,7 +198,7 @@ def test_planning_validates_the_open_model() -> None:
 
 
 def test_a_bad_spec_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.cli import main
+    from bench.cli.app import main
 
     argv = [
         "run",

@@ -1,4 +1,4 @@
-"""Bad input, run in-process through bench.cli.main: exit 2, one line, no traceback, nothing started.
+"""Bad input, run in-process through bench.cli.app.main: exit 2, one line, no traceback, nothing started.
 
 Every numeric option of every command is tried with NaN, infinity and a value on each side
 of its documented range (bench/validate.py RANGES), plus URLs with wrong schemes or no host,
@@ -18,7 +18,7 @@ import pytest
 import typer
 
 from bench import validate
-from bench.cli import app, main
+from bench.cli.app import app, main
 
 RUN = ["run", "--impl", "redis.set-nx-px-lua"]
 
@@ -211,9 +211,9 @@ def test_every_numeric_run_option_is_read_from_its_variable(
 
 
 def test_help_texts(capsys: pytest.CaptureFixture) -> None:
-    from bench.cli import BACKENDS
-    from bench.suites import SUITES
-    from workloads.catalog import WORKLOADS
+    from bench.cli.app import BACKENDS
+    from bench.gate.suites import SUITES
+    from workloads.harness.catalog import WORKLOADS
 
     def help_of(*args: str) -> str:
         with pytest.raises(SystemExit):

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from workloads.checkers import (
+from workloads.checks.core import (
     CheckResult,
     Verdict,
     check_flash_sale,
@@ -17,7 +17,7 @@ from workloads.checkers import (
     check_witness,
     holds,
 )
-from workloads.recording import HISTORY_COLUMNS, history_frame
+from workloads.harness.recording import HISTORY_COLUMNS, history_frame
 
 
 def history(*events: tuple) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tests.helpers import bench
-from workloads.recording import decode_histogram
+from workloads.harness.recording import decode_histogram
 
 pytestmark = pytest.mark.slow
 

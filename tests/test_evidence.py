@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from bench import evidence
-from bench.commands import summary_table
-from bench.runner import Case, RunSettings, locust_argv
-from workloads.catalog import WORKLOADS
-from workloads.checkers import check_flash_sale, check_stock, indeterminate_purchases
-from workloads.recording import HISTORY_COLUMNS, history_frame
+from bench.measure import evidence
+from bench.run.command import summary_table
+from bench.run.runner import Case, RunSettings, locust_argv
+from workloads.checks.core import check_flash_sale, check_stock, indeterminate_purchases
+from workloads.harness.catalog import WORKLOADS
+from workloads.harness.recording import HISTORY_COLUMNS, history_frame
 
 
 def history(*events: tuple) -> pd.DataFrame:
@@ -190,7 +190,7 @@ def test_locust_argv_keeps_urls_with_passwords_in_a_private_file(tmp_path: Path)
 
 
 def test_progress_line_has_rate_elapsed_and_an_eta_for_the_whole_run() -> None:
-    from bench.progress import FIRST_GUESS_OVERHEAD_S, LiveProgress
+    from bench.run.progress import FIRST_GUESS_OVERHEAD_S, LiveProgress
 
     cases = [
         Case(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.test_checkers import history, hold, holds_history
-from workloads.checkers import check_crashes, check_fencing, check_overlaps, check_pauses, holds
+from workloads.checks.core import check_crashes, check_fencing, check_overlaps, check_pauses, holds
 
 S = 1_000_000_000  # one second in ns
 

@@ -1,4 +1,4 @@
-"""Fidelity: is a case's figure the lock's or the load generator's? (bench/fidelity.py)
+"""Fidelity: is a case's figure the lock's or the load generator's? (bench/measure/fidelity.py)
 
 The flag logic is tested on histograms with a known inflation (pure, fast); the planning
 of solo calibrations and ``--processes auto`` without servers; then two real runs, one
@@ -14,15 +14,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import fidelity
-from bench.analysis import percentiles
-from bench.commands import resolve_processes
 from bench.errors import UserError
-from bench.runner import CALIBRATION_S, Case, RunSettings, with_calibration
+from bench.measure import fidelity
+from bench.measure.analysis import percentiles
+from bench.run.command import resolve_processes
+from bench.run.runner import CALIBRATION_S, Case, RunSettings, with_calibration
 from tests.helpers import bench
 from tests.test_gate import gate, noisy, write_run
-from workloads.catalog import WORKLOADS
-from workloads.recording import new_histogram
+from workloads.harness.catalog import WORKLOADS
+from workloads.harness.recording import new_histogram
 
 
 def hold_row(values_us: list[int], acquisitions: int = 1000, handoff_us: float = 500.0) -> dict:

@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.cli import main
-from bench.gate import MIN_TRIALS, run_gate
-from bench.suites import SUITES, apply_suite
+from bench.cli.app import main
+from bench.gate.compare import MIN_TRIALS, run_gate
+from bench.gate.suites import SUITES, apply_suite
 from tests.helpers import bench
 
 MACHINE = "x86_64-2cpu-8gib"
@@ -94,7 +94,7 @@ class Result:
 
 
 def cli(*args: object, env: dict | None = None) -> Result:
-    """``bench ARGS`` in this process (bench.cli.main, exit code and both streams captured).
+    """``bench ARGS`` in this process (bench.cli.app.main, exit code and both streams captured).
 
     Most tests use it: a subprocess per call costs a second of imports each. The real
     command in a subprocess is exercised by the tests that call ``bench(...)``.
@@ -459,7 +459,7 @@ def test_real_run_slowed_impl_merged_histograms_baseline_and_gate(tmp_path: Path
     meta = json.loads((run / "run.json").read_text())
     assert meta["params"]["lock_params"] == {"delay_s": 0.003}
 
-    from workloads.recording import decode_histogram
+    from workloads.harness.recording import decode_histogram
 
     for impl in ("test.slowed", "redis.set-nx-px-lua"):
         merged = json.loads((run / "hist" / f"{impl}__lock-pairs.merged.json").read_text())

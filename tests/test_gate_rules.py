@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.errors import UserError
-from bench.gate_rules import DEFAULT_RULES, METRICS, parse_rule, parse_rules
+from bench.gate.rules import DEFAULT_RULES, METRICS, parse_rule, parse_rules
 
 
 def test_relative_latency_rule() -> None:

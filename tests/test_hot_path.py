@@ -21,7 +21,7 @@ import redis
 
 from infra.redis_server import RedisServer
 from lockimpls.redis_conn import DirectCommands
-from workloads.recording import decode_histogram
+from workloads.harness.recording import decode_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,8 +112,8 @@ HOLDER_FIRST_SCRIPT = textwrap.dedent(
     monkey.patch_all()
     import sys, time
     import gevent
-    from workloads import holder_first
-    from workloads.resource import FlashSaleResource
+    from workloads.harness import holder_first
+    from workloads.harness.resource import FlashSaleResource
 
     holder_first.install()
     res = FlashSaleResource(sys.argv[1])

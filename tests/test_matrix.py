@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.commands import plan_impls
-from bench.expectations import CATALOG, OUTCOMES, annotate, expected, observed_outcome
-from bench.matrix import plan_lanes, plan_matrix
-from bench.scenarios import SCENARIOS
+from bench.matrix.command import plan_lanes, plan_matrix
+from bench.matrix.expectations import CATALOG, OUTCOMES, annotate, expected, observed_outcome
+from bench.nemesis.scenarios import SCENARIOS
+from bench.run.command import plan_impls
 from lockimpls import registry
 from tests.helpers import bench
-from workloads.evidence import EvidenceWatch, StopRule
+from workloads.checks.stop_rules import EvidenceWatch, StopRule
 
 
 def _applicable() -> list[tuple[str, str]]:

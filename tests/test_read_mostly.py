@@ -17,9 +17,7 @@ import pytest
 from lockimpls.base import Capabilities
 from lockimpls.zk_locks import ReadWrite
 from tests.helpers import bench
-from workloads.catalog import WORKLOADS
-from workloads.recording import history_frame
-from workloads.rw_checks import (
+from workloads.checks.read_write import (
     MODE_READ,
     MODE_WRITE,
     acquire_latency_by_mode,
@@ -28,6 +26,8 @@ from workloads.rw_checks import (
     check_rw_overlaps,
     rw_holds,
 )
+from workloads.harness.catalog import WORKLOADS
+from workloads.harness.recording import history_frame
 
 R, W = MODE_READ, MODE_WRITE
 GOOD_STATE = {"docs": {"doc-0": {"version": 1, "writes": 1, "readers_inside": 0, "writers_inside": 0}}}

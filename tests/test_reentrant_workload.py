@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from tests.helpers import bench
-from workloads.catalog import WORKLOADS
-from workloads.recording import history_frame
-from workloads.reentrant_checks import check_free_at_end, check_nesting, check_reentrant
+from workloads.checks.reentrant import check_free_at_end, check_nesting, check_reentrant
+from workloads.harness.catalog import WORKLOADS
+from workloads.harness.recording import history_frame
 
 L = "reentrant:item-0"
 FREE = {"locks": {L: {"free": True}}}

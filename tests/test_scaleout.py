@@ -22,10 +22,10 @@ import pytest
 import redis
 
 from infra.ports import free_port
-from workloads.checkers import check_flash_sale, check_overlaps
-from workloads.clock_offsets import Sample, combine, estimate
-from workloads.recording import HISTORY_COLUMNS, history_frame
-from workloads.worker_env import CLOCK_SHIFT_ENV
+from workloads.checks.core import check_flash_sale, check_overlaps
+from workloads.harness.clock_offsets import Sample, combine, estimate
+from workloads.harness.recording import HISTORY_COLUMNS, history_frame
+from workloads.harness.worker_env import CLOCK_SHIFT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIFT_NS = 25_000_000  # a worker whose clock reads 25 ms ahead: longer than a hold
@@ -399,7 +399,7 @@ def _cmdline(pid: int) -> list[str]:
     ],
 )
 def test_bad_scale_out_input_is_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture) -> None:
-    from bench.cli import main
+    from bench.cli.app import main
 
     handler = signal.getsignal(signal.SIGTERM)
     try:

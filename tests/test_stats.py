@@ -1,4 +1,4 @@
-"""bench.stats against published values: scipy's documented example, exact tables, Holm's method."""
+"""bench.measure.stats against published values: scipy's documented example, exact tables, Holm's method."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bench.stats import holm, mann_whitney_u, midranks, min_p_value
+from bench.measure.stats import holm, mann_whitney_u, midranks, min_p_value
 
 # scipy.stats.mannwhitneyu documentation example (Conover's "males vs females" ages).
 MALES = [19, 22, 16, 29, 24]

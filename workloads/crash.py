@@ -16,10 +16,10 @@ from typing import Any
 
 from locust import events
 
-from workloads import harness
 from workloads.flash_sale import FlashSale, FlashSaleUser
+from workloads.harness import locust_glue as harness
+from workloads.harness.recording import RecordedLock
 from workloads.lease_expiry import worker_index
-from workloads.recording import RecordedLock
 
 DEFAULTS = {"lock_ttl": 1.0}
 _sections = itertools.count(1)

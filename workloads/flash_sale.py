@@ -21,11 +21,12 @@ from typing import Any
 
 from locust import User, constant, events, task
 
-from workloads import harness, holder_first
-from workloads.checkers import check_flash_sale
-from workloads.distributions import parse_distribution, zipf_weights
-from workloads.recording import RecordedLock
-from workloads.resource import FlashSaleResource, StaleToken
+from workloads.checks.core import check_flash_sale
+from workloads.harness import holder_first
+from workloads.harness import locust_glue as harness
+from workloads.harness.distributions import parse_distribution, zipf_weights
+from workloads.harness.recording import RecordedLock
+from workloads.harness.resource import FlashSaleResource, StaleToken
 
 
 def item_names(n: int) -> list[str]:

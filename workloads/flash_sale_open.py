@@ -2,7 +2,7 @@
 
 A valid locustfile. Run it with one Locust user per process (``-u`` = number of processes):
 that user is the process's *scheduler*, not a buyer. It deals itself its share of the
-arrival schedule (``--arrivals``, workloads/arrivals.py) and starts one greenlet per buyer
+arrival schedule (``--arrivals``, workloads/harness/arrivals.py) and starts one greenlet per buyer
 at the buyer's intended arrival time. Each buyer does what a flash-sale user does once
 (lock, read, think, write, order, unlock), giving up when it has not got the lock
 ``--patience`` seconds after it arrived. At most ``--max-in-flight`` buyers of a process are
@@ -39,9 +39,9 @@ from locust import User, constant, events, task
 from locust.runners import WorkerRunner
 
 import workloads.flash_sale as flash_sale  # noqa: F401 - registers flash-sale's options and workload
-from workloads import harness
-from workloads.arrivals import parse_arrivals
-from workloads.distributions import zipf_weights
+from workloads.harness import locust_glue as harness
+from workloads.harness.arrivals import parse_arrivals
+from workloads.harness.distributions import zipf_weights
 
 #: The scheduler starts the schedule this long after it starts, so the first buyers are not late.
 LEAD_S = 0.05

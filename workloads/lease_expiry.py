@@ -23,9 +23,9 @@ from typing import Any
 from gevent import monkey
 from locust import events
 
-from workloads import harness
 from workloads.flash_sale import FlashSale, FlashSaleUser
-from workloads.recording import RecordedLock
+from workloads.harness import locust_glue as harness
+from workloads.harness.recording import RecordedLock
 
 DEFAULTS = {"lock_ttl": 1.0}
 _blocking_sleep = monkey.get_original("time", "sleep")

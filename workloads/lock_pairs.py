@@ -13,9 +13,9 @@ from typing import Any
 
 from locust import User, constant, events, task
 
-from workloads import harness
-from workloads.checkers import check_lock_pairs
-from workloads.recording import RecordedLock
+from workloads.checks.core import check_lock_pairs
+from workloads.harness import locust_glue as harness
+from workloads.harness.recording import RecordedLock
 
 
 @events.init_command_line_parser.add_listener

@@ -12,8 +12,8 @@ from typing import Any
 
 from locust import events
 
-from workloads import harness
 from workloads.flash_sale import FlashSale, FlashSaleUser
+from workloads.harness import locust_glue as harness
 
 __all__ = ["FlashSaleUser"]
 

@@ -12,7 +12,7 @@ declare ``read_write`` can run it; they take ``params["mode"] = "read" | "write"
         --resource-url redis://127.0.0.1:6380/0 --read-ratio 0.9
 
 History: acquires carry their mode in ``value`` (1 read, 0 write; see
-:mod:`workloads.rw_checks`), the business steps are ops ``read`` and ``write``.
+:mod:`workloads.checks.read_write`), the business steps are ops ``read`` and ``write``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import redis
 from locust import User, constant, events, task
 
 from lockimpls.base import BackendUnavailable, Lease, LockError, LockTimeout
-from workloads import harness
-from workloads.distributions import parse_distribution
-from workloads.recording import RecordedLock, Recorder
-from workloads.rw_checks import MODE_READ, MODE_WRITE, check_read_mostly
+from workloads.checks.read_write import MODE_READ, MODE_WRITE, check_read_mostly
+from workloads.harness import locust_glue as harness
+from workloads.harness.distributions import parse_distribution
+from workloads.harness.recording import RecordedLock, Recorder
 
 log = logging.getLogger("lockbench")
 

@@ -23,10 +23,10 @@ from typing import Any
 from locust import events
 
 from lockimpls.base import Lease, LockError
-from workloads import harness
+from workloads.checks.reentrant import check_reentrant
 from workloads.flash_sale import FlashSale, FlashSaleUser, item_names
-from workloads.recording import RecordedLock
-from workloads.reentrant_checks import check_reentrant
+from workloads.harness import locust_glue as harness
+from workloads.harness.recording import RecordedLock
 
 LOCK_PREFIX = "reentrant"
 

@@ -1,0 +1,86 @@
+"""``bench baseline update``: keep a small, committable copy of a run to gate later runs against.
+
+A baseline folder is a results folder without the bulky parts: ``run.json``, ``cases.csv``
+(one row per trial: what the gate tests), ``hist/*.json`` (per-trial and merged HDR
+histograms, a few KB each: what the report's spectra need) and ``baseline.json`` saying
+where it came from and on which machine class. No history parquet, no report.html.
+``bench gate`` and ``bench report`` read it like any run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.errors import UserError
+from bench.gate.compare import load_side
+from bench.results.folder import write_merged_histograms
+
+DEFAULT_NAME = "ci"
+
+
+def latest_run(results_dir: Path) -> Path:
+    """The newest finished run folder under ``results_dir`` (run ids sort by time)."""
+    if not results_dir.is_dir():
+        raise UserError(f"no results folder {results_dir}; run bench run first or name a RUN")
+    for path in sorted((p for p in results_dir.iterdir() if p.is_dir()), reverse=True):
+        try:
+            meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("status") in ("complete", "complete-with-failures"):
+            return path
+    raise UserError(f"no finished run in {results_dir}; run bench run first or name a RUN")
+
+
+def update_baseline(run: Path | None, name: str, baselines_dir: Path, results_dir: Path) -> Path:
+    """Copy the run's summary into ``baselines_dir/name`` (replacing it) and return that folder."""
+    if not name or "/" in name or name.startswith("."):
+        raise UserError(f"baseline name must be a plain folder name, got {name!r}")
+    run = Path(run) if run is not None else latest_run(results_dir)
+    side = load_side(run, "run")  # the gate's own checks: a baseline it cannot read is useless
+    if side.machine_class is None:
+        raise UserError(f"run {run} records no machine class (host.machine_class in run.json)")
+    write_merged_histograms(run)
+    baselines_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=baselines_dir))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a baseline is committed and shared
+        shutil.copyfile(run / "run.json", tmp / "run.json")
+        shutil.copyfile(run / "cases.csv", tmp / "cases.csv")
+        (tmp / "hist").mkdir()
+        for hist in sorted((run / "hist").glob("*.json")):
+            shutil.copyfile(hist, tmp / "hist" / hist.name)
+        info = {
+            "name": name,
+            "source_run": side.run_id,
+            "source_path": str(run),
+            "created_at": datetime.now(UTC).isoformat(),
+            "machine_class": side.machine_class,
+            "git_commit": side.meta.get("git_commit"),
+            "schema": side.meta.get("schema"),
+            "command": side.meta.get("command"),
+        }
+        (tmp / "baseline.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        dest = baselines_dir / name
+        old = None
+        if dest.exists():
+            old = baselines_dir / f".{name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def folder_size(path: Path) -> int:
+    """Bytes in all files under ``path`` (to keep committed baselines small)."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

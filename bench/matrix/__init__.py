@@ -1,0 +1,1 @@
+"""``bench matrix``: every impl under every safety scenario, its tables and the catalog's expectations."""

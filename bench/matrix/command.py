@@ -1,0 +1,472 @@
+"""``bench matrix``: every selected impl under every safety scenario, one folder, one report.
+
+The scenarios are the rows of ``bench/nemesis/scenarios.py``; what the catalog expects of each
+impl in each is ``bench/matrix/expectations.py``. Three things keep the whole matrix short:
+
+* every case ends once its event happened and its checker has the evidence
+  (``workloads/checks/stop_rules.py``), not after a fixed duration;
+* cases run in *lanes*: a lane is a group of cases of one backend and topology with its own
+  servers (lock servers and resource Redis), kept up across its cases and reset between
+  them (``bench/run/reset.py``);
+* lanes share no server, so ``--parallel`` of them run side by side (why that is sound:
+  docs/architecture.md, "The safety matrix").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.errors import UserError
+from bench.matrix.expectations import annotate, observed_outcome
+from bench.matrix.tables import markdown_table, print_summary, timing_summary
+from bench.nemesis.faults import parse_fault
+from bench.nemesis.scenarios import SCENARIOS, USERS, Scenario
+from bench.results import meta
+from bench.results.folder import RunFolder, atomic_write_text
+from bench.results.redact import redact_text
+from bench.run.command import _check_user_dsns, plan_impls
+from bench.run.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
+from bench.run.runner import _run_locust as cold_locust
+from bench.run.warm import WarmLocust, WarmLocustError
+from infra.stack import Stack
+from workloads.checks.stop_rules import EvidenceWatch
+from workloads.harness.catalog import WORKLOADS
+
+#: A lane of more cases than this is split by impl, so no single lane sets the matrix's pace.
+LANE_CASES = 24
+
+
+@dataclass
+class MatrixCase(Case):
+    """A case named by its matrix scenario (``lease-expiry-world+fenced``), not its workload."""
+
+    matrix_scenario: str = ""
+
+    @property
+    def scenario(self) -> str:
+        if self.fencing == "off":
+            return self.matrix_scenario
+        return f"{self.matrix_scenario}+{'fenced' if self.fencing == 'enforce' else 'unfenced'}"
+
+
+@dataclass
+class Lane:
+    """Cases that share servers: one backend, one topology, run one after the other."""
+
+    backend: str
+    topology: str | None
+    cases: list[MatrixCase] = field(default_factory=list)
+    index: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}{'/' + self.topology if self.topology else ''}#{self.index}"
+
+    def servers_needed(self) -> int:
+        return max((int(c.params.get("servers", 1)) for c in self.cases), default=1)
+
+
+def _settings(scenario: Scenario) -> RunSettings:
+    info = WORKLOADS[scenario.workload]
+    defaults = {k: v for k, v in info.defaults.items() if k in ("ttl", "duration", "processes")}
+    values: dict[str, Any] = {"users": USERS, **defaults, **scenario.settings}
+    options = {
+        "items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3,
+        **{k: v for k, v in info.defaults.items() if k == "cs"}, **scenario.options,
+    }  # fmt: skip
+    return RunSettings(
+        spawn_rate=float(values["users"]) * 20,  # all users within 50 ms: the event comes sooner
+        workload_options=options,
+        stop_rule=scenario.stop.to_json(),
+        **values,
+    )
+
+
+def plan_matrix(
+    backends: list[str], impls: list[str], scenarios: list[str], fixed_servers: set[str]
+) -> tuple[list[MatrixCase], list[str]]:
+    """Every applicable (impl, scenario, fencing mode) as a case, and what was left out and why."""
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise UserError(f"unknown scenario {unknown[0]!r}; valid: {', '.join(SCENARIOS)}")
+    chosen = [SCENARIOS[s] for s in (scenarios or SCENARIOS)]
+    planned = plan_impls(backends, impls)
+    cases: list[MatrixCase] = []
+    skipped: list[str] = []
+    for impl_id, backend, cls in planned:
+        servers = int(getattr(cls, "servers", 1))
+        for scenario in chosen:
+            if not scenario.applies_to(impl_id, backend, servers):
+                continue
+            if scenario.fault and backend in fixed_servers:
+                skipped.append(f"{impl_id} x {scenario.name}: bench does not break a server it did not start")
+                continue
+            fault = parse_fault(scenario.fault) if scenario.fault else None
+            modes = ["observe", "enforce"] if scenario.fencing and cls.capabilities.fencing else ["off"]
+            for mode in modes:
+                cases.append(
+                    MatrixCase(
+                        impl=impl_id,
+                        backend=backend,
+                        workload=WORKLOADS[scenario.workload],
+                        params={"servers": servers},
+                        fencing=mode,
+                        fault=fault,
+                        settings=_settings(scenario),
+                        matrix_scenario=scenario.name,
+                    )  # fmt: skip
+                )
+    if not cases:
+        raise UserError(
+            "no scenario applies to the impls selected; see 'bench matrix --help' for the scenarios"
+        )
+    return cases, skipped
+
+
+def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
+    """Cases grouped into lanes of one backend and topology, large groups split by impl.
+
+    A backend whose servers the user gave (``--redis-url`` ...) stays one lane: its cases
+    share that server and must not overlap.
+    """
+    groups: dict[tuple[str, str | None], list[MatrixCase]] = {}
+    for case in cases:
+        topology = case.fault.topology() if case.fault else None
+        groups.setdefault((case.backend, topology), []).append(case)
+    lanes: list[Lane] = []
+    for (backend, topology), members in groups.items():
+        impls = list(dict.fromkeys(c.impl for c in members))
+        chunks = 1 if backend in fixed_servers else min(len(impls), math.ceil(len(members) / LANE_CASES))
+        per = math.ceil(len(impls) / chunks)
+        for i in range(chunks):
+            mine = set(impls[i * per : (i + 1) * per])
+            lane = Lane(backend, topology, [c for c in members if c.impl in mine], index=i)
+            if lane.cases:
+                lanes.append(lane)
+    # longest first: the lane that starts last should be a short one
+    return sorted(lanes, key=lambda ln: -sum(c.settings.duration for c in ln.cases))
+
+
+def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
+    """How much the case saw of its scenario's event, and the verdict when it never came.
+
+    ``scenario_events``: events of the scenario's kind in the history (pauses, crashes, fault
+    holds, holds past the lease); ``acquisitions_after_event``: acquisitions after the
+    event that started the stop rule. A case whose event never happened (or whose server
+    fault did not strike) and found nothing wrong proved nothing: its verdict is
+    ``unknown``, with ``verdict_reason`` saying why. A violation stays a violation.
+    """
+    import pandas as pd
+
+    rule = SCENARIOS[case.matrix_scenario].stop
+    history = pd.read_parquet(result["history_file"])
+    start = int(history["t_ns"].min()) if len(history) else 0
+    watch = EvidenceWatch(rule, start)
+    watch.feed(list(history.itertuples(index=False, name=None)))
+    out: dict[str, Any] = {
+        "scenario_events": watch.hits,
+        "acquisitions_after_event": watch.after if watch.trigger_ns is not None else 0,
+    }
+    reason = ""
+    fault = (result.get("extra") or {}).get("fault") or {}
+    if case.fault is not None and fault.get("start_ns") is None:
+        reason = f"the {case.fault.kind} fault did not strike" + (
+            f": {fault['error']}" if fault.get("error") else ""
+        )
+    elif watch.trigger_ns is None:
+        reason = f"the scenario's event ({rule.event}) never happened"
+    if reason and result["row"].get("verdict") != "invalid":
+        out.update({"verdict": "unknown", "verdict_reason": reason})
+    return out
+
+
+class _Shared:
+    """What lanes running in threads share: the results folder, the tallies, the stop flag."""
+
+    def __init__(self, folder: RunFolder, console: Console, total: int) -> None:
+        self.folder = folder
+        self.console = console
+        self.total = total
+        self.done = 0
+        self.failures: list[str] = []
+        self.timings: dict[str, dict[str, Any]] = {}
+        self.endpoints: dict[str, Any] = {}
+        self.versions: dict[str, str] = {}
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
+        row = result["row"]
+        row.update(evidence(case, result))
+        row.update(annotate(row, case.impl, case.matrix_scenario, fenced=case.fencing == "enforce"))
+        row["matrix_scenario"] = case.matrix_scenario
+        t = result.get("timing") or {}
+        row["case_wall_s"] = (t["ended_ns"] - t["launched_ns"]) / 1e9 if t.get("ended_ns") else None
+        row["locust_shutdown_s"] = (
+            (t["exited_ns"] - t["test_stop_ns"]) / 1e9
+            if t.get("test_stop_ns") and t.get("exited_ns")
+            else None
+        )
+        row["bench_judge_s"] = (t["ended_ns"] - t["exited_ns"]) / 1e9 if t.get("exited_ns") else None
+        row["locust_startup_s"] = (
+            (t["test_start_ns"] - t["launched_ns"]) / 1e9
+            if t.get("test_start_ns") and t.get("launched_ns")
+            else None
+        )
+        row["observed_outcome"] = observed_outcome(row)
+        with self._lock:
+            self.folder.add_case(
+                row, result["histograms"], result["history_file"], result["extra"], result.get("log")
+            )
+            self.done += 1
+            flag = "  CONTRADICTS THE CATALOG" if row["contradicts_catalog"] else ""
+            self.console.print(
+                f"[{self.done}/{self.total}] {lane.name}: {case.impl} x {case.scenario}: "
+                f"{row['observed_outcome']} (expected {row['expected_outcome'] or 'n/a'}){flag}",
+                markup=False,
+            )
+
+    def fail(self, message: str) -> None:
+        with self._lock:
+            self.failures.append(message)
+            self.done += 1
+            self.console.print(f"  case failed: {message}", markup=False)
+
+
+def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int]:
+    """Start a case's Locust from the warm process, or cold when there is none or it broke."""
+
+    def launch(argv: list[str], log_path: Path, timeout: float) -> int:
+        if warm is not None:
+            try:
+                return warm.run(argv, log_path, timeout)
+            except WarmLocustError:
+                warm.close()
+        return cold_locust(argv, log_path, timeout)
+
+    return launch
+
+
+def _run_lane(
+    lane: Lane,
+    shared: _Shared,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    warm: bool,
+) -> None:
+    with WarmLocust() if warm else contextlib.nullcontext() as launcher:
+        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, _launcher(launcher))
+
+
+def _heal(stack: Stack) -> None:
+    """Bring back ensemble members a fault killed, so the lane's next case finds a whole cluster."""
+    for server in stack.servers.values():
+        if hasattr(server, "heal"):
+            server.heal()
+
+
+def _run_lane_cases(
+    lane: Lane,
+    shared: _Shared,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    launch: Callable[[list[str], Path, float], int],
+) -> None:
+    """Run a lane's cases on servers kept up across them.
+
+    A Sentinel group cannot fail over twice (its old master is gone and nobody is left to
+    promote), so a failover lane gets fresh servers for every case instead.
+    """
+    t0 = time.monotonic()
+    timing = {
+        "cases": 0,
+        "wall_s": 0.0,
+        "case_s": 0.0,
+        "locust_startup_s": 0.0,
+        "load_s": 0.0,
+        "server_start_s": 0.0,
+    }
+    shared.timings[lane.name] = timing
+    fresh_each = lane.topology == "sentinel"
+    stack: Stack | None = None
+    try:
+        for case in lane.cases:
+            if shared.cancel.is_set():
+                return
+            if stack is None:
+                t_up = time.monotonic()
+                stack = Stack(
+                    [lane.backend],
+                    user_urls=user_urls,
+                    resource_url=resource_url,
+                    reuse_infra_up=False,
+                    servers_per_backend={lane.backend: lane.servers_needed()},
+                    topology={lane.backend: lane.topology} if lane.topology else {},
+                ).__enter__()
+                timing["server_start_s"] += time.monotonic() - t_up
+                shared.endpoints[lane.name] = endpoints_for_meta(stack)
+                shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
+            try:
+                result = run_case(case, stack, scratch, launch=launch)
+            except CaseFailed as exc:
+                shared.fail(str(exc))
+                continue
+            shared.add(lane, case, result)
+            t = result.get("timing") or {}
+            timing["cases"] += 1
+            timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
+            if t.get("test_start_ns") and t.get("test_stop_ns"):
+                timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
+                timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
+            if fresh_each:
+                stack.close()
+                stack = None
+                continue
+            _heal(stack)
+            dead = stack.dead()
+            if dead:
+                shared.fail(
+                    f"lane {lane.name}: server {', '.join(dead)} died during {case.case_id}; lane stopped"
+                )
+                return
+    finally:
+        if stack is not None:
+            stack.close()
+        timing["wall_s"] = time.monotonic() - t0
+
+
+def run_lanes(
+    lanes: list[Lane],
+    shared: _Shared,
+    parallel: int,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    warm: bool = True,
+) -> None:
+    """Run the lanes, ``parallel`` at a time; Ctrl-C lets each lane finish its current case."""
+    pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lane")
+    futures = [pool.submit(_run_lane, lane, shared, user_urls, resource_url, scratch, warm) for lane in lanes]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()
+    except BaseException:
+        shared.cancel.set()
+        for future in futures:
+            future.cancel()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def matrix_command(
+    *,
+    backends: list[str],
+    impls: list[str],
+    scenarios: list[str],
+    parallel: int,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    results_dir: Path,
+    warm: bool = True,
+    render: bool,
+    argv: list[str],
+    console: Console,
+    slo_us: float | None = None,
+) -> int:
+    """Run the safety matrix; returns the exit code (0 ok, 1 a case could not run, 130 interrupted)."""
+    if parallel < 1:
+        raise UserError(f"--parallel must be at least 1, got {parallel}")
+    _check_user_dsns(user_urls)
+    fixed = {b for b, urls in user_urls.items() if urls}
+    cases, skipped = plan_matrix(backends, impls, scenarios, fixed)
+    for line in skipped:
+        console.print(f"lockbench: skipping {line}", markup=False)
+    lanes = plan_lanes(cases, fixed)
+    if resource_url:
+        parallel = 1  # every lane would share the user's resource server
+    used = list(dict.fromkeys(c.matrix_scenario for c in cases))
+    params = {
+        "scenarios": {
+            name: {
+                "workload": SCENARIOS[name].workload, "fault": SCENARIOS[name].fault or "",
+                "summary": SCENARIOS[name].summary, "stop": SCENARIOS[name].stop.to_json(),
+                "settings": SCENARIOS[name].settings, "options": SCENARIOS[name].options,
+            }
+            for name in used
+        },
+        "users": USERS, "parallel": parallel, "lanes": len(lanes), "warm_locust": warm,
+    }  # fmt: skip
+    started = datetime.now(UTC).isoformat()
+    folder = RunFolder(
+        results_dir,
+        {
+            "kind": "matrix",
+            "started_at": started,
+            "command": redact_text(" ".join(["bench", *argv[1:]])),
+            "git_commit": meta.git_commit(),
+            "host": meta.host_info(),
+            "versions": {"libraries": meta.library_versions()},
+            "params": params,
+            "impls": list(dict.fromkeys(c.impl for c in cases)),
+            "endpoints": {},
+        },
+    )
+    console.print(
+        f"lockbench: matrix of {len(cases)} cases ({len(used)} scenarios) in {len(lanes)} lanes, "
+        f"{parallel} side by side; results in {folder.path}",
+        markup=False,
+    )
+    shared = _Shared(folder, console, len(cases))
+    status = "complete"
+    t0 = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="lockbench-matrix-") as tmp:
+            run_lanes(lanes, shared, parallel, user_urls, resource_url, Path(tmp), warm)
+    except KeyboardInterrupt:
+        status = "incomplete"
+        console.print("lockbench: interrupted; keeping finished cases")
+    finally:
+        wall = time.monotonic() - t0
+        if status == "complete" and shared.failures:
+            status = "complete-with-failures"
+        if shared.failures:
+            folder.note("failures", shared.failures)
+        folder.note("matrix", timing_summary(shared.timings, wall, parallel))
+        folder.note("endpoints", shared.endpoints)
+        folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})
+        folder.finish(status)
+    contradictions = print_summary(folder.rows, console)
+    folder.note("contradictions", contradictions)
+    if folder.rows:
+        atomic_write_text(folder.path / "matrix.md", markdown_table(folder.rows))
+    timing = folder.meta["matrix"]
+    console.print(
+        f"lockbench: matrix wall time {timing['wall_s']:.0f} s; Locust start-up took "
+        f"{timing['locust_startup_share']:.0%} of the case time",
+        markup=False,
+    )
+    report_path = folder.path / "report.html"
+    if render and folder.rows:
+        from dashboards import render_report
+
+        report_path = render_report([folder.path], slo_us=slo_us)
+    print(report_path if render and folder.rows else folder.path)
+    if status == "incomplete":
+        return 130
+    return 1 if shared.failures else 0

@@ -1,0 +1,119 @@
+"""What ``bench matrix`` shows of its results: the terminal summary, ``matrix.md`` and the timing.
+
+Kept apart from the runner (bench/matrix/command.py) so that the tables can be drawn again from a
+folder's rows alone, as the README's table is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from bench.nemesis.scenarios import SCENARIOS
+
+
+def timing_summary(timings: dict[str, dict[str, Any]], wall_s: float, parallel: int) -> dict[str, Any]:
+    """Where the matrix's time went: wall time, per lane and per backend, and Locust's start-up share."""
+    per_backend: dict[str, float] = {}
+    for name, t in timings.items():
+        backend = name.split("#")[0]
+        per_backend[backend] = round(per_backend.get(backend, 0.0) + float(t.get("wall_s") or 0.0), 1)
+    startup = sum(t["locust_startup_s"] for t in timings.values())
+    load = sum(t["load_s"] for t in timings.values())
+    case_time = sum(t["case_s"] for t in timings.values())
+    return {
+        "wall_s": round(wall_s, 1),
+        "parallel": parallel,
+        "lanes": {
+            name: {k: round(v, 2) if isinstance(v, float) else v for k, v in t.items()}
+            for name, t in timings.items()
+        },  # fmt: skip
+        "lane_seconds_per_backend": per_backend,
+        "locust_startup_s": round(startup, 1),
+        "load_s": round(load, 1),
+        "case_s": round(case_time, 1),
+        "locust_startup_share": startup / case_time if case_time else 0.0,
+    }
+
+
+def _axes(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Scenarios in table order and impls in catalog order (others as first seen)."""
+    from lockimpls.registry import known_ids
+
+    seen_s = {str(r["matrix_scenario"]) for r in rows}
+    scenarios = [s for s in SCENARIOS if s in seen_s] + sorted(seen_s - set(SCENARIOS))
+    seen_i = list(dict.fromkeys(str(r["impl"]) for r in rows))
+    order = {i: n for n, i in enumerate(known_ids(include_test=True))}
+    return scenarios, sorted(seen_i, key=lambda i: (order.get(i, len(order)), seen_i.index(i)))
+
+
+def _md_cell(row: dict[str, Any]) -> str:
+    seen = str(row.get("observed_outcome"))
+    text = {"survives": "ok", "violates": "**violates**", "stuck": "**stuck**"}.get(seen, "?")
+    if seen == "violates" and row.get("fencing") == "enforce" and bool(row.get("data_safe")):
+        text += ", data safe"
+    recovery = row.get("recovery_ms_p50")
+    if row.get("matrix_scenario") == "crash" and seen == "survives" and recovery == recovery and recovery:
+        text += f" ({float(recovery) / 1000:.1f} s)"
+    return text + (" (!)" if row.get("contradicts_catalog") else "")
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The matrix as a Markdown table: impl x scenario, "unfenced / fenced" where both ran.
+
+    ok = the checkers found nothing; crash cells give the recovery p50; (!) = contradicts
+    the catalog; ? = unknown (the event never came, or the recording is incomplete).
+    """
+    scenarios, impls = _axes(rows)
+    cells: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):
+        cells.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(_md_cell(r))
+    lines = ["| impl | " + " | ".join(scenarios) + " |", "|---" * (len(scenarios) + 1) + "|"]
+    for impl in impls:
+        row = [" / ".join(cells.get((impl, s), ["n/a"])) for s in scenarios]
+        lines.append(f"| {impl} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(rows: list[dict[str, Any]], console: Console) -> list[dict[str, Any]]:
+    """Print the impl x scenario outcomes, then every contradiction of the catalog; return those."""
+    from rich.table import Table
+
+    if not rows:
+        return []
+    short = {"survives": "ok", "violates": "VIOL", "stuck": "STUCK", "unknown": "?"}
+    scenarios, impls = _axes(rows)
+    cells: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):  # unfenced first
+        text = short.get(str(r["observed_outcome"]), "?") + ("!" if r["contradicts_catalog"] else "")
+        cells.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(text)
+    table = Table(
+        title="safety matrix: unfenced/fenced outcome (ok, VIOL, STUCK, ? = unknown; ! = contradicts the catalog)",
+        title_justify="left",
+    )
+    table.add_column("impl", no_wrap=True)
+    for s in scenarios:
+        table.add_column(s)
+    for impl in impls:
+        table.add_row(impl, *("/".join(cells.get((impl, s), [""])) for s in scenarios))
+    console.print(table)
+    contradictions = [
+        {
+            "impl": r["impl"], "scenario": r["scenario"], "expected": r["expected_outcome"],
+            "observed": r["observed_outcome"], "note": r["expected_note"], "case": r["case"],
+        }
+        for r in rows
+        if r.get("contradicts_catalog")
+    ]  # fmt: skip
+    if contradictions:
+        console.print(f"lockbench: {len(contradictions)} results contradict the catalog:", markup=False)
+        for c in contradictions:
+            console.print(
+                f"  {c['impl']} x {c['scenario']}: expected {c['expected']}, saw {c['observed']} "
+                f"(catalog: {c['note']}; logs/{c['case']}.log)",
+                markup=False,
+            )
+    else:
+        console.print("lockbench: every result agrees with the catalog (unknown verdicts excepted)")
+    return contradictions

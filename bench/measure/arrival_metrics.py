@@ -1,0 +1,228 @@
+"""What a shop owner asks of an open-model case, computed from its history alone (pure).
+
+The open model (workloads/flash_sale_open.py) records every buyer as an ``arrive`` op:
+``invoke`` at the intended arrival time with ``value`` = actual start - intended (ns), and
+one completion when the buyer leaves (``ok``; ``fail`` ``gave-up`` / ``rejected`` / a lock
+error; ``info``). The buyer's own acquire and purchase events follow on the same client
+with later seqs, so each is matched to its arrival by (client, the last arrive seq before
+it). From that, per case:
+
+* outcomes: served (bought units), sold out (got in, too little stock left), gave up
+  (patience ran out waiting for the lock: not a lock failure), failed (a lock or resource
+  error, a purchase refused as stale), rejected (the in-flight cap was full), unfinished
+  (still inside when the run stopped);
+* latency in HDR histograms (microseconds, 1 us .. 1 h, 3 digits) of served buyers:
+  ``arrival`` (intended arrival -> purchase ok: free of coordinated omission),
+  ``arrival_start`` (actual start -> purchase ok: what a closed loop would report), and
+  ``arrival_lag`` (actual start - intended, every arrival: the generator's own lateness);
+* time to sell out and arrival-order inversions (below).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from hdrh.histogram import HdrHistogram
+
+from bench.measure.fidelity import SCHEDULE_LAG_LIMIT_US
+from workloads.harness.recording import HIST_HIGHEST_US, HIST_LOWEST_US, encode_histogram, new_histogram
+
+NAN = float("nan")
+#: A case whose schedule lag p99 passes this measured its load generator, not the lock.
+SCHEDULE_LAG_BOUND_US = SCHEDULE_LAG_LIMIT_US  # one limit: bench/measure/fidelity.py decides the flag
+HISTOGRAMS = ("arrival", "arrival_start", "arrival_lag")
+
+
+def _rows(history: pd.DataFrame, op: str, types: tuple[str, ...]) -> pd.DataFrame:
+    mask = (history["op"] == op) & history["type"].isin(types)
+    return history.loc[mask.to_numpy(dtype=bool)]
+
+
+def _first_per_visit(events: pd.DataFrame, arrivals: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Each event tagged with its visit (client, last arrive seq <= its seq); the first per visit."""
+    if events.empty:
+        return pd.DataFrame(columns=["client", "visit", f"{prefix}_type", f"{prefix}_ns", f"{prefix}_value"])
+    left = pd.DataFrame(
+        {
+            "client": events["client"].astype(str).to_numpy(),
+            "seq": events["seq"].to_numpy(dtype=np.int64),
+            f"{prefix}_type": events["type"].astype(str).to_numpy(),
+            f"{prefix}_ns": events["t_ns"].to_numpy(dtype=np.int64),
+            f"{prefix}_value": events["value"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan),
+        }
+    ).sort_values("seq", kind="stable")
+    right = arrivals[["client", "seq"]].assign(visit=arrivals["seq"]).sort_values("seq", kind="stable")
+    tagged = pd.merge_asof(left, right, on="seq", by="client", direction="backward")
+    tagged = tagged.dropna(subset=["visit"]).sort_values(["client", "visit", "seq"], kind="stable")
+    tagged["visit"] = tagged["visit"].astype(np.int64)
+    return tagged.drop_duplicates(["client", "visit"]).drop(columns=["seq"])
+
+
+def visits(history: pd.DataFrame) -> pd.DataFrame:
+    """One row per arrival: client, visit (its arrive seq), lock, intended_ns, start_ns, end_type,
+    end_ns, error, acquire_type, acquire_ns, purchase_type, purchase_ns, units, outcome.
+
+    Empty when the history has no ``arrive`` op (a closed-loop case).
+    """
+    if history is None or history.empty or not (history["op"] == "arrive").any():
+        return pd.DataFrame()
+    inv = _rows(history, "arrive", ("invoke",))
+    arrivals = pd.DataFrame(
+        {
+            "client": inv["client"].astype(str).to_numpy(),
+            "seq": inv["seq"].to_numpy(dtype=np.int64),
+            "lock": inv["lock"].astype(str).to_numpy(),
+            "intended_ns": inv["t_ns"].to_numpy(dtype=np.int64),
+            "start_ns": inv["t_ns"].to_numpy(dtype=np.int64)
+            + inv["value"].fillna(0).to_numpy(dtype=np.int64),
+        }
+    ).drop_duplicates(["client", "seq"])
+    ends = _rows(history, "arrive", ("ok", "fail", "info"))
+    ends = pd.DataFrame(
+        {
+            "client": ends["client"].astype(str).to_numpy(),
+            "seq": ends["seq"].to_numpy(dtype=np.int64),
+            "end_type": ends["type"].astype(str).to_numpy(),
+            "end_ns": ends["t_ns"].to_numpy(dtype=np.int64),
+            "error": ends["error"].fillna("").astype(str).to_numpy(),
+        }
+    ).drop_duplicates(["client", "seq"])
+    out = arrivals.merge(ends, on=["client", "seq"], how="left")
+    acq = _first_per_visit(_rows(history, "acquire", ("ok", "fail", "info")), arrivals, "acquire")
+    buy = _first_per_visit(_rows(history, "purchase", ("ok", "fail")), arrivals, "purchase")
+    out = out.rename(columns={"seq": "visit"})
+    out = out.merge(acq.drop(columns=["acquire_value"]), on=["client", "visit"], how="left")
+    out = out.merge(buy.rename(columns={"purchase_value": "units"}), on=["client", "visit"], how="left")
+    out["outcome"] = _outcomes(out)
+    return out.sort_values("intended_ns", kind="stable").reset_index(drop=True)
+
+
+def _outcomes(v: pd.DataFrame) -> np.ndarray:
+    error = v["error"].fillna("").to_numpy(dtype=object)
+    end = v["end_type"].fillna("").to_numpy(dtype=object)
+    bought = (v["purchase_type"] == "ok").to_numpy(dtype=bool)
+    units = v["units"].fillna(0).to_numpy(dtype=np.float64)
+    return np.select(
+        [
+            error == "rejected",
+            error == "gave-up",
+            bought & (units > 0),
+            bought & (units <= 0),
+            end == "",
+        ],
+        ["rejected", "gave_up", "served", "sold_out", "unfinished"],
+        default="failed",
+    )
+
+
+def _histogram(values_ns: np.ndarray) -> HdrHistogram:
+    hist = new_histogram()
+    for us in np.clip(values_ns // 1000, HIST_LOWEST_US, HIST_HIGHEST_US).astype(np.int64):
+        hist.record_value(int(us))
+    return hist
+
+
+def _pct(hist: HdrHistogram, q: float) -> float:
+    return float(hist.get_value_at_percentile(q)) if hist.get_total_count() else NAN
+
+
+def sellout_s(v: pd.DataFrame, final_state: dict[str, Any] | None) -> float:
+    """Seconds from the first arrival until every item was sold out; NaN if one never was.
+
+    An item is sold out at the first purchase that found too little stock, or at the
+    purchase that took its last unit, whichever came first. Initial stock per item comes
+    from the resource's final state (``items[name]["initial"]``); lock names are
+    ``<prefix>:<item>``.
+    """
+    items = (final_state or {}).get("items") or {}
+    if v.empty or not items:
+        return NAN
+    opening = int(v["intended_ns"].min())
+    buys = v[v["purchase_type"] == "ok"].sort_values("purchase_ns", kind="stable")
+    item_of = buys["lock"].str.split(":", n=1).str[-1]
+    latest = opening
+    for name, info in items.items():
+        mine = buys[(item_of == name).to_numpy(dtype=bool)]
+        units = mine["units"].fillna(0).to_numpy(dtype=np.float64)
+        t = mine["purchase_ns"].to_numpy(dtype=np.float64)
+        gone = (np.cumsum(units) >= float(info.get("initial", math.inf))) | (units <= 0)
+        if not gone.any():
+            return NAN
+        latest = max(latest, int(t[np.argmax(gone)]))
+    return (latest - opening) / 1e9
+
+
+def order_inversions(v: pd.DataFrame) -> int:
+    """Buyers who got the lock while an earlier arrival on the same lock was still waiting.
+
+    A buyer waits from its intended arrival until its acquire completes (granted, gave up or
+    failed); rejected buyers never wait. Buyer B is an inversion when some A with an earlier
+    arrival on B's lock was still waiting when B was granted the lock.
+    """
+    tried = v[v["acquire_type"].notna()]
+    if tried.empty:
+        return 0
+    count = 0
+    for _, rows in tried.groupby("lock", sort=False):
+        rows = rows.sort_values("intended_ns", kind="stable")
+        waiting_until = rows["acquire_ns"].to_numpy(dtype=np.float64)
+        before = np.maximum.accumulate(np.concatenate([[-np.inf], waiting_until[:-1]]))
+        granted = (rows["acquire_type"] == "ok").to_numpy(dtype=bool)
+        count += int((granted & (before > waiting_until)).sum())
+    return count
+
+
+def arrival_summary(
+    history: pd.DataFrame, final_state: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(``arrival_*`` columns of cases.csv, encoded HDR histograms); both empty for a closed-loop case."""
+    v = visits(history)
+    if v.empty:
+        return {}, {}
+    outcome = v["outcome"].to_numpy(dtype=object)
+    served = v[outcome == "served"]
+    hists = {
+        "arrival": _histogram((served["purchase_ns"] - served["intended_ns"]).to_numpy(dtype=np.int64)),
+        "arrival_start": _histogram((served["purchase_ns"] - served["start_ns"]).to_numpy(dtype=np.int64)),
+        "arrival_lag": _histogram((v["start_ns"] - v["intended_ns"]).to_numpy(dtype=np.int64)),
+    }
+    span_s = (int(v["intended_ns"].max()) - int(v["intended_ns"].min())) / 1e9
+    granted = int((v["acquire_type"] == "ok").sum())
+    inversions = order_inversions(v)
+    columns: dict[str, Any] = {
+        "arrival_count": len(v),
+        "arrival_offered_s": (len(v) - 1) / span_s if span_s > 0 else NAN,
+        "arrival_served": int((outcome == "served").sum()),
+        "arrival_sold_out": int((outcome == "sold_out").sum()),
+        "arrival_gave_up": int((outcome == "gave_up").sum()),
+        "arrival_failed": int((outcome == "failed").sum()),
+        "arrival_rejected_in_flight": int((outcome == "rejected").sum()),
+        "arrival_unfinished": int((outcome == "unfinished").sum()),
+        "arrival_sellout_s": sellout_s(v, final_state),
+        "arrival_p50_us": _pct(hists["arrival"], 50),
+        "arrival_p99_us": _pct(hists["arrival"], 99),
+        "arrival_start_p50_us": _pct(hists["arrival_start"], 50),
+        "arrival_start_p99_us": _pct(hists["arrival_start"], 99),
+        "arrival_schedule_lag_p50_us": _pct(hists["arrival_lag"], 50),
+        "arrival_schedule_lag_p99_us": _pct(hists["arrival_lag"], 99),
+        "arrival_order_inversions": inversions,
+        "arrival_order_inversion_frac": inversions / granted if granted else NAN,
+    }
+    return columns, {name: encode_histogram(h) for name, h in hists.items()}
+
+
+def schedule_lag_bound(row: dict[str, Any]) -> None:
+    """OR the schedule-lag condition into ``generator_bound`` / ``generator_bound_reason`` of a row.
+
+    Run it after whatever else decided ``generator_bound``: it only ever adds a reason.
+    """
+    lag = row.get("arrival_schedule_lag_p99_us")
+    if lag is None or lag != lag or lag <= SCHEDULE_LAG_BOUND_US:
+        return
+    reason = f"schedule lag p99 {lag / 1000:.1f} ms > 1 ms"
+    before = row.get("generator_bound_reason") or ""
+    row["generator_bound"] = True
+    row["generator_bound_reason"] = f"{before}; {reason}" if before else reason

@@ -1,0 +1,226 @@
+"""Server faults during a case: what to break, when, and the window it was broken in.
+
+Grammar of ``--fault``: ``KIND[@WHEN]``. KIND is ``restart`` (SIGKILL the lock server and
+start it again: Redis has no persistence here, so every lock is forgotten),
+``failover`` (Redis behind Sentinel: the master dies and the replica takes over, with
+the newest writes not yet replicated), ``kill-member`` / ``kill-leader`` (one node of a
+ZooKeeper or etcd ensemble), or a network partition (``partition-node``,
+``partition-leader``, ``partition-majority``, ``partition-client``: see
+:mod:`bench.nemesis.partitions`; the case then runs on test hosts). WHEN is ``held`` (default: the moment a client holds a lock;
+the holder is told and keeps the lock while the fault runs) or a time like ``3s`` after
+the load starts.
+
+Event-triggered faults use the resource server as a mailbox: bench sets an ``armed``
+key, the first holder that sees it claims it and pushes its id to a ``signal`` list,
+bench's fault thread pops it (BLPOP) and strikes. Faults therefore happen while a lock
+is held on purpose, not by luck.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from bench.errors import UserError
+from bench.nemesis import partitions
+
+_SERVERS = ("redis", "postgres", "etcd", "memcached", "zookeeper")
+_ENSEMBLES = {"zookeeper": "ensemble", "etcd": "ensemble"}
+
+#: fault kind -> (backends it applies to, the topology it needs from infra: one for every
+#: backend, or one per backend)
+KINDS: dict[str, tuple[tuple[str, ...], str | dict[str, str] | None]] = {
+    "restart": (_SERVERS, None),
+    "failover": (("redis",), "sentinel"),
+    "kill-member": (("zookeeper", "etcd"), "ensemble"),
+    "kill-leader": (("zookeeper", "etcd"), "ensemble"),
+    "partition-node": (_SERVERS, _ENSEMBLES),
+    "partition-leader": (("redis", "zookeeper", "etcd"), {"redis": "sentinel", **_ENSEMBLES}),
+    "partition-majority": (_SERVERS, _ENSEMBLES),
+    "partition-client": (_SERVERS, None),
+}
+
+#: How long a signalling holder keeps its lock while the fault runs (seconds).
+#: failover: a Sentinel election that fails is retried after twice the failover timeout (6 s);
+#: one took 8.2 s on the shared machine, and a holder that had let go by then proved nothing.
+HOLD_FOR = {
+    "restart": 2.0,
+    "failover": 12.0,
+    "kill-member": 3.0,
+    "kill-leader": 6.0,
+    **dict.fromkeys(partitions.KINDS, partitions.HOLD_S),
+}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A parsed ``--fault`` value."""
+
+    kind: str
+    when: str  # "held" or "<seconds>s"
+
+    @property
+    def at_seconds(self) -> float | None:
+        return None if self.when == "held" else float(self.when[:-1])
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}@{self.when}"
+
+    def topology(self, backend: str | None = None) -> str | None:
+        """The server topology this fault needs for ``backend`` (None: the plain server)."""
+        topo = KINDS[self.kind][1]
+        if isinstance(topo, dict):
+            return topo.get(backend or "")
+        return topo
+
+    @property
+    def is_partition(self) -> bool:
+        """A network partition: the case runs on test hosts."""
+        return self.kind in partitions.KINDS
+
+    def applies_to(self, backend: str) -> bool:
+        return backend in KINDS[self.kind][0]
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """``restart``, ``restart@held``, ``failover@3s`` -> FaultSpec; UserError otherwise."""
+    m = re.fullmatch(r"([a-z-]+)(?:@(held|\d+(?:\.\d+)?s))?", text.strip())
+    if not m or m.group(1) not in KINDS:
+        kinds = ", ".join(KINDS)
+        raise UserError(f"bad --fault {text!r}; use KIND[@held|@<seconds>s] with KIND one of {kinds}")
+    return FaultSpec(m.group(1), m.group(2) or "held")
+
+
+@dataclass
+class FaultWindow:
+    """When a fault started and ended (monotonic ns, the clock of the history) and what it did."""
+
+    kind: str
+    start_ns: int
+    end_ns: int
+    detail: str
+
+
+def _restart(server: Any) -> str:
+    if hasattr(server, "restart"):
+        server.restart()  # the server knows how to come back on the same port and data
+    else:
+        server.process.kill()
+        if server.process.popen is not None:
+            server.process.popen.wait(10)
+        server.start()
+    return f"killed (SIGKILL) and restarted {server.process.name}"
+
+
+class FaultThread(threading.Thread):
+    """Runs one fault during a case, from a thread of the bench process.
+
+    Why a thread in bench, not in Locust: the fault acts on servers that bench started
+    and owns (their processes and handles); Locust only signals when a lock is held.
+    """
+
+    def __init__(
+        self,
+        spec: FaultSpec,
+        server: Any,
+        resource_url: str,
+        deadline_s: float,
+        ground: partitions.PartitionGround | None = None,
+    ) -> None:
+        super().__init__(name=f"fault-{spec.kind}", daemon=True)
+        self.spec = spec
+        self.server = server
+        self.ground = ground
+        #: client id of the holder that claimed the fault (None for a timed fault)
+        self.holder: str | None = None
+        self.resource = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
+        self.deadline_s = deadline_s
+        self.window: FaultWindow | None = None
+        self.error: str | None = None
+        self._cancel = threading.Event()
+
+    def stop(self) -> None:
+        self._cancel.set()
+
+    def _load_started(self) -> bool:
+        """Wait until the workload has reset the resource (it would clear an earlier arming)."""
+        end = time.monotonic() + 60
+        while not self._cancel.is_set() and time.monotonic() < end:
+            if self.resource.get("lockbench:res:started"):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _wait_for_holder(self) -> bool:
+        """Arm the fault and wait until a holder claims it (True) or the case ends (False)."""
+        if not self._load_started():
+            return False
+        self.resource.set("lockbench:res:armed", "1")
+        end = time.monotonic() + self.deadline_s
+        while not self._cancel.is_set() and time.monotonic() < end:
+            popped = self.resource.blpop(["lockbench:res:signal"], timeout=1)
+            if popped:
+                value = popped[1]
+                self.holder = value.decode() if isinstance(value, bytes) else str(value)
+                return True
+        self.resource.delete("lockbench:res:armed")
+        return False
+
+    def _wait_until(self, seconds: float) -> bool:
+        return self._load_started() and not self._cancel.wait(seconds)
+
+    def start(self) -> None:
+        self.resource.delete("lockbench:res:started", "lockbench:res:armed", "lockbench:res:signal")
+        super().start()
+
+    def run(self) -> None:
+        try:
+            self.window = self._strike()
+        except Exception as exc:  # noqa: BLE001 - reported in the case row, the run goes on
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _strike(self) -> FaultWindow | None:
+        spec = self.spec
+        trigger: Callable[[], bool]
+        if spec.at_seconds is None:
+            trigger = self._wait_for_holder
+        else:
+            at = spec.at_seconds
+            trigger = lambda: self._wait_until(at)  # noqa: E731
+        if spec.kind == "failover":
+            # The replica is paused before the trigger so that the holder's lock exists on
+            # the master only (loopback replication is sub-millisecond otherwise).
+            timings: dict[str, Any] = {}
+
+            def hold() -> None:
+                timings["triggered"] = trigger()
+                timings["start"] = time.monotonic_ns()
+
+            self.server.lose_writes_failover(hold)
+            if not timings.get("triggered"):
+                return None
+            return FaultWindow(
+                "failover", timings["start"], time.monotonic_ns(), "master killed with unreplicated writes"
+            )
+        if not trigger():
+            return None
+        if spec.is_partition:
+            if self.ground is None:
+                raise RuntimeError(f"{spec.kind} needs the case on test hosts")
+            start, healed, detail = partitions.strike(spec.kind, self.ground, self.holder, self._cancel)
+            return FaultWindow(spec.kind, start, healed, detail)
+        start = time.monotonic_ns()
+        if spec.kind == "restart":
+            detail = _restart(self.server)
+        elif spec.kind == "kill-leader":
+            detail = self.server.kill_leader()
+        else:
+            detail = self.server.kill_member()
+        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail)

@@ -1,0 +1,635 @@
+"""``bench run``: validate the request, plan cases, bring servers up, run, write, render."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from bench import validate
+from bench.errors import Interrupted, UserError, raise_if_interrupted
+from bench.measure import evidence
+from bench.nemesis.faults import parse_fault
+from bench.results import meta
+from bench.results.folder import RunFolder, write_merged_histograms
+from bench.results.redact import redact_text
+from bench.run.progress import LiveProgress
+from bench.run.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan, with_calibration
+from bench.run.testhost_stack import TestHostStack
+from infra.stack import Stack
+from infra.testhosts import TestHostNet
+from lockimpls import registry
+from lockimpls.base import LockConfigError
+from workloads.harness.arrivals import parse_arrivals
+from workloads.harness.catalog import WORKLOADS, WorkloadInfo, open_model
+from workloads.harness.distributions import SpecError, parse_distribution
+
+
+def _impl_backend(impl_id: str, cls: type) -> str:
+    return getattr(cls, "backend", "") or impl_id.split(".", 1)[0]
+
+
+def plan_impls(backends: list[str], impls: list[str]) -> list[tuple[str, str, type]]:
+    """[(impl id, backend, class)] for the requested backends and impls, validated."""
+    if not backends and not impls:
+        raise UserError(f"say what to run: --backend {{{','.join(registry.backends())},all}} or --impl ID")
+    chosen: list[str] = []
+    valid_backends = registry.backends()
+    for b in backends:
+        if b == "all":
+            chosen += registry.known_ids()
+        elif b in valid_backends:
+            chosen += registry.ids_for_backend(b)
+        else:
+            raise UserError(f"unknown backend {b!r}; valid: {', '.join(valid_backends)}, all")
+    if impls and backends:
+        # --impl narrows the backends' list; an impl of another backend is added
+        narrowed = [i for i in chosen if i in impls]
+        chosen = narrowed + [i for i in impls if i not in narrowed]
+    elif impls:
+        chosen = list(impls)
+    out: list[tuple[str, str, type]] = []
+    for impl_id in dict.fromkeys(chosen):
+        if impl_id not in registry.known_ids(include_test=True) and ":" not in impl_id:
+            raise UserError(
+                f"unknown impl {impl_id!r}; valid: {', '.join(registry.known_ids())} or package.module:Class"
+            )
+        try:
+            cls = registry.resolve(impl_id)
+        except LockConfigError as exc:
+            raise UserError(str(exc)) from None
+        out.append((impl_id, _impl_backend(impl_id, cls), cls))
+    return out
+
+
+FENCING_CHOICES = ("off", "observe", "enforce", "both")
+
+#: Workloads whose fault takes down a whole Locust process: someone else must carry on.
+NEEDS_PROCESSES = ("crash", "lease-expiry")
+
+#: Most Locust workers ``--processes auto`` starts: beyond this many, the workers' own
+#: coordination with the master costs more than the cores they add on a loopback run.
+AUTO_PROCESSES_CAP = 8
+
+
+def resolve_processes(value: str | int, users: int) -> int:
+    """``--processes``: an integer, or ``auto`` = one Locust worker per core when users > 1.
+
+    Simulated clients that share a process delay each other's steps (docs/architecture.md,
+    "Fidelity"), so ``auto`` spreads them over every core; a single client needs no
+    workers. Never more workers than users.
+    """
+    if str(value).strip().lower() == "auto":
+        if users <= 1:
+            return 1
+        return max(1, min(os.cpu_count() or 1, AUTO_PROCESSES_CAP, users))
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise UserError(f"--processes must be a whole number or auto, got {value!r}") from None
+    return number
+
+
+def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console, quiet: bool = False) -> list[str]:
+    """The fencing modes to run an impl in; an impl without tokens runs unfenced and says so."""
+    modes = ["observe", "enforce"] if fencing == "both" else [fencing]
+    if modes != ["off"] and not cls.capabilities.fencing:
+        if not quiet:
+            console.print(f"lockbench: {impl_id} has no fencing tokens: it runs unfenced only")
+        return ["off"]
+    return modes
+
+
+def _check_user_dsns(user_urls: dict[str, list[str]]) -> None:
+    """A PostgreSQL DSN must log in, not just answer TCP: check it now, in one line."""
+    from lockimpls.base import BackendUnavailable
+
+    for dsn in user_urls.get("postgres") or []:
+        from lockimpls.pg_conn import check_dsn
+
+        try:
+            check_dsn(dsn)
+        except (BackendUnavailable, LockConfigError) as exc:
+            raise UserError(f"--pg-dsn: {exc}") from None
+
+
+#: user_urls key (a backend) -> the option that gave it, for validation messages
+_URL_OPTIONS = {
+    "redis": "redis_url", "postgres": "pg_dsn", "zookeeper": "zk_hosts", "etcd": "etcd_url",
+    "memcached": "memcached_url",
+}  # fmt: skip
+
+
+def _per_workload(info: WorkloadInfo, explicit: set[str], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the workload's own defaults where the user set nothing (flag, env, config)."""
+    return {k: (v if k in explicit else info.defaults.get(k, v)) for k, v in values.items()}
+
+
+def _plan_workload(
+    info: WorkloadInfo, v: dict[str, Any], workload_options: dict[str, Any], console: Console
+) -> dict[str, Any]:
+    """Validate one workload's effective values; bump processes where the fault needs a survivor."""
+    opts = {**workload_options, "cs": v["cs"]}
+    v = {**v, "processes": resolve_processes(v["processes"], v["users"])}
+    validate.check_numbers({**opts, **{k: v[k] for k in ("duration", "users", "processes", "ttl")}})
+    try:
+        parse_distribution(opts["cs"])
+    except SpecError as exc:
+        raise UserError(f"--cs: {exc}") from None
+    if v["fencing"] not in FENCING_CHOICES:
+        raise UserError(f"--fencing must be one of {', '.join(FENCING_CHOICES)}, got {v['fencing']!r}")
+    world_pause = info.name != "lease-expiry" or opts.get("pause_kind") == "world"
+    if info.name in NEEDS_PROCESSES and v["processes"] < 2 and world_pause:
+        console.print(
+            f"lockbench: {info.name} needs a second Locust process to survive it: using --processes 2"
+        )
+        v = {**v, "processes": 2}
+    return {**v, "workload_options": opts}
+
+
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _check_master_mode(
+    master_bind: str | None,
+    expect_workers: int,
+    test_hosts: int,
+    processes: int | str,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+) -> tuple[str, int] | None:
+    """Validate --master-bind / --expect-workers; returns the address to listen on."""
+    from bench.run.worker import parse_host_port
+
+    if test_hosts:
+        if test_hosts < 1:
+            raise UserError(f"--test-hosts must be at least 1, got {test_hosts}")
+        if resource_url or any(user_urls.values()):
+            raise UserError(
+                "--test-hosts starts every server on a test host of its own; drop the server URLs"
+            )
+        from infra.testhosts import check_available
+
+        check_available()  # one line naming the fix (root, CAP_NET_ADMIN, iproute2) when it fails
+    if master_bind is None:
+        if expect_workers:
+            raise UserError("--expect-workers needs --master-bind HOST[:PORT] (where the workers connect)")
+        return None
+    if test_hosts:
+        raise UserError("--test-hosts places the master itself; drop --master-bind")
+    host, port = parse_host_port(master_bind, "--master-bind")
+    if expect_workers < 1:
+        raise UserError("--master-bind needs --expect-workers N (Locust worker processes to wait for)")
+    if str(processes).strip().lower() != "auto" and resolve_processes(processes, 2) > 1:
+        raise UserError(
+            "--processes is for one host; with --master-bind run `bench worker --processes N` on each"
+        )
+    if not _is_loopback(host) and not (resource_url and any(user_urls.values())):
+        raise UserError(
+            "workers on other hosts cannot reach servers started here on 127.0.0.1: give the lock server "
+            "(--redis-url, --pg-dsn, ...) and --resource-url at addresses the workers can reach"
+        )
+    return host, port
+
+
+@contextlib.contextmanager
+def on_test_hosts(needed: bool) -> Iterator[TestHostNet | None]:
+    """Test hosts for the whole run when ``needed`` (partition faults), else None.
+
+    Bench's main thread moves to a ``control`` host first, so every check, reset and
+    fault it runs (and every thread it starts) reaches the servers on their hosts.
+    Everything is torn down on the way out, Ctrl-C and SIGTERM included.
+    """
+    if not needed:
+        yield None
+        return
+    with TestHostNet(0) as net:
+        control = net.add_host("control")
+        with net.enter(control):
+            yield net
+
+
+def plan_open_model(
+    workloads: list[str], arrivals: str | None, patience: float, max_in_flight: int, explicit: set[str]
+) -> dict[str, WorkloadInfo]:
+    """The workload each name runs as: its open model with ``--arrivals``, else itself; validated."""
+    if arrivals is None:
+        given = [f"--{n.replace('_', '-')}" for n in ("patience", "max_in_flight") if n in explicit]
+        if given:
+            raise UserError(f"{' and '.join(given)} only apply with --arrivals (the open model)")
+        return {w: WORKLOADS[w] for w in workloads}
+    try:
+        parse_arrivals(arrivals)
+    except SpecError as exc:
+        raise UserError(str(exc)) from None
+    if "users" in explicit:
+        raise UserError(
+            "--users does not apply with --arrivals: buyers come by the schedule; cap them with --max-in-flight"
+        )
+    if not (0.001 <= patience <= 3600):  # also false for NaN
+        raise UserError(f"--patience must be a number of seconds from 0.001 to 3600, got {patience}")
+    if not (1 <= max_in_flight <= 1_000_000):
+        raise UserError(f"--max-in-flight must be a whole number from 1 to 1000000, got {max_in_flight}")
+    infos: dict[str, WorkloadInfo] = {}
+    for w in workloads:
+        variant = open_model(WORKLOADS[w])
+        if variant is None:
+            able = [n for n, i in WORKLOADS.items() if i.open_module]
+            raise UserError(f"--arrivals does not apply to workload {w}; it applies to {', '.join(able)}")
+        infos[w] = variant
+    return infos
+
+
+def run_command(
+    *,
+    backends: list[str],
+    impls: list[str],
+    workloads: list[str],
+    duration: float,
+    users: int,
+    spawn_rate: float | None,
+    processes: int | str,
+    trials: int,
+    workload_options: dict[str, Any],
+    ttl: float,
+    retry_interval: float,
+    acquire_timeout: float,
+    fencing: str,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    results_dir: Path,
+    render: bool,
+    argv: list[str],
+    console: Console,
+    lock_params: dict[str, Any] | None = None,
+    suite: str | None = None,
+    slo_us: float | None = None,
+    fault: str | None = None,
+    clock_skew: float = 0.0,
+    skewed_clients: float = 0.0,
+    explicit: set[str] | None = None,
+    master_bind: str | None = None,
+    expect_workers: int = 0,
+    test_hosts: int = 0,
+    arrivals: str | None = None,
+    patience: float = 2.0,
+    max_in_flight: int = 50,
+) -> int:
+    """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
+
+    ``explicit`` names the options the user set (flag, environment or config); every other
+    option takes each workload's own default (long-cs: a 0.5 s lease ...) where it has one.
+    """
+    workloads = list(dict.fromkeys(workloads or ["flash-sale"]))
+    for workload in workloads:
+        if workload not in WORKLOADS:
+            raise UserError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
+    validate.check_numbers(
+        {"trials": trials, "retry_interval": retry_interval, "acquire_timeout": acquire_timeout,
+         "spawn_rate": spawn_rate, "clock_skew": clock_skew, "skewed_clients": skewed_clients, "slo_us": slo_us}
+    )  # fmt: skip
+    validate.check_urls({_URL_OPTIONS.get(b, b): urls for b, urls in user_urls.items()})
+    validate.check_urls({"resource_url": resource_url})
+    infos = plan_open_model(workloads, arrivals, patience, max_in_flight, explicit or set())
+    if arrivals is not None:
+        workload_options = {**workload_options, "arrivals": arrivals, "patience": patience,
+                            "max_in_flight": max_in_flight}  # fmt: skip
+    base = {"ttl": ttl, "cs": workload_options["cs"], "fencing": fencing, "duration": duration, "users": users,
+            "processes": processes}  # fmt: skip
+    plans = {
+        w: _plan_workload(
+            infos[w], _per_workload(infos[w], explicit or set(), base), workload_options, console
+        )
+        for w in workloads
+    }
+    fault_spec = parse_fault(fault) if fault else None
+    partitioned = fault_spec is not None and fault_spec.is_partition
+    if partitioned and (test_hosts or master_bind):
+        raise UserError(
+            f"--fault {fault_spec.kind} places its own client hosts: drop --test-hosts / --master-bind"
+        )
+    if partitioned:
+        if any(user_urls.values()) or resource_url:
+            raise UserError(
+                f"--fault {fault_spec.kind} starts its own servers on test hosts: drop the server URLs"
+            )
+        for w, p in plans.items():
+            if p["processes"] < 2:
+                console.print(f"lockbench: {fault_spec.kind} cuts one client host off: using --processes 2")
+                plans[w] = {**p, "processes": 2}
+    bind = _check_master_mode(master_bind, expect_workers, test_hosts, processes, user_urls, resource_url)
+    planned = plan_impls(backends, impls)
+    _check_user_dsns(user_urls)
+    if fault_spec is not None:
+        for impl_id, backend, _ in planned:
+            if not fault_spec.applies_to(backend):
+                raise UserError(f"--fault {fault_spec.kind} does not apply to {impl_id} ({backend})")
+    servers_needed: dict[str, int] = {}
+    for _, backend, cls in planned:
+        servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
+    runnable: dict[str, list[tuple[str, str]]] = {}
+    for workload in workloads:
+        info = infos[workload]
+        runnable[workload] = []
+        for impl_id, backend, cls in planned:
+            if info.requires and not getattr(cls.capabilities, info.requires, False):
+                console.print(
+                    f"skipping {impl_id} for {workload}: it needs {info.requires}, which it does not declare"
+                )
+                continue
+            runnable[workload].append((impl_id, backend))
+    if not any(runnable.values()):
+        raise UserError(f"no impl of those can run workload {', '.join(workloads)}")
+
+    settings = {
+        w: RunSettings(
+            # the open model runs one scheduler user per process, all started at once
+            users=p["processes"] if arrivals else p["users"],
+            spawn_rate=100.0 * p["processes"] if arrivals else spawn_rate or float(p["users"]),
+            duration=p["duration"],
+            processes=p["processes"],
+            ttl=p["ttl"],
+            retry_interval=retry_interval,
+            acquire_timeout=acquire_timeout,
+            clock_skew=clock_skew,
+            skewed_clients=skewed_clients,
+            workload_options=p["workload_options"],
+            lock_params=dict(lock_params or {}),
+            master_bind=bind,
+            expect_workers=expect_workers,
+        )  # fmt: skip
+        for w, p in plans.items()
+    }
+    if bind is not None:
+        for s in settings.values():
+            s.processes = 1  # the workers are remote; their own --processes says how many
+    first = plans[workloads[0]]
+    params = {
+        "workload": ",".join(workloads), "duration_s": first["duration"], "users": first["users"],
+        "spawn_rate": settings[workloads[0]].spawn_rate, "processes": first["processes"], "trials": trials,
+        "ttl_s": first["ttl"], "retry_interval_s": retry_interval, "acquire_timeout_s": acquire_timeout,
+        "fencing": first["fencing"], "fault": fault or "", "clock_skew_s": clock_skew,
+        "skewed_clients": skewed_clients, **first["workload_options"],
+        **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
+        **({"master_bind": master_bind, "expect_workers": expect_workers} if bind else {}),
+        **({"test_hosts": test_hosts} if test_hosts else {}),
+    }  # fmt: skip
+    if len(workloads) > 1:
+        params["per_workload"] = {
+            w: {k: p[k] for k in ("duration", "users", "processes", "ttl", "cs", "fencing")}
+            for w, p in plans.items()
+        }
+    impl_classes = {impl_id: cls for impl_id, _, cls in planned}
+    cases = [
+        Case(impl=impl_id, backend=backend, workload=infos[w], trial=t, params={"trials": trials},
+             fencing=mode, fault=fault_spec, settings=settings[w])
+        for t in range(trials)
+        for w in workloads
+        for impl_id, backend in runnable[w]
+        for mode in fencing_modes(plans[w]["fencing"], impl_classes[impl_id], impl_id, console, quiet=t > 0)
+    ]  # fmt: skip
+    if bind is None and not test_hosts:
+        # each impl's solo hold, measured next to its cases (local runs: remote workers serve
+        # only the cases they were started for)
+        cases = with_calibration(cases)
+    needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
+    all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
+    started = datetime.now(UTC).isoformat()
+    topology = {b: fault_spec.topology(b) for b in needed} if fault_spec else {}
+    stack_args: dict[str, Any] = {"backends": needed, "user_urls": user_urls, "resource_url": resource_url,
+                                  "servers_per_backend": servers_needed, "topology": topology}  # fmt: skip
+    hosted = TestHostStack(test_hosts, **stack_args) if test_hosts else None
+
+    @contextlib.contextmanager
+    def open_stack() -> Iterator[Any]:
+        with (
+            on_test_hosts(partitioned) as net,
+            hosted if hosted is not None else Stack(**stack_args, hosts=net) as stack,
+        ):
+            if hosted is not None:
+                for s in settings.values():
+                    s.master_bind, s.expect_workers, s.processes = hosted.master_bind, test_hosts, 1
+            yield stack
+
+    run = _Execution(cases, console)
+    try:
+        return run.execute(
+            needed, open_stack=open_stack,
+            extra_meta=lambda: {"test_hosts": hosted.roles()} if hosted is not None else {},
+            meta_fields={
+                "started_at": started, "command": redact_text(" ".join(["bench", *argv[1:]])),
+                "git_commit": meta.git_commit(), "host": meta.host_info(), "params": params, "impls": all_impls,
+            },
+            results_dir=results_dir, render=render, slo_us=slo_us,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        raise Interrupted(run.interrupted_message()) from None
+
+
+class _Execution:
+    """One ``bench run`` from servers up to the report, and what to say if Ctrl-C stops it.
+
+    Why a class: the interrupt message must name the folder and the stage that was cut
+    short, wherever the KeyboardInterrupt lands (server start, a case, rendering).
+    """
+
+    def __init__(self, cases: list[Case], console: Console) -> None:
+        self.cases = cases
+        self.console = console
+        self.folder: RunFolder | None = None
+        self.stage = "starting servers"
+
+    def interrupted_message(self) -> str:
+        if self.folder is None:
+            return f"interrupted while {self.stage}; no case had started, nothing was written"
+        done = len(self.folder.rows)
+        path = self.folder.path
+        if self.stage == "rendering":
+            return (
+                f"interrupted; finished cases in {path} (report.html not written: run `bench report {path}`)"
+            )
+        cases = [c for c in self.cases if not getattr(c, "solo", False)]  # calibrations are no cases
+        return f"interrupted; finished cases in {path} ({done} of {len(cases)} finished)"
+
+    def execute(
+        self,
+        needed: list[str],
+        *,
+        open_stack: Callable[[], contextlib.AbstractContextManager[Any]],
+        extra_meta: Callable[[], dict[str, Any]],
+        meta_fields: dict[str, Any],
+        results_dir: Path,
+        render: bool,
+        slo_us: float | None,
+    ) -> int:
+        console = self.console
+        console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
+        with open_stack() as stack:
+            meta_fields.update(extra_meta())
+            meta_fields["versions"] = {"servers": stack.versions, "libraries": meta.library_versions()}
+            meta_fields["endpoints"] = endpoints_for_meta(stack)
+            raise_if_interrupted()
+            folder = self.folder = RunFolder(results_dir, {**meta_fields, "report": "missing"})
+            console.print(f"lockbench: results in {folder.path}")
+            status = "complete"
+            failures: list[str] = []
+            self.stage = "running cases"
+            live = LiveProgress(console, self.cases)
+            try:
+                with live:
+                    failures = run_plan(
+                        self.cases, stack, folder, progress=live.case_started, on_tick=live.tick,
+                        on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
+                    )  # fmt: skip
+                if failures:
+                    status = "complete-with-failures"
+                    folder.note("failures", failures)
+            except ServerDied as exc:
+                status = "incomplete"
+                failures = [str(exc)]
+                folder.note("failures", failures)
+                console.print(f"lockbench: {exc}")
+            except BaseException:  # Ctrl-C, a full disk: the finished cases stay readable
+                folder.finish("incomplete")
+                raise
+            folder.finish(status)
+        self.stage = "rendering"  # every case is in the folder; what is left is the summary and report
+        _write_trial_summaries(folder, console)
+        _summary(folder, console)
+        report_path = folder.path / "report.html"
+        if render and folder.rows:
+            from dashboards import render_report
+
+            raise_if_interrupted()
+            report_path = render_report([folder.path], slo_us=slo_us)
+            folder.note("report", "report.html")
+        elif not render:
+            folder.note("report", "not requested (--no-report): bench report <folder> makes it")
+        print(report_path if render and folder.rows else folder.path)
+        lacking = evidence.lacking(folder.rows)
+        if lacking:
+            first = lacking[0]
+            more = f" (+{len(lacking) - 1} more case(s), see the table)" if len(lacking) > 1 else ""
+            console.print(
+                f"lockbench: case {first['case']} has no verdict: {first['verdict_reason']}{more}",
+                soft_wrap=True,
+            )
+        if status == "incomplete":
+            return 1
+        return 1 if failures or lacking else 0
+
+
+def _number(value: Any) -> str:
+    if value is None or value == "" or (isinstance(value, float) and value != value):
+        return "-"  # NaN / missing: no data for this column
+    if isinstance(value, float) and 0 < abs(value) < 10:
+        return f"{value:.1f}"
+    return f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
+
+
+def _latency(us: Any) -> str:
+    """Microseconds in the unit that keeps the cell short: 850us, 3.12ms, 854ms, 1.23s."""
+    if not isinstance(us, (int, float)) or us != us:
+        return "-"
+    if us < 1000:
+        return f"{us:.0f}us"
+    if us < 10_000:
+        return f"{us / 1000:.2f}ms"
+    if us < 1_000_000:
+        return f"{us / 1000:.0f}ms"
+    return f"{us / 1e6:.2f}s" if us < 1e8 else f"{us / 1e6:,.0f}s"
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or str(value).lower() in ("true", "1")
+
+
+def _safety(row: dict[str, Any]) -> str:
+    """The verdict as a person reads it, with the damage counted when the lock failed."""
+    verdict = str(row.get("verdict", ""))
+    if verdict != "invalid":
+        return verdict
+    damage = [
+        f"{_number(row.get(key))} {label}"
+        for key, label in (("overlapping_holds", "overlaps"), ("oversold_units", "oversold"),
+                           ("lost_updates", "lost"))
+        if _number(row.get(key)) not in ("-", "0")
+    ]  # fmt: skip
+    if _is_true(row.get("data_safe")):
+        return "lock unsafe, data safe (fenced)" + (f": {', '.join(damage)}" if damage else "")
+    return "INVALID" + (f": {', '.join(damage)}" if damage else "")
+
+
+def _fidelity(row: dict[str, Any]) -> str:
+    """hold inflation and whether the load generator was the bottleneck, e.g. "3.1x bound"."""
+    parts = []
+    inflation = row.get("hold_inflation")
+    if isinstance(inflation, (int, float)) and inflation == inflation:
+        parts.append(f"{inflation:.1f}x")
+    if _is_true(row.get("generator_bound")):
+        parts.append("bound")
+    return " ".join(parts)
+
+
+def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[str]]:
+    """The console table (fits 80 columns: ids and numbers never wrap) and the notes under it."""
+    several = len({row.get("scenario") for row in rows}) > 1
+    fidelity = any(_fidelity(r) for r in rows)
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    table.add_column("impl" + (" / scenario" if several else ""), no_wrap=True)
+    table.add_column("acq/s" + ("\nhold" if fidelity else ""), justify="right", no_wrap=True)
+    for name in ("acq p50", "acq p99"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("verdict", min_width=12)
+    notes: list[str] = []
+    for row in rows:
+        label = str(row.get("impl", ""))
+        if row.get("trial"):
+            label += f" #{int(row['trial']) + 1}"
+        if several:
+            label += f"\n  {row.get('scenario', '')}"
+        safety = _safety(row)
+        reason = str(row.get("verdict_reason") or "")
+        if reason and reason != "nan":
+            notes.append(f"({len(notes) + 1}) {row.get('case', label)}: {reason}")
+            safety += f" ({len(notes)})"
+        rate = _number(row.get("throughput_acq_s")) + (f"\n{_fidelity(row)}" if _fidelity(row) else "")
+        cells = [label, rate, _latency(row.get("acquire_p50_us")), _latency(row.get("acquire_p99_us"))]
+        style = (
+            "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
+        )
+        table.add_row(*cells, safety, style=style)
+    if fidelity:
+        notes.append(
+            "hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck"
+        )
+    return table, notes
+
+
+def _summary(folder: RunFolder, console: Console) -> None:
+    if not folder.rows:
+        return
+    table, notes = summary_table(folder.rows, f"lockbench run {folder.run_id}")
+    console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, markup=False)
+
+
+def _write_trial_summaries(folder: RunFolder, console: Console) -> None:
+    """Merged histograms and per-trial figures per impl x workload (hist/<group>.merged.json)."""
+    if not folder.rows:
+        return
+    try:
+        write_merged_histograms(folder.path)
+    except (OSError, ValueError) as exc:  # the per-trial files are all there; only the merge is lost
+        console.print(f"lockbench: could not merge trial histograms: {exc}")

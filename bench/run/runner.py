@@ -1,0 +1,689 @@
+"""Runs a plan of cases: servers up, one Locust subprocess per case, checkers, results folder.
+
+Locust runs as a subprocess (``python -m locust -f workloads/<name>.py --headless``)
+so that this process is never gevent-patched and the locustfile a user runs by hand is
+the one measured here. Each case writes its merged recording into a scratch folder;
+this module judges it and appends it to the run's results folder immediately, so an
+interrupted run keeps every finished case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.errors import raise_if_interrupted
+from bench.measure import analysis, arrival_metrics, evidence, fidelity
+from bench.measure.evidence import checker_reason
+from bench.measure.floors import floors as measure_floors
+from bench.nemesis import partitions
+from bench.nemesis.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
+from bench.results.folder import RunFolder
+from bench.results.redact import redact_text, redact_url
+from bench.run.reset import reset_lock_state
+from infra import server_stats
+from infra.ports import free_port
+from infra.process import die_with_parent
+from infra.stack import Stack
+from lockimpls.base import DEFAULT_RETRY_INTERVAL
+from workloads.harness.catalog import WorkloadInfo
+from workloads.harness.recording import decode_histogram
+
+#: Seconds of load of a solo calibration case (one client): a few hundred acquisitions
+#: at the solo rate of a 1 ms critical section, enough for a stable hold p50.
+CALIBRATION_S = 3.0
+
+
+class ServerDied(Exception):
+    """A server the run started is gone: the remaining cases would measure nothing."""
+
+
+class CaseFailed(Exception):
+    """A case produced no usable recording (Locust crashed, a server died)."""
+
+
+@dataclass
+class RunSettings:
+    """Everything about how to drive Locust that is the same for every case of a run."""
+
+    users: int = 50
+    spawn_rate: float = 50.0
+    duration: float = 8.0
+    processes: int = 1
+    ttl: float = 10.0
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
+    acquire_timeout: float = 5.0
+    clock_skew: float = 0.0
+    skewed_clients: float = 0.0
+    lock_params: dict[str, Any] = field(default_factory=dict)
+    workload_options: dict[str, Any] = field(default_factory=dict)
+    #: JSON of a workloads.checks.stop_rules.StopRule: end the case once its evidence is in ("" = run the duration)
+    stop_rule: str = ""
+    #: master mode: Locust listens here and waits for ``expect_workers`` remote workers
+    master_bind: tuple[str, int] | None = None
+    expect_workers: int = 0
+    #: seconds a master waits for its workers before the case fails
+    workers_wait_s: float = 120.0
+
+
+@dataclass
+class Case:
+    """One impl x one workload x one parameter set x one trial."""
+
+    impl: str
+    backend: str
+    workload: WorkloadInfo
+    trial: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    fencing: str = "off"  # off | observe (unfenced, stale writes counted) | enforce (fenced)
+    fault: FaultSpec | None = None
+    settings: RunSettings = field(default_factory=RunSettings)
+    #: a one-client calibration of the impl (bench/measure/fidelity.py), not a case of the results
+    solo: bool = False
+
+    @property
+    def scenario(self) -> str:
+        """What the case puts the lock through: workload, fault and fencing, e.g. ``long-cs+fenced``."""
+        parts = [self.workload.name]
+        if self.fault:
+            parts.append(self.fault.label)
+        if self.fencing != "off":
+            parts.append("fenced" if self.fencing == "enforce" else "unfenced")
+        return "+".join(parts)
+
+    @property
+    def case_id(self) -> str:
+        safe = self.impl.replace(":", "_").replace("/", "_")
+        base = f"{safe}__{self.scenario.replace('+', '__').replace('@', '-')}"
+        if self.solo:
+            return f"{base}__solo"
+        return f"{base}__t{self.trial}" if self.params.get("trials", 1) > 1 else base
+
+    @property
+    def calibration_key(self) -> tuple[str, str, str]:
+        """Cases that share a solo calibration: same impl, workload steps and fencing mode."""
+        return (self.impl, self.workload.name, self.fencing)
+
+
+def calibration_case(case: Case) -> Case:
+    """The one-client, short, fault-free twin of ``case``: its solo calibration."""
+    duration = min(CALIBRATION_S, case.settings.duration)  # never longer than the case itself
+    settings = replace(case.settings, users=1, spawn_rate=1.0, processes=1, duration=duration)
+    return replace(case, fault=None, trial=0, settings=settings, solo=True)
+
+
+def with_calibration(cases: list[Case]) -> list[Case]:
+    """``cases`` with each impl's solo calibration just before its first contended case.
+
+    Interleaved rather than all at the start, so a calibration sees the same machine as
+    the cases it calibrates. Only workloads whose steps one client reproduces are
+    calibrated (:data:`bench.measure.fidelity.CALIBRATED_WORKLOADS`).
+    """
+    out: list[Case] = []
+    seen: set[tuple[str, str, str]] = set()
+    for case in cases:
+        key = case.calibration_key
+        if case.workload.name in fidelity.CALIBRATED_WORKLOADS and key not in seen:
+            seen.add(key)
+            out.append(calibration_case(case))
+        out.append(case)
+    return out
+
+
+#: File the Locust child rewrites every second with its progress (see workloads/harness/locust_glue.py).
+PROGRESS_FILE = "progress.json"
+#: File in a case's scratch folder (mode 0600) that carries the server URLs to Locust.
+URLS_FILE = "urls.json"
+
+
+def write_urls_file(out: Path, lock_urls: list[str], resource_url: str) -> Path:
+    """The URLs, passwords included, in a file only this user can read: ``ps`` shows argv to all."""
+    path = out / URLS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"lock_urls": list(lock_urls), "resource_url": resource_url}, fh)
+    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
+    return path
+
+
+def locust_argv(
+    case: Case,
+    settings: RunSettings,
+    lock_urls: list[str],
+    resource_url: str,
+    out: Path,
+    last_case: bool = False,
+) -> list[str]:
+    """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it."""
+    urls_file = write_urls_file(out, lock_urls, resource_url)
+    argv = [
+        sys.executable, "-m", "locust",
+        "-f", str(case.workload.path),
+        "--headless",
+        "--users", str(settings.users),
+        "--spawn-rate", str(settings.spawn_rate),
+        "--run-time", f"{max(1, round(settings.duration))}s",
+        "--stop-timeout", "10",
+        "--exit-code-on-error", "0",
+        "--only-summary",
+        "--loglevel", "WARNING",
+        "--lock-impl", case.impl,
+        "--lockbench-urls-file", str(urls_file),
+        "--lock-ttl", str(settings.ttl),
+        "--retry-interval", str(settings.retry_interval),
+        "--acquire-timeout", str(settings.acquire_timeout),
+        "--lock-params", json.dumps(settings.lock_params),
+        "--lockbench-out", str(out),
+        "--lockbench-case", case.case_id,
+    ]  # fmt: skip
+    argv += ["--fencing-mode", case.fencing]
+    if settings.stop_rule:
+        argv += ["--lockbench-stop", settings.stop_rule]
+    if settings.clock_skew:
+        argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
+    if case.fault is not None and case.fault.at_seconds is None:
+        argv += ["--fault-signal", "--fault-hold", str(HOLD_FOR[case.fault.kind])]
+    for key, flag in case.workload.options.items():
+        value = settings.workload_options.get(key)
+        if value is not None:
+            argv += [flag, str(value)]
+    if settings.master_bind is not None:
+        host, port = settings.master_bind
+        argv += [
+            "--master", "--master-bind-host", host, "--master-bind-port", str(port),
+            "--expect-workers", str(settings.expect_workers),
+            "--expect-workers-max-wait", str(round(settings.workers_wait_s)),
+            "--lockbench-align-clocks",
+        ]  # fmt: skip
+        if last_case:
+            argv.append("--lockbench-last-case")
+    elif settings.processes > 1:
+        port = free_port()
+        argv += [
+            "--processes", str(settings.processes),
+            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            "--master-host", "127.0.0.1", "--master-port", str(port),
+        ]  # fmt: skip
+    return argv
+
+
+def _poll_progress(path: Path, on_tick: Callable[[dict[str, Any]], None]) -> None:
+    try:
+        sample = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # not written yet, or caught mid-replace: the next poll gets it
+    on_tick(sample)
+
+
+def _run_locust(
+    argv: list[str], log_path: Path, timeout: float, on_tick: Callable[[dict[str, Any]], None] | None = None
+) -> int:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    return proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    raise_if_interrupted()
+                    if time.monotonic() >= deadline:
+                        raise
+                    if on_tick is not None:
+                        _poll_progress(log_path.parent / PROGRESS_FILE, on_tick)
+        except BaseException:
+            # Ctrl-C, timeout or any error: stop Locust (and its forked workers) for good.
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(wait)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            raise
+
+
+def _client_hosts(stack: Stack, n: int) -> list[Any]:
+    """``n`` client hosts of the run's test hosts (made on first use, then reused)."""
+    net = stack.hosts
+    hosts = []
+    for i in range(1, n + 1):
+        try:
+            hosts.append(net.host(f"client-{i}"))
+        except KeyError:
+            hosts.append(net.add_host(f"client-{i}"))
+    return hosts
+
+
+def _run_locust_on_hosts(
+    argv: list[str],
+    stack: Stack,
+    workers: int,
+    log_path: Path,
+    timeout: float,
+    client_hosts: dict[int, Any],
+) -> int:
+    """Locust's master here (bench's control host), one worker process on each client host.
+
+    Why not ``--processes``: its workers share one host, so cutting the holder's host off
+    would cut every client; here each worker can be cut alone. ``client_hosts`` receives
+    ``{worker pid: client host}`` as the workers start.
+    """
+    net = stack.hosts
+    control = net.host("control")
+    port = free_port()
+    hosts = _client_hosts(stack, workers)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    master_argv = [*argv, "--master", "--expect-workers", str(workers),
+                   "--master-bind-host", control.addr, "--master-bind-port", str(port)]  # fmt: skip
+    worker_argv = [*argv, "--worker", "--master-host", control.addr, "--master-port", str(port)]
+    procs: list[subprocess.Popen] = []
+    with open(log_path, "wb") as log:
+        try:
+            master = subprocess.Popen(master_argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+            procs.append(master)
+            for host in hosts:
+                procs.append(net.popen(host, worker_argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, env=env))  # fmt: skip
+            client_hosts.update({p.pid: h for p, h in zip(procs[1:], hosts, strict=True)})
+            code = master.wait(timeout)
+            for proc in procs[1:]:
+                # a worker stuck in a client library's shutdown has already sent its
+                # recording (or the master marked the case incomplete): stop it
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+            return code
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(5)
+
+
+def _log_tail(path: Path, lines: int = 4) -> str:
+    try:
+        text = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return redact_text(" | ".join(text[-lines:]))
+
+
+def _server_pids(stack: Stack, backend: str) -> list[int]:
+    """Processes of the lock servers this stack started for ``backend`` (none for reused ones)."""
+    pids: list[int] = []
+    for key, server in stack.servers.items():
+        if key == f"{backend}-lock" or key.startswith(f"{backend}-lock-"):
+            for member in [server, *getattr(server, "nodes", [])]:
+                pid = getattr(getattr(member, "process", None), "pid", None)
+                if pid:
+                    pids.append(pid)
+    return list(dict.fromkeys(pids))  # a cluster's own process is its first member's
+
+
+def run_case(
+    case: Case,
+    stack: Stack,
+    scratch: Path,
+    solo: fidelity.Solo | None = None,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
+    launch: Callable[[list[str], Path, float], int] | None = None,
+    last_case: bool = False,
+) -> dict[str, Any]:
+    """Run one case in Locust and return its judged, summarised outcome.
+
+    ``launch(argv, log_path, timeout)`` starts Locust and returns its exit code; default a
+    cold ``python -m locust`` subprocess (``bench matrix`` passes a warm one, bench/run/warm.py).
+    """
+    settings = case.settings
+    out = scratch / case.case_id
+    out.mkdir(parents=True, exist_ok=True)
+    lock_urls = stack.urls[case.backend]
+    on_hosts = case.fault is not None and case.fault.is_partition
+    argv_settings = replace(settings, processes=1) if on_hosts else settings
+    argv = locust_argv(case, argv_settings, lock_urls, stack.urls["resource"][0], out, last_case)
+    log_path = out / "locust.log"
+    try:
+        reset_lock_state(case.backend, lock_urls)
+    except Exception as exc:  # noqa: BLE001 - a server that cannot be cleaned cannot be measured
+        raise CaseFailed(f"{case.case_id}: could not clear lock state before the case: {exc}") from exc
+    before = server_stats.snapshot(case.backend, lock_urls)
+    pids = _server_pids(stack, case.backend)
+    cpu_before = server_stats.cpu_snapshot(case.backend, lock_urls, pids)
+    fault = None
+    ground = None
+    if case.fault is not None:
+        server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
+        if on_hosts:
+            lock_servers = [s for k, s in stack.servers.items() if k.startswith(f"{case.backend}-lock")]
+            ground = partitions.PartitionGround(stack.hosts, lock_servers)
+        fault = FaultThread(
+            case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground
+        )
+    if fault is not None:
+        fault.start()
+    launched_ns = time.monotonic_ns()
+    try:
+        if on_hosts:
+            code = _run_locust_on_hosts(
+                argv, stack, settings.processes, log_path, settings.duration + 120, ground.client_hosts
+            )
+        elif launch is not None:
+            code = launch(argv, log_path, settings.duration + 120)
+        else:
+            wait = settings.workers_wait_s if settings.master_bind else 0
+            code = _run_locust(argv, log_path, timeout=settings.duration + 120 + wait, on_tick=on_tick)
+    finally:
+        exited_ns = time.monotonic_ns()
+        if fault is not None:
+            fault.stop()
+            fault.join(60)
+    commands = server_stats.delta(before, server_stats.snapshot(case.backend, lock_urls))
+    server_cpu = server_stats.cpu_delta(cpu_before, server_stats.cpu_snapshot(case.backend, lock_urls, pids))
+    rec_path = out / "recording.json"
+    if not rec_path.exists():
+        raise CaseFailed(
+            f"{case.case_id}: Locust exited with code {code} and no recording: {_log_tail(log_path)}"
+        )
+    recording = json.loads(rec_path.read_text())
+    history = pd.read_parquet(out / "history.parquet")
+    if fault is not None:
+        recording["fault"] = {"spec": case.fault.label, "error": fault.error, "holder": fault.holder}
+        if fault.window is not None:
+            w = fault.window
+            recording["fault"].update({"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail})
+            if on_hosts:
+                recording["fault"]["hosts"] = {
+                    str(pid): host.name for pid, host in (ground.client_hosts if ground else {}).items()
+                }
+                recording["partition"] = partitions.after_heal_columns(
+                    history, w.start_ns, w.end_ns, fault.holder
+                )
+            history = with_fault_window(history, w)
+            history.to_parquet(out / "history.parquet", index=False)
+    recording["server_commands"] = commands
+    if server_cpu is not None:
+        recording["server_cpu"] = {"seconds": server_cpu.seconds, "source": server_cpu.source}
+    result = judge(case, settings, recording, history, out / "history.parquet", solo)
+    result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
+    # where a case's wall time goes: Locust start-up (launch -> test start), load, shut-down
+    result["timing"] = {
+        "launched_ns": launched_ns,
+        "test_start_ns": recording.get("t_start_ns"),
+        "test_stop_ns": recording.get("t_stop_ns"),
+        "exited_ns": exited_ns,
+        "ended_ns": time.monotonic_ns(),
+    }
+    return result
+
+
+def with_fault_window(history: pd.DataFrame, window: FaultWindow) -> pd.DataFrame:
+    """The history plus the fault as an invoke/ok pair of op ``fault`` by client ``bench``."""
+    rows = pd.DataFrame(
+        {
+            "client": ["bench", "bench"],
+            "seq": [0, 0],
+            "op": ["fault", "fault"],
+            "type": ["invoke", "ok"],
+            "lock": [window.kind, window.kind],
+            "t_ns": [window.start_ns, window.end_ns],
+            "token": pd.array([None, None], dtype="Int64"),
+            "value": pd.array([None, None], dtype="Int64"),
+            "error": [window.detail, window.detail],
+        }
+    )
+    merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
+    return merged.sort_values("t_ns", kind="stable").reset_index(drop=True)
+
+
+def judge(
+    case: Case,
+    settings: RunSettings,
+    recording: dict[str, Any],
+    history: pd.DataFrame,
+    history_file: Path,
+    solo: fidelity.Solo | None = None,
+) -> dict[str, Any]:
+    """Checkers and metrics for one recorded case; ``solo`` is its impl's calibration, if any."""
+    verdict = case.workload.check_function()(history, recording["final_state"])
+    hists = {name: decode_histogram(text) for name, text in recording["histograms"].items()}
+    window = analysis.steady_window(history)
+    params = {**case.params, "trial": case.trial, "users": settings.users, "processes": settings.processes}
+    row = analysis.case_row(
+        case.case_id, case.impl, case.workload.name, params, history, hists, verdict, window
+    )
+    row["scenario"] = case.scenario
+    row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")
+    row["fault"] = case.fault.label if case.fault else ""
+    arrival_columns, arrival_hists = arrival_metrics.arrival_summary(history, recording.get("final_state"))
+    row.update(arrival_columns)
+    # The lock may fail (overlaps) while the data stays right (fencing refused the stale writes).
+    damage = [row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted")]
+    row["data_safe"] = not any(v and v == v for v in damage)
+    fault_info = recording.get("fault") or {}
+    if fault_info.get("start_ns") is not None:
+        row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
+    row.update(recording.get("partition") or {})
+    row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
+    row["verdict_reason"] = checker_reason(verdict.results) if row["verdict"] == "unknown" else ""
+    # a verdict needs evidence (bench/measure/evidence.py): enough acquisitions, not mostly server errors
+    evidence.apply(
+        row, history, fault_injected=case.fault is not None, recording_complete=recording.get("complete", True),
+        recording_problems=recording.get("problems", []), duration_s=settings.duration,
+        spawn_s=settings.users / settings.spawn_rate if settings.spawn_rate else None,
+    )  # fmt: skip
+    shares = [
+        w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
+    ]
+    row["harness_cpu_max"] = max(shares) if shares else None
+    commands = recording.get("server_commands") or {}
+    acquisitions = row.get("acquisitions") or 0
+    row["server_cmds_per_acquire"] = (
+        sum(commands.values()) / acquisitions if commands and acquisitions else None
+    )
+    # Does the row describe the lock or the load generator? (bench/measure/fidelity.py)
+    row.update(
+        fidelity.columns(
+            row,
+            solo,
+            case.workload.name in fidelity.CALIBRATED_WORKLOADS,
+            recording.get("workers", {}),
+            recording.get("lock_stats") or {},
+            (recording.get("server_cpu") or {}).get("seconds"),
+        )
+    )
+    for key, value in sorted((recording.get("lock_stats") or {}).items()):
+        row[f"lockstat_{key}"] = value
+    return {
+        "row": row,
+        "histograms": {**recording["histograms"], **arrival_hists},
+        "history_file": history_file,
+        "extra": {
+            "recording_complete": recording.get("complete", True),
+            "recording_problems": recording.get("problems", []),
+            "workers": recording.get("workers", {}),
+            "merged_totals": recording.get("merged_totals", {}),
+            "final_state": recording.get("final_state", {}),
+            "server_commands": recording.get("server_commands", {}),
+            "server_cpu": recording.get("server_cpu"),
+            "lock_stats": recording.get("lock_stats", {}),
+            "fault": recording.get("fault"),
+            "clock_offsets": recording.get("clock_offsets") or {},
+            "checks": [
+                {"name": r.name, "status": r.status, "counters": r.counters, "detail": r.detail}
+                for r in verdict.results
+            ],
+        },
+    }
+
+
+def run_plan(
+    cases: list[Case],
+    stack: Stack,
+    folder: RunFolder,
+    progress: Callable[[Case, int, int], None] | None = None,
+    on_failure: Callable[[Case, str], None] | None = None,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
+) -> list[str]:
+    """Run every case into ``folder``; returns the list of failed case messages.
+
+    Floors are measured first; solo calibration cases (``case.solo``) go into run.json's
+    ``calibration``, never into the case table, and calibrate the cases after them.
+    """
+    failures: list[str] = []
+    backends = list(dict.fromkeys(c.backend for c in cases))
+    calibration = new_calibration(measure_floors(stack.urls, backends))
+    folder.note("calibration", calibration)
+    solos: dict[tuple[str, str, str], fidelity.Solo] = {}
+    with tempfile.TemporaryDirectory(prefix="lockbench-cases-") as tmp:
+        for i, case in enumerate(cases):
+            raise_if_interrupted()
+            if progress:
+                progress(case, i, len(cases))
+            if case.solo:
+                # not a case: a failed calibration leaves its impl's cases on the CPU fallback
+                solo = calibrate_solo(case, stack, Path(tmp), calibration)
+                if solo is not None:
+                    solos[case.calibration_key] = solo
+                elif on_failure:
+                    on_failure(case, calibration["errors"][-1])
+                folder.note("calibration", calibration)
+                _stop_if_a_server_died(stack, case)
+                continue
+            solo = solos.get(case.calibration_key)
+            if solo is None and case.workload.name in fidelity.CALIBRATED_WORKLOADS:
+                same_steps = [s for k, s in solos.items() if k[1:] == case.calibration_key[1:]]
+                solo = fidelity.pooled(same_steps)
+            try:
+                result = run_case(case, stack, Path(tmp), solo, on_tick, last_case=i == len(cases) - 1)
+            except CaseFailed as exc:
+                failures.append(str(exc))
+                if on_failure:
+                    on_failure(case, str(exc))
+                continue
+            record_case(calibration, case.backend, result)
+            dead = stack.dead()
+            if dead:
+                evidence.server_died(result["row"], dead)
+            folder.add_case(
+                result["row"],
+                result["histograms"],
+                result["history_file"],
+                result["extra"],
+                result.get("log"),
+            )
+            folder.note("calibration", calibration)
+            if result["extra"].get("clock_offsets"):
+                # the latest measurement per worker; every case keeps its own in hist/<case>.json
+                offsets = {**folder.meta.get("clock_offsets", {}), **result["extra"]["clock_offsets"]}
+                folder.note("clock_offsets", offsets)
+            if dead:
+                raise ServerDied(
+                    f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"
+                )
+    return failures
+
+
+def _stop_if_a_server_died(stack: Stack, case: Case) -> None:
+    dead = stack.dead()
+    if dead:
+        raise ServerDied(f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept")
+
+
+def calibrate_solo(
+    case: Case, stack: Stack, scratch: Path, calibration: dict[str, Any]
+) -> fidelity.Solo | None:
+    """Run a solo calibration, once more and twice as long when it got too few acquisitions.
+
+    On a busy machine Locust's start-up can eat most of a short window (measured with a
+    load average of 12 on 2 cores: 0 and 38 acquisitions in 3 s where about 500 are
+    usual), and a p50 of a handful of holds is noise. The result goes into ``calibration``.
+    """
+    solo, result, problem = None, None, ""
+    longer = replace(case, settings=replace(case.settings, duration=2 * case.settings.duration))
+    for attempt in (case, longer):
+        try:
+            result = run_case(attempt, stack, scratch)
+        except CaseFailed as exc:
+            problem = str(exc)
+            continue
+        got = fidelity.solo_from(result["row"])
+        if got is not None and (solo is None or got.acquisitions > solo.acquisitions):
+            solo = got
+        if solo is not None and solo.acquisitions >= fidelity.MIN_SOLO_ACQUISITIONS:
+            break
+        got_n = solo.acquisitions if solo else 0
+        problem = f"{case.case_id}: {got_n} acquisitions in {attempt.settings.duration:g}s"
+    if solo is None or solo.acquisitions < fidelity.MIN_SOLO_ACQUISITIONS:
+        calibration["errors"].append(f"solo calibration unusable: {problem}")
+        solo = None
+    if result is not None:
+        record_solo(calibration, case, solo, result)
+    return solo
+
+
+def new_calibration(floors: dict[str, dict]) -> dict[str, Any]:
+    """run.json's ``calibration``: floors, solo holds and how generator-bound cases are judged."""
+    return {
+        "floors": floors,
+        "solo": {},
+        "solo_by_scenario": {},
+        "errors": [],
+        "server_cpu_sources": {},
+        "generator_bound": {
+            "inflation_threshold": fidelity.INFLATION_THRESHOLD,
+            "cpu_share_fallback": fidelity.CPU_BOUND_SHARE,
+            "schedule_lag_limit_us": fidelity.SCHEDULE_LAG_LIMIT_US,
+            "calibrated_workloads": sorted(fidelity.CALIBRATED_WORKLOADS),
+            "meaning": f"a generator-bound case's {fidelity.BOUND_MEANING}",
+            "cases": [],
+        },
+    }
+
+
+def record_solo(
+    calibration: dict[str, Any], case: Case, solo: fidelity.Solo | None, result: dict[str, Any]
+) -> None:
+    """File one solo calibration: ``solo[impl]`` (its first scenario) and ``solo_by_scenario``."""
+    entry = {
+        **(solo.as_json() if solo else {"hold_p50_us": None, "acquire_p50_us": None, "acquisitions": 0}),
+        "workload": case.workload.name,
+        "scenario": case.scenario,
+        "duration_s": case.settings.duration,
+        "verdict": result["row"].get("verdict"),
+    }
+    calibration["solo"].setdefault(case.impl, entry)
+    calibration["solo_by_scenario"].setdefault(case.scenario, {})[case.impl] = entry
+
+
+def record_case(calibration: dict[str, Any], backend: str, result: dict[str, Any]) -> None:
+    """Note a finished case's server CPU source and, when it is generator-bound, its reason."""
+    source = (result["extra"].get("server_cpu") or {}).get("source")
+    if source:
+        calibration["server_cpu_sources"][backend] = source
+    row = result["row"]
+    if row.get("generator_bound"):
+        calibration["generator_bound"]["cases"].append(
+            {"case": row["case"], "reason": row.get("generator_bound_reason", "")}
+        )
+
+
+def endpoints_for_meta(stack: Stack) -> dict[str, Any]:
+    return {
+        key: {"urls": [redact_url(u) for u in urls], "source": stack.sources.get(key, "")}
+        for key, urls in stack.urls.items()
+    }

@@ -1,0 +1,116 @@
+"""``bench worker``: Locust workers on this host for a ``bench run`` acting as master elsewhere.
+
+A run is one Locust master per case, so a worker group lives case after case: it starts
+``locust --worker -f -`` (the locustfile and every option come from the master; nothing
+is shared on disk), lets it run the case, and starts it again for the next master until
+a master says the run is over (its workers exit with ``RUN_DONE_EXIT``). Each group works
+in its own scratch directory, which is also where Locust puts the locustfile it receives.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.errors import UserError
+from infra.process import die_with_parent
+from workloads.harness.worker_env import DEFAULT_MASTER_PORT, HOST_ENV, RUN_DONE_EXIT
+
+#: Seconds between a finished case and asking for the next master: the finished one
+#: lingers about half a second after telling its workers to quit, and a worker that
+#: reached it instead of the next one would wait for nothing.
+RECONNECT_PAUSE_S = 2.0
+
+
+def parse_host_port(text: str, flag: str, default_port: int = DEFAULT_MASTER_PORT) -> tuple[str, int]:
+    """``HOST[:PORT]`` -> (host, port); a bad value is a one-line user error naming ``flag``."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep:
+        host, port_text = text.strip(), str(default_port)
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not host or not 0 < port < 65536:
+        raise UserError(f"{flag} must be HOST[:PORT] with a port 1..65535, got {text!r}")
+    return host, port
+
+
+def worker_argv(host: str, port: int, processes: int) -> list[str]:
+    """The Locust command line of one worker group (``--processes`` forks it locally)."""
+    argv = [
+        sys.executable, "-m", "locust", "--worker", "-f", "-",
+        "--master-host", host, "--master-port", str(port), "--loglevel", "WARNING",
+        "--exit-code-on-error", "0",  # failed acquires are data, not errors of the worker
+    ]  # fmt: skip
+    if processes > 1:
+        argv += ["--processes", str(processes)]
+    return argv
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def run_worker(
+    master: str,
+    processes: int = 1,
+    name: str | None = None,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Serve a run's cases until its master says it is over; returns the exit code.
+
+    0: the run finished; 1: Locust failed (its last lines were printed). A Locust killed
+    by a signal (the crash workload kills its own process) is started again for the next
+    case.
+    """
+    if processes < 1:
+        raise UserError(f"--processes must be at least 1, got {processes}")
+    host, port = parse_host_port(master, "--master")
+    workdir = Path(tempfile.mkdtemp(prefix="lockbench-worker-"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(workdir)}
+    if name:
+        env[HOST_ENV] = name
+    argv = worker_argv(host, port, processes)
+    cases = 0
+    say(f"lockbench worker: {processes} process(es) serving the master at {host}:{port}")
+    try:
+        while True:
+            log_path = workdir / "locust.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=die_with_parent)  # fmt: skip
+                try:
+                    code = proc.wait()
+                finally:
+                    if proc.poll() is None:
+                        _stop(proc)
+            cases += 1
+            if code == RUN_DONE_EXIT:
+                say(f"lockbench worker: the run is over after {cases} case(s)")
+                return 0
+            if code < 0:
+                # killed by a signal: the crash workload kills its own worker on purpose
+                say(f"lockbench worker: Locust was killed by signal {-code}; serving the next case")
+            elif code != 0:
+                tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-3:]
+                say(f"lockbench worker: Locust exited with code {code}: {' | '.join(tail)}")
+                return 1
+            time.sleep(RECONNECT_PAUSE_S)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

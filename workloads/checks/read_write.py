@@ -1,0 +1,194 @@
+"""Checkers of the read-mostly workload: a writer never overlaps anyone, readers may share.
+
+Pure functions over the history (docs/architecture.md, "History") and the resource's
+final state, like :mod:`workloads.checks.core`, whose ``holds``, ``check_witness`` and
+``check_unknown`` they reuse. The history of read-mostly marks each acquire with its
+mode in the ``value`` column: :data:`MODE_READ` (1) for a shared acquire,
+:data:`MODE_WRITE` (0) for an exclusive one; an acquire without a mark (every other
+workload) is exclusive. The business steps are ops ``read`` and ``write`` (invoke, then
+ok with the document version read or written).
+
+Read and write acquire latencies are reported separately, from the history's own
+nanosecond timestamps (invoke -> ok of each acquire), as counters of the verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workloads.checks.core import CheckResult, Status, Verdict, check_unknown, check_witness, holds
+
+MODE_WRITE = 0
+MODE_READ = 1
+
+NAN = float("nan")
+
+
+def _acquire_modes(history: pd.DataFrame) -> pd.DataFrame:
+    """(client, seq, mode) of every ``acquire ok``; unmarked acquires are writes."""
+    ok = history.loc[((history["op"] == "acquire") & (history["type"] == "ok")).to_numpy(dtype=bool)]
+    mode = ok["value"].fillna(MODE_WRITE).to_numpy(dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "client": ok["client"].astype("string").to_numpy(),
+            "acquire_seq": ok["seq"].to_numpy(dtype=np.int64),
+            "mode": mode,
+        }
+    )
+
+
+def rw_holds(history: pd.DataFrame) -> pd.DataFrame:
+    """:func:`workloads.checks.core.holds` plus a ``read`` column (True for a shared hold)."""
+    h = holds(history)
+    if h.empty:
+        h["read"] = pd.Series([], dtype="bool")
+        return h
+    modes = _acquire_modes(history).drop_duplicates(["client", "acquire_seq"])
+    h = h.merge(
+        modes.astype({"client": "string"}), on=["client", "acquire_seq"], how="left", validate="many_to_one"
+    )
+    h["read"] = h["mode"].fillna(MODE_WRITE).to_numpy(dtype=np.int64) == MODE_READ
+    return h.drop(columns=["mode"])
+
+
+def _open_at_starts(group: np.ndarray, start: np.ndarray, end: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """For each interval i, how many intervals selected by ``of`` of its group are open at start_i.
+
+    Intervals are half-open [start, end), so one ending exactly when another starts does
+    not overlap it. An interval selected by ``of`` counts itself.
+    """
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    times = np.concatenate([start, end])
+    _, ranks = np.unique(times, return_inverse=True)
+    m = np.int64(ranks.max() + 1)
+    g = group.astype(np.int64) * m
+    key = g + ranks[: len(start)]
+    s_sorted = np.sort(key[of])
+    e_sorted = np.sort((g + ranks[len(start) :])[of])
+    # earlier groups contribute as many starts as ends below the key, so they cancel
+    return np.searchsorted(s_sorted, key, side="right") - np.searchsorted(e_sorted, key, side="right")
+
+
+def check_rw_overlaps(history: pd.DataFrame) -> CheckResult:
+    """Reader/writer exclusion as the clients saw it.
+
+    A hold conflicts when it begins while another client holds the same lock in a
+    conflicting mode: a write hold conflicts with any hold, a read hold with a write
+    hold. ``overlapping_holds`` counts conflicting holds (each overlap is counted once,
+    on the hold that began second); ``max_concurrent_readers`` is the most readers seen
+    holding one lock at once (above 1 shows that readers really shared it).
+    """
+    h = rw_holds(history) if history is not None and not history.empty else pd.DataFrame()
+    zero = {
+        "overlapping_holds": 0,
+        "max_concurrent_holders": 0,
+        "max_concurrent_readers": 0,
+        "read_acquisitions": 0,
+        "write_acquisitions": 0,
+    }
+    if h.empty:
+        return CheckResult("rw-overlaps", "valid", zero, "no holds")
+    lock_codes, _ = pd.factorize(h["lock"])
+    client_codes, clients = pd.factorize(h["client"])
+    pair = lock_codes.astype(np.int64) * (len(clients) + 1) + client_codes
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    end = h["end_ns"].to_numpy(dtype=np.int64)
+    read = h["read"].to_numpy(dtype=bool)
+    write = ~read
+    every = np.ones(len(h), dtype=bool)
+
+    others_any = _open_at_starts(lock_codes, start, end, every) - _open_at_starts(pair, start, end, every)
+    others_write = _open_at_starts(lock_codes, start, end, write) - _open_at_starts(pair, start, end, write)
+    conflict = np.where(write, others_any > 0, others_write > 0)
+    n_conflicts = int(conflict.sum())
+    holders = int(_open_at_starts(lock_codes, start, end, every).max())
+    readers = int(_open_at_starts(lock_codes, start, end, read)[read].max()) if read.any() else 0
+    counters = {
+        "overlapping_holds": n_conflicts,
+        "max_concurrent_holders": holders,
+        "max_concurrent_readers": readers,
+        "read_acquisitions": int(read.sum()),
+        "write_acquisitions": int(write.sum()),
+    }
+    status: Status = "invalid" if n_conflicts else "valid"
+    if n_conflicts:
+        bad_w = int((conflict & write).sum())
+        detail = (
+            f"{n_conflicts} of {len(h)} holds began in conflict ({bad_w} writes while someone held the lock, "
+            f"{n_conflicts - bad_w} reads while a writer held it)"
+        )
+    else:
+        detail = (
+            f"{int(read.sum())} read and {int(write.sum())} write holds; writers always alone, "
+            f"up to {readers} readers at once"
+        )
+    return CheckResult("rw-overlaps", status, counters, detail)
+
+
+def acquire_latency_by_mode(history: pd.DataFrame) -> dict[str, float]:
+    """p50/p99 of acquire latency (invoke -> ok, microseconds) separately for reads and writes."""
+    out = {f"{m}_acquire_{q}_us": NAN for m in ("read", "write") for q in ("p50", "p99")}
+    if history is None or history.empty:
+        return out
+    acq = history.loc[
+        (history["op"] == "acquire").to_numpy(dtype=bool), ["client", "seq", "type", "t_ns", "value"]
+    ]
+    inv = acq[acq["type"] == "invoke"].drop_duplicates(["client", "seq"])
+    ok = acq[acq["type"] == "ok"]
+    m = ok.merge(inv[["client", "seq", "t_ns"]], on=["client", "seq"], suffixes=("", "_invoke"))
+    if m.empty:
+        return out
+    us = (m["t_ns"] - m["t_ns_invoke"]).to_numpy(dtype=np.float64) / 1000.0
+    is_read = m["value"].fillna(MODE_WRITE).to_numpy(dtype=np.int64) == MODE_READ
+    for name, mask in (("read", is_read), ("write", ~is_read)):
+        if mask.any():
+            out[f"{name}_acquire_p50_us"] = float(np.percentile(us[mask], 50))
+            out[f"{name}_acquire_p99_us"] = float(np.percentile(us[mask], 99))
+    return out
+
+
+def check_rw_data(final_state: dict[str, Any] | None) -> CheckResult:
+    """The resource invariant: each document's version equals the writes that completed on it.
+
+    A writer reads the version, works, and writes version + 1, then counts its write on a
+    separate ledger; two writers inside together lose an update (``lost_updates``).
+    """
+    docs = (final_state or {}).get("docs") or {}
+    if not docs:
+        return CheckResult("rw-data", "unknown", {"lost_updates": 0}, "no final state of the resource")
+    lost = 0
+    bad = []
+    for name, d in docs.items():
+        diff = abs(int(d["writes"]) - int(d["version"]))
+        lost += diff
+        if diff:
+            bad.append(f"{name}: {d['writes']} writes, version {d['version']}")
+    status: Status = "invalid" if lost else "valid"
+    detail = (
+        f"{lost} updates lost; " + "; ".join(bad[:3]) if bad else f"{len(docs)} documents, no update lost"
+    )
+    return CheckResult("rw-data", status, {"lost_updates": lost}, detail)
+
+
+def check_read_mostly(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
+    """The read-mostly verdict: reader/writer exclusion, the witness, lost updates, unknown outcomes.
+
+    The witness of read-mostly records, on entry, how many conflicting clients were
+    inside counting itself (a reader: 1 + writers inside; a writer: writers + readers
+    inside), so :func:`workloads.checks.core.check_witness` reads it unchanged.
+    """
+    latency = acquire_latency_by_mode(history)
+    lat = CheckResult("rw-latency", "valid", latency, "acquire latency by mode (from the history)")
+    return Verdict.combine(
+        [
+            check_rw_overlaps(history),
+            check_witness(history),
+            check_rw_data(final_state),
+            check_unknown(history),
+            lat,
+        ]
+    )

@@ -1,0 +1,637 @@
+"""Locust glue shared by every workload: options, the per-process recorder, merging at the master.
+
+Importing this module registers Locust event listeners, so each workload module stays a
+plain, valid locustfile. The protocol that makes the merge lossless:
+
+* workers ship what they recorded with every stats report (``report_to_master``);
+* when a worker's test stops, it sends what is left plus its running totals in a
+  ``lockbench_final`` message (same socket, so after every earlier chunk);
+* the master's ``test_stop`` asks any worker that has not sent its final chunk to stop
+  and flush (``lockbench_flush``: the ``--run-time`` path stops the master before the
+  workers), waits for all of them, checks that the totals add up, and writes the case
+  output (``recording.json`` + ``history.parquet``) into ``--lockbench-out``.
+
+Workers on other hosts (``--lockbench-align-clocks``): the master measures each worker's
+clock offset with ``lockbench_ping`` / ``lockbench_pong`` round trips before the load
+starts and again after it ends (``workloads.harness.clock_offsets``), shifts that worker's events
+onto its own clock as they arrive, and prefixes their client ids with the worker's id
+(``<host>/<pid>-u<n>``) so that clients of two hosts never share an id. A worker that
+stops answering mid-case leaves the recording incomplete, and the problem names it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.event
+from gevent import monkey
+from locust import events
+from locust import runners as locust_runners
+from locust.runners import STATE_MISSING, LocalRunner, MasterRunner, WorkerRunner
+
+from lockimpls.base import DEFAULT_RETRY_INTERVAL, LockOptions
+from lockimpls.registry import resolve
+from workloads.checks.stop_rules import EvidenceWatch, StopRule
+from workloads.harness import clock_offsets
+from workloads.harness.recording import HIST_NAMES, Recorder
+from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
+
+log = logging.getLogger("lockbench")
+
+FINAL_WAIT_S = 60.0
+#: How often workers ship their recording while a stop rule waits for evidence (s).
+STOP_REPORT_INTERVAL_S = 0.5
+#: Seconds the master waits for one clock round trip before counting it lost.
+PONG_WAIT_S = 1.0
+
+RECORDER = Recorder()
+
+
+class _State:
+    """Process-wide state of the harness (one per Locust process)."""
+
+    def __init__(self) -> None:
+        self.finals: dict[str, dict] = {}
+        self.received: dict[str, dict[str, int]] = {}
+        self.sent_final = False
+        self.t_start_ns: int | None = None
+        self.cpu_start: tuple[float, int] | None = None
+        self.t_spawned_ns: int | None = None
+        self.t_stop_ns: int | None = None
+        self.written = False
+        self.workload: Any = None
+        self.lock_class: type | None = None
+        self.progress: Any = None
+        # master, aligning clocks: per worker node id
+        self.clock_samples: dict[str, list[clock_offsets.Sample]] = {}
+        self.pending_ping: dict[str, tuple[int, int, gevent.event.Event]] = {}
+        self.peers: dict[str, dict[str, Any]] = {}  # host, pid, worker id
+        self.clock_start: dict[str, clock_offsets.Estimate] = {}
+        self.align = False
+        # master: workers whose final chunk came before the master began to stop (not crashes)
+        self.left_early: set[str] = set()
+        self.stopping = False
+
+
+STATE = _State()
+
+
+# --- options -----------------------------------------------------------------------------
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any) -> None:
+    g = parser.add_argument_group("lockbench")
+    g.add_argument("--lock-impl", default="redis.set-nx-px-lua", help="lock impl id or module:Class")
+    g.add_argument("--lock-url", action="append", default=None, help="lock server URL (repeatable)")
+    g.add_argument("--resource-url", default=None, help="Redis URL of the protected resource")
+    g.add_argument("--lock-ttl", type=float, default=10.0, help="lease (TTL) seconds")
+    g.add_argument(
+        "--retry-interval",
+        type=float,
+        default=DEFAULT_RETRY_INTERVAL,
+        help="seconds between polling attempts",
+    )
+    g.add_argument(
+        "--fencing-mode",
+        choices=("off", "observe", "enforce"),
+        default="off",
+        help="off: no tokens; observe: tokens, the resource counts stale ones; enforce: it refuses them",
+    )
+    g.add_argument("--clock-skew", type=float, default=0.0, help="seconds added to skewed clients' clocks")
+    g.add_argument(
+        "--skewed-clients", type=float, default=0.0, help="fraction of clients with a skewed clock"
+    )
+    g.add_argument("--fault-signal", action="store_true", default=False, help="holders answer armed faults")
+    g.add_argument("--fault-hold", type=float, default=3.0, help="seconds a signalling holder keeps the lock")
+    g.add_argument("--acquire-timeout", type=float, default=5.0, help="seconds an acquire may wait")
+    g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
+    g.add_argument("--lockbench-out", default="", help="directory for the merged recording")
+    g.add_argument("--lockbench-case", default="", help="case id (labels only)")
+    g.add_argument(
+        "--lockbench-urls-file",
+        default="",
+        help="JSON file with lock_urls and resource_url (bench passes URLs this way so ps does not show passwords)",
+    )
+    g.add_argument(
+        "--lockbench-stop",
+        default="",
+        help="JSON stop rule (workloads/checks/stop_rules.py): end the test once the fault's evidence is in",
+    )
+
+    g.add_argument(
+        "--lockbench-align-clocks",
+        action="store_true",
+        default=False,
+        help="workers run on other hosts: measure their clock offsets and shift their events",
+    )
+    g.add_argument(
+        "--lockbench-last-case",
+        action="store_true",
+        default=False,
+        help="the run's last case: workers started by `bench worker` exit afterwards",
+    )
+
+
+def apply_urls_file(opts: Any) -> None:
+    """Take ``--lock-url`` / ``--resource-url`` from ``--lockbench-urls-file`` when given.
+
+    bench writes the file (mode 0600) instead of putting URLs, passwords included, on the
+    command line, where ``ps`` shows them to every user of the machine.
+    """
+    path = getattr(opts, "lockbench_urls_file", "")
+    if not path:
+        return
+    data = json.loads(Path(path).read_text())
+    if data.get("lock_urls"):
+        opts.lock_url = list(data["lock_urls"])
+    if data.get("resource_url"):
+        opts.resource_url = data["resource_url"]
+
+
+def fencing_mode(opts: Any) -> str:
+    """The mode in force: an impl without fencing tokens always runs unfenced ("off")."""
+    if opts.fencing_mode != "off" and not lock_class(opts).capabilities.fencing:
+        return "off"
+    return opts.fencing_mode
+
+
+def lock_options(opts: Any, client_number: int = 0) -> LockOptions:
+    """Options for one client; a share of clients get a clock ``--clock-skew`` seconds off.
+
+    The skew is injected into the lock's own clock (``LockOptions.clock``), never into the
+    machine's: only algorithms that trust client time can be hurt by it.
+    """
+    clock = time.time
+    if opts.clock_skew and opts.skewed_clients > 0:
+        every = max(1, round(1 / min(opts.skewed_clients, 1.0)))
+        if client_number % every == 0:
+            skew = opts.clock_skew
+
+            def clock() -> float:
+                return time.time() + skew
+
+    return LockOptions(
+        ttl=opts.lock_ttl,
+        retry_interval=opts.retry_interval,
+        fencing=fencing_mode(opts) != "off",
+        clock=clock,
+        params=json.loads(opts.lock_params or "{}"),
+    )
+
+
+def lock_urls(opts: Any) -> list[str]:
+    return list(opts.lock_url or [os.environ.get("LOCKBENCH_REDIS_URL", "redis://127.0.0.1:6379/0")])
+
+
+def lock_class(opts: Any) -> type:
+    if STATE.lock_class is None:
+        STATE.lock_class = resolve(opts.lock_impl)
+    return STATE.lock_class
+
+
+def use_workload(workload: Any) -> None:
+    """Tell the harness which workload this locustfile runs (setup, final state, checks)."""
+    STATE.workload = workload
+
+
+# --- worker side -------------------------------------------------------------------------
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    # gevent's loop caches "now" and has not run since it was created, before seconds of
+    # imports (pandas, pyarrow, lock clients); Locust's --run-time timer, set from that stale
+    # "now" right after this event, would fire at once on a busy machine: no load at all
+    gevent.get_hub().loop.update_now()
+    if environment.parsed_options is not None:
+        apply_urls_file(environment.parsed_options)
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        runner.register_message("lockbench_flush", _on_flush_request)
+        runner.register_message("lockbench_ping", _on_ping)
+        if getattr(environment.parsed_options, "lockbench_stop", ""):
+            # the master judges the evidence from what workers ship: ship it sooner than every 3 s
+            locust_runners.WORKER_REPORT_INTERVAL = STOP_REPORT_INTERVAL_S
+    elif isinstance(runner, MasterRunner):
+        runner.register_message("lockbench_final", _on_final)
+        runner.register_message("lockbench_pong", _on_pong)
+
+
+def _clock_shift_ns() -> int:
+    return int(os.environ.get(CLOCK_SHIFT_ENV) or 0)
+
+
+def host_label() -> str:
+    """What this process's host is called in results: ``$LOCKBENCH_HOST`` or the hostname."""
+    label = os.environ.get(HOST_ENV) or socket.gethostname()
+    return label.replace("/", "_").replace("#", "_")
+
+
+def _drain() -> dict:
+    """The recording since the last drain, its times as this host's clock reads them."""
+    chunk = RECORDER.drain()
+    shift = _clock_shift_ns()
+    if shift:
+        for event in chunk["events"]:
+            event[5] += shift
+    return chunk
+
+
+def _on_ping(environment: Any, msg: Any, **_: Any) -> None:
+    now = time.monotonic_ns() + _clock_shift_ns()
+    reply = {"i": msg.data["i"], "t": now, "host": host_label(), "pid": os.getpid()}
+    environment.runner.send_message("lockbench_pong", reply)
+
+
+@events.quitting.add_listener
+def _on_quitting(environment: Any, **_: Any) -> None:
+    opts = environment.parsed_options
+    if isinstance(environment.runner, WorkerRunner) and getattr(opts, "lockbench_last_case", False):
+        environment.process_exit_code = RUN_DONE_EXIT
+
+
+@events.report_to_master.add_listener
+def _on_report_to_master(client_id: str, data: dict) -> None:
+    if not STATE.sent_final:
+        data["lockbench"] = _drain()
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _cpu_share() -> float | None:
+    """CPU time this process used since test start, as a fraction of one core."""
+    if STATE.cpu_start is None:
+        return None
+    cpu0, t0 = STATE.cpu_start
+    wall = (time.monotonic_ns() - t0) / 1e9
+    return (_cpu_seconds() - cpu0) / wall if wall > 0 else None
+
+
+#: Keys of a worker's totals that are measurements, not counts the master must match.
+MEASURED_TOTALS = ("cpu_share", "cpu_s")
+
+
+def _cpu_totals() -> dict[str, float | None]:
+    """This process's CPU since test start: share of one core and seconds (bench divides by acquisitions)."""
+    cpu_s = None if STATE.cpu_start is None else _cpu_seconds() - STATE.cpu_start[0]
+    return {"cpu_share": _cpu_share(), "cpu_s": cpu_s}
+
+
+def _send_final(environment: Any, crashed: bool = False) -> None:
+    chunk = _drain()
+    chunk["crashed"] = crashed
+    chunk["totals"] = {**RECORDER.totals, **_cpu_totals()}
+    chunk["lock_stats"] = dict(RECORDER.lock_stats)  # summed by users' on_stop, before this
+    chunk["pid"] = os.getpid()
+    STATE.sent_final = True
+    environment.runner.send_message("lockbench_final", chunk)
+
+
+def crash_process(environment: Any) -> None:
+    """Die now, like a crashed client, after handing the recording so far to the master.
+
+    The final chunk is queued on the master socket, then a sleep that gevent cannot switch
+    away from lets libzmq's own thread send it while no other task here runs; SIGKILL
+    follows, so nothing (no ``finally``, no release) runs after it.
+    """
+    import signal
+
+    if isinstance(environment.runner, WorkerRunner):
+        _send_final(environment, crashed=True)
+        monkey.get_original("time", "sleep")(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _on_flush_request(environment: Any, msg: Any, **_: Any) -> None:
+    if STATE.sent_final:
+        _send_final(environment)  # totals again; the master ignores a duplicate
+    else:
+        gevent.spawn(environment.runner.stop)  # its test_stop sends the final chunk
+
+
+# --- master side -------------------------------------------------------------------------
+def _absorb(client_id: str, chunk: dict) -> None:
+    if STATE.align:
+        _to_master_clock(client_id, chunk)
+    RECORDER.absorb(chunk)
+    got = STATE.received.setdefault(client_id, {"events": 0, **{n: 0 for n in HIST_NAMES}})
+    got["events"] += len(chunk.get("events", []))
+    for name in HIST_NAMES:
+        got[name] += chunk.get("counts", {}).get(name, 0)
+
+
+@events.worker_report.add_listener
+def _on_worker_report(client_id: str, data: dict) -> None:
+    chunk = data.get("lockbench")
+    if chunk is None:
+        return
+    if STATE.written:
+        if chunk.get("n_events") or any(chunk.get("counts", {}).values()):
+            log.warning("lockbench: recording from %s arrived after the case was written", client_id)
+        return
+    _absorb(client_id, chunk)
+
+
+def _to_master_clock(node_id: str, chunk: dict) -> None:
+    """Shift a remote worker's events onto this clock and give its clients that worker's id."""
+    peer = STATE.peers.get(node_id)
+    start = STATE.clock_start.get(node_id)
+    if peer is None or start is None:
+        return  # no estimate: the events stay as they are and the problems say so
+    prefix, offset = peer["worker_id"] + "/", start.offset_ns
+    for event in chunk.get("events", []):
+        event[0] = prefix + event[0]
+        event[5] -= offset
+
+
+def _on_pong(environment: Any, msg: Any, **_: Any) -> None:
+    t1 = time.monotonic_ns()
+    pending = STATE.pending_ping.get(msg.node_id)
+    if pending is None or pending[0] != msg.data["i"]:
+        return  # an answer that came too late: its round trip is not known exactly
+    STATE.clock_samples.setdefault(msg.node_id, []).append(
+        clock_offsets.Sample(pending[1], int(msg.data["t"]), t1)
+    )
+    STATE.peers.setdefault(msg.node_id, {"host": msg.data["host"], "pid": msg.data["pid"]})
+    pending[2].set()
+
+
+def _measure_clocks(runner: Any, nodes: list[str]) -> dict[str, clock_offsets.Estimate]:
+    """Ping each worker in turn ``ROUNDS`` times; the minimum-round-trip estimate per worker."""
+    out: dict[str, clock_offsets.Estimate] = {}
+    for node in nodes:
+        STATE.clock_samples[node] = []
+        for i in range(clock_offsets.ROUNDS):
+            done = gevent.event.Event()
+            STATE.pending_ping[node] = (i, time.monotonic_ns(), done)
+            runner.send_message("lockbench_ping", {"i": i}, client_id=node)
+            if not done.wait(PONG_WAIT_S) and i == 0:
+                break  # not answering at all: do not wait out every round
+        STATE.pending_ping.pop(node, None)
+        est = clock_offsets.estimate(STATE.clock_samples[node])
+        if est is not None:
+            out[node] = est
+    return out
+
+
+def _name_workers() -> None:
+    """Worker ids for results: the host's name, with ``#k`` where one host runs several."""
+    by_host: dict[str, list[tuple[int, str]]] = {}
+    for node, peer in STATE.peers.items():
+        by_host.setdefault(peer["host"], []).append((peer["pid"], node))
+    for host, members in by_host.items():
+        for k, (_, node) in enumerate(sorted(members)):
+            STATE.peers[node]["worker_id"] = host if len(members) == 1 else f"{host}#{k}"
+
+
+def _live_workers(runner: Any) -> list[str]:
+    return [c.id for c in runner.clients.all if c.state != STATE_MISSING]
+
+
+def _worker_name(node: str) -> str:
+    return STATE.peers.get(node, {}).get("worker_id") or node
+
+
+def _on_final(environment: Any, msg: Any, **_: Any) -> None:
+    if msg.node_id in STATE.finals:
+        return
+    _absorb(msg.node_id, msg.data)
+    STATE.finals[msg.node_id] = msg.data["totals"]
+    if not STATE.stopping and not msg.data.get("crashed"):
+        STATE.left_early.add(msg.node_id)  # its clients stopped while the case went on
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment: Any, **_: Any) -> None:
+    STATE.stopping = True
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Any, **_: Any) -> None:
+    STATE.t_start_ns = time.monotonic_ns()
+    STATE.cpu_start = (_cpu_seconds(), STATE.t_start_ns)
+    STATE.sent_final = False
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    STATE.finals.clear()
+    STATE.received.clear()
+    STATE.written = False
+    STATE.left_early.clear()
+    STATE.stopping = False
+    if STATE.workload is not None:
+        STATE.workload.setup(environment.parsed_options)
+    if STATE.progress is None:
+        _start_progress(environment)
+
+    rule = StopRule.from_json(getattr(environment.parsed_options, "lockbench_stop", ""))
+    if rule is not None:
+        gevent.spawn(_stop_on_evidence, environment, rule, STATE.t_start_ns)
+
+    runner = environment.runner
+    STATE.align = isinstance(runner, MasterRunner) and environment.parsed_options.lockbench_align_clocks
+    if STATE.align:
+        STATE.peers.clear()
+        STATE.clock_start = _measure_clocks(runner, _live_workers(runner))
+        _name_workers()
+
+
+PROGRESS_FILE = "progress.json"
+
+
+def _progress_loop(environment: Any, out: Path) -> None:
+    """Every second, Locust's own counts of acquires (for bench's live progress line only)."""
+    while True:
+        gevent.sleep(1.0)
+        entry = environment.stats.entries.get(("acquire", "lock"))
+        sample = {
+            "t": time.monotonic(),
+            "acquisitions": (entry.num_requests - entry.num_failures) if entry else 0,
+            "errors": entry.num_failures if entry else 0,
+            "users": environment.runner.user_count if environment.runner else 0,
+        }
+        try:
+            tmp = out / f".{PROGRESS_FILE}.tmp"
+            tmp.write_text(json.dumps(sample))
+            os.replace(tmp, out / PROGRESS_FILE)
+        except OSError:
+            return  # the case folder is gone: nobody is watching
+
+
+def _start_progress(environment: Any) -> None:
+    out = environment.parsed_options.lockbench_out if environment.parsed_options else ""
+    if out and not isinstance(environment.runner, WorkerRunner):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        STATE.progress = gevent.spawn(_progress_loop, environment, Path(out))
+
+
+def _stop_on_evidence(environment: Any, rule: StopRule, start_ns: int) -> None:
+    """End the test (as ``--run-time`` does) once the stop rule's evidence is recorded."""
+    watch = EvidenceWatch(rule, start_ns)
+    while True:
+        gevent.sleep(0.1)
+        if STATE.written or STATE.t_start_ns != start_ns:
+            return
+        watch.feed(RECORDER.events)
+        if watch.satisfied(time.monotonic_ns()):
+            log.info("lockbench: stop rule met, ending the test")
+            environment.runner.quit()
+            return
+
+
+@events.spawning_complete.add_listener
+def _on_spawned(user_count: int, **_: Any) -> None:
+    STATE.t_spawned_ns = time.monotonic_ns()
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment: Any, **_: Any) -> None:
+    runner = environment.runner
+    STATE.t_stop_ns = time.monotonic_ns()
+    if isinstance(runner, WorkerRunner):
+        if not STATE.sent_final:
+            _send_final(environment)
+        return
+    complete = True
+    problems: list[str] = []
+    offsets: dict[str, dict[str, Any]] = {}
+    if isinstance(runner, MasterRunner):
+        workers = set(STATE.received) | {c.id for c in runner.clients.all} | set(STATE.clock_start)
+        pending = workers - set(STATE.finals)
+        for worker in pending:
+            runner.send_message("lockbench_flush", None, client_id=worker)
+        deadline = time.monotonic() + FINAL_WAIT_S
+        # a worker that stopped answering (no heartbeat) will not send anything: stop waiting
+        while (set(_live_workers(runner)) - set(STATE.finals)) and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        lost = {c.id for c in runner.clients.all if c.state == STATE_MISSING} - set(STATE.finals)
+        for worker in sorted(lost):
+            problems.append(f"worker {_worker_name(worker)} was lost mid-case (no heartbeat)")
+        missing = workers - set(STATE.finals) - lost
+        if missing:
+            problems.append(
+                f"no final recording from {len(missing)} worker(s): {', '.join(sorted(map(_worker_name, missing)))}"
+            )
+        for worker in sorted(STATE.left_early):
+            problems.append(f"worker {_worker_name(worker)} left mid-case (stopped before the case ended)")
+        complete = not (lost or missing or STATE.left_early)
+        for worker, totals in STATE.finals.items():
+            got = STATE.received.get(worker, {})
+            for key, value in totals.items():
+                if key not in MEASURED_TOTALS and got.get(key, 0) != value:
+                    complete = False
+                    problems.append(
+                        f"{_worker_name(worker)}: {key} recorded {value}, received {got.get(key, 0)}"
+                    )
+        if STATE.align:
+            offsets, clock_problems = _clock_report(runner, workers - lost)
+            problems += clock_problems
+            complete = complete and not clock_problems
+    elif not isinstance(runner, LocalRunner):
+        return
+    _write_output(environment, complete, problems, offsets)
+
+
+def _clock_report(runner: Any, workers: set[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each worker's offset and bound, with a second measurement after the load to catch drift."""
+    end = _measure_clocks(runner, sorted(set(_live_workers(runner)) & workers))
+    offsets: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for node in sorted(workers):
+        start = STATE.clock_start.get(node)
+        if start is None:
+            problems.append(
+                f"worker {_worker_name(node)}: no clock offset measured, its times cannot be aligned"
+            )
+            continue
+        peer = STATE.peers[node]
+        offsets[peer["worker_id"]] = {
+            **clock_offsets.combine(start, end.get(node)),
+            "host": peer["host"],
+            "rtt_ns": start.rtt_ns,
+        }
+    return offsets, problems
+
+
+def _write_output(
+    environment: Any, complete: bool, problems: list[str], offsets: dict[str, dict[str, Any]] | None = None
+) -> None:
+    opts = environment.parsed_options
+    workload = STATE.workload
+    final_state = workload.final_state(opts) if workload is not None else {}
+    if offsets:
+        # the checkers need each client's clock bound to tell an overlap from clock error
+        final_state = {
+            **final_state,
+            "clock_uncertainty_ns": {w: o["uncertainty_ns"] for w, o in offsets.items()},
+        }
+    history = RECORDER.history_frame()
+    totals = dict(RECORDER.totals)
+    if isinstance(environment.runner, LocalRunner):
+        workers = {str(os.getpid()): {**totals, **_cpu_totals()}}
+    else:
+        workers = STATE.finals
+    recording = {
+        "case": opts.lockbench_case,
+        "impl": opts.lock_impl,
+        "workload": getattr(workload, "name", ""),
+        "complete": complete,
+        "problems": problems,
+        "t_start_ns": STATE.t_start_ns,
+        "t_spawned_ns": STATE.t_spawned_ns,
+        "t_stop_ns": STATE.t_stop_ns,
+        "workers": workers,
+        "merged_totals": totals,
+        "lock_stats": dict(RECORDER.lock_stats),
+        "final_state": final_state,
+        "histograms": RECORDER.encoded_histograms(),
+        "clock_offsets": offsets or {},
+    }
+    STATE.written = True
+    out = opts.lockbench_out
+    if workload is not None and hasattr(workload, "summarize"):
+        sys.stderr.write(workload.summarize(history, final_state) + "\n")
+    if not out:
+        return
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / "history.parquet.tmp"
+    history.to_parquet(tmp, index=False)
+    os.replace(tmp, path / "history.parquet")
+    tmp = path / "recording.json.tmp"
+    tmp.write_text(json.dumps(recording))
+    os.replace(tmp, path / "recording.json")
+
+
+def fire_request(
+    environment: Any, name: str, started_ns: int, exc: Exception | None = None, ended_ns: int | None = None
+) -> None:
+    """Tell Locust about an operation (ended now, or at ``ended_ns``), for its live UI and totals only.
+
+    Locust's own stats round to milliseconds; lockbench's measurement is the recording.
+    A holder fires after its release, so that Locust's bookkeeping is no part of the hold.
+    """
+    ended = time.monotonic_ns() if ended_ns is None else ended_ns
+    environment.events.request.fire(
+        request_type="lock",
+        name=name,
+        response_time=(ended - started_ns) / 1e6,
+        response_length=0,
+        exception=exc,
+        context={},
+    )
+
+
+def close_locks(locks: Iterable[Any]) -> None:
+    """At a user's stop: fold each lock's own counters into the recording, then close it."""
+    for recorded in locks:
+        RECORDER.add_lock_stats(recorded.lock.stats())
+        recorded.lock.close()

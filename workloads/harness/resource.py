@@ -1,0 +1,153 @@
+"""The protected resource of flash-sale: stock, an orders ledger and an entry witness, on Redis.
+
+It always lives on its own server, never on the lock server, so a lock that loses its
+state cannot take the evidence with it. Reads and writes are deliberately separate
+commands: the lock is what must make read-modify-write safe.
+
+Fencing: with a token, every access goes through a small script that remembers the
+highest token seen per item. A token older than that is *stale*: its holder lost the
+lock to someone newer. ``observe`` accepts stale accesses and counts them (what happens
+without fencing); ``enforce`` refuses them and counts the refusals (what fencing buys).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from lockimpls.redis_conn import DirectCommands
+
+#: KEYS: stock, orders, fence-max, stale-counter; ARGV: token, enforce(0/1), [new stock, order]
+FENCED_READ = """
+local max = tonumber(redis.call('GET', KEYS[3]) or '-1')
+local token = tonumber(ARGV[1])
+if token < max then
+  redis.call('INCR', KEYS[4])
+  if ARGV[2] == '1' then return -1 end
+else
+  redis.call('SET', KEYS[3], token)
+end
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+"""
+
+FENCED_WRITE = """
+local max = tonumber(redis.call('GET', KEYS[3]) or '-1')
+local token = tonumber(ARGV[1])
+if token < max then
+  redis.call('INCR', KEYS[4])
+  if ARGV[2] == '1' then return 0 end
+else
+  redis.call('SET', KEYS[3], token)
+end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('RPUSH', KEYS[2], ARGV[4])
+return 1
+"""
+
+FENCING_MODES = ("off", "observe", "enforce")
+
+
+class StaleToken(Exception):
+    """The resource refused an access: its token is older than one it has already seen."""
+
+
+class FlashSaleResource:
+    """Stock per item, a ledger of orders, and a witness counter of clients inside.
+
+    The steps a holder takes (witness, read, write, order) are sent through
+    :class:`~lockimpls.redis_conn.DirectCommands`: they lie inside every hold, so the
+    client's own cost per command would be measured as the lock's hold time.
+    """
+
+    def __init__(self, url: str, namespace: str = "lockbench:res") -> None:
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10)
+        self.ns = namespace
+        self._read = self.client.register_script(FENCED_READ)
+        self._write = self.client.register_script(FENCED_WRITE)
+        self._direct = DirectCommands(self.client)
+        self._keys: dict[tuple[str, str], str] = {}
+
+    def _k(self, kind: str, item: str) -> str:
+        key = self._keys.get((kind, item))
+        if key is None:
+            key = self._keys[(kind, item)] = f"{self.ns}:{kind}:{item}"
+        return key
+
+    def reset(self, items: list[str], stock: int) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for item in items:
+            pipe.set(self._k("stock", item), stock)
+            pipe.set(self._k("initial", item), stock)
+            kinds = ("orders", "witness", "fence", "stale_reads", "stale_writes")
+            pipe.delete(*(self._k(kind, item) for kind in kinds))
+        pipe.delete(f"{self.ns}:signal", f"{self.ns}:armed")
+        pipe.set(f"{self.ns}:started", 1)  # a fault waiting for the load may arm now
+        pipe.execute()
+
+    def _fence_keys(self, item: str, counter: str) -> list[str]:
+        return [
+            self._k("stock", item),
+            self._k("orders", item),
+            self._k("fence", item),
+            self._k(counter, item),
+        ]
+
+    def read_stock(self, item: str, token: int | None = None, enforce: bool = False) -> int:
+        """The stock; with a token, a fenced read (raises StaleToken when enforced and stale)."""
+        if token is None:
+            return int(self._direct.execute("GET", self._k("stock", item)) or 0)
+        keys = self._fence_keys(item, "stale_reads")
+        value = int(self._direct.evalsha(self._read, keys, [token, int(enforce)]))
+        if value < 0:
+            raise StaleToken(f"read of {item} with token {token} refused")
+        return value
+
+    def write_stock(self, item: str, value: int) -> None:
+        self._direct.execute("SET", self._k("stock", item), value)
+
+    def append_order(self, item: str, client: str, qty: int) -> None:
+        self._direct.execute("RPUSH", self._k("orders", item), f"{client}:{qty}")
+
+    def fenced_sale(
+        self, item: str, token: int, new_stock: int, client: str, qty: int, enforce: bool
+    ) -> bool:
+        """Write the new stock and the order in one step, guarded by the token."""
+        args = [token, int(enforce), new_stock, f"{client}:{qty}"]
+        return bool(self._direct.evalsha(self._write, self._fence_keys(item, "stale_writes"), args))
+
+    def witness_enter(self, item: str) -> int:
+        """INCR on entry; the value read says how many clients are inside, this one included."""
+        return int(self._direct.execute("INCR", self._k("witness", item)))
+
+    def witness_exit(self, item: str) -> None:
+        self._direct.execute("DECR", self._k("witness", item))
+
+    # fault coordination (bench's fault thread <-> holders) ------------------------------
+    def armed(self) -> bool:
+        """True when a fault waits for a holder's signal (see bench.nemesis.faults)."""
+        return self._direct.execute("GET", f"{self.ns}:armed") is not None
+
+    def signal_held(self, client: str) -> bool:
+        """Claim the armed fault for this holder (only one claims it); True when claimed."""
+        if self.client.delete(f"{self.ns}:armed"):
+            self.client.rpush(f"{self.ns}:signal", client)
+            return True
+        return False
+
+    def final_state(self, items: list[str], mode: str = "off") -> dict:
+        items_state = {}
+        stale_reads = stale_writes = 0
+        for item in items:
+            orders = self.client.lrange(self._k("orders", item), 0, -1)
+            units = sum(int(o.rsplit(b":", 1)[1]) for o in orders)
+            items_state[item] = {
+                "initial": int(self.client.get(self._k("initial", item)) or 0),
+                "stock": self.read_stock(item),
+                "orders_units": units,
+                "orders_count": len(orders),
+            }
+            stale_reads += int(self.client.get(self._k("stale_reads", item)) or 0)
+            stale_writes += int(self.client.get(self._k("stale_writes", item)) or 0)
+        state: dict = {"items": items_state, "fencing": {"mode": mode}}
+        if mode != "off":
+            state["fencing"].update({"stale_reads": stale_reads, "stale_writes": stale_writes})
+        return state

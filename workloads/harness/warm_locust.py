@@ -1,0 +1,92 @@
+"""A warm Locust: imports Locust and the clients once, then forks one child per case.
+
+``python -m locust`` spends about two seconds of CPU importing Locust, gevent, pandas,
+pyarrow and the database clients before the first user starts; a matrix of hundreds of
+short cases would spend most of its time there. This process imports them once and
+forks a child for each case; the child runs Locust's own ``main()`` with the very argv
+``python -m locust`` would get, in its own session, with its output in the case's log.
+
+Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path}``; this
+process answers ``{"pid": n}`` once the child exists and ``{"pid": n, "exit": code}`` when
+it has ended. It exits when its stdin closes. Run by bench as ``python -m workloads.harness.warm_locust``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from typing import Any, NoReturn
+
+# Locust first: it monkey-patches the standard library before anything else imports it.
+import locust  # noqa: F401
+import locust.main  # noqa: F401
+
+#: Modules every case imports anyway; importing them here is what makes a child start fast.
+PRELOAD = (
+    "pandas", "pyarrow.parquet", "numpy", "redis", "hdrh.histogram", "workloads.harness.locust_glue",
+    "workloads.harness.resource", "workloads.checks.core", "workloads.harness.distributions", "lockimpls.registry",
+)  # fmt: skip
+
+
+def _preload() -> None:
+    import importlib
+
+    from lockimpls.registry import BUILTIN
+
+    for name in (*PRELOAD, *(spec.partition(":")[0] for spec in BUILTIN.values())):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a missing client only hurts its own impls, in the child
+            continue
+
+
+def _child(argv: list[str], log: str) -> NoReturn:
+    """Become ``python -m locust <argv>`` with output to ``log``; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        sys.argv = ["locust", *argv]
+        try:
+            locust.main.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the case's log says what went wrong
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+    os._exit(code)
+
+
+def _answer(message: dict[str, Any]) -> None:
+    sys.__stdout__.write(json.dumps(message) + "\n")
+    sys.__stdout__.flush()
+
+
+def serve() -> None:
+    """Fork a Locust child per request line on stdin, one at a time, until stdin closes."""
+    _preload()
+    _answer({"ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request["argv"], request["log"])
+        _answer({"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        _answer({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,16 @@
+"""What a Locust worker process and ``bench worker`` (which starts it) agree on.
+
+Kept apart from ``workloads.harness.locust_glue`` because ``bench`` must never import Locust.
+"""
+
+from __future__ import annotations
+
+#: Exit code of a worker process whose master ran the run's last case: ``bench worker`` stops.
+RUN_DONE_EXIT = 3
+#: The name this worker's host goes by in results (default: the hostname).
+HOST_ENV = "LOCKBENCH_HOST"
+#: Test only: nanoseconds added to every timestamp a worker hands to the master, as if its
+#: clock were that far off; proves that the offset estimate finds and undoes it.
+CLOCK_SHIFT_ENV = "LOCKBENCH_TEST_CLOCK_SHIFT_NS"
+#: Locust's default master port.
+DEFAULT_MASTER_PORT = 5557
