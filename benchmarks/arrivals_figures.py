@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The fastest lock of each backend that is safe without faults (README "Figures").
+#: The fastest lock of each backend that is safe without faults (docs/guide.md "Figures measured here").
 SPIKE_IMPLS = [
     "redis.python-redis-lock",
     "postgres.advisory",
