@@ -64,6 +64,7 @@ RANGES: dict[str, Range] = {
     "stuck_bound": Range(0, 3_600, "s", open_low=True),
     "slo_us": Range(0, 3.6e9, "us", open_low=True),
     "alpha": Range(0, 1, open_low=True, open_high=True),
+    "parallel": Range(1, 16, integer=True),
 }
 
 #: URL options -> the schemes each accepts and an example for the error message

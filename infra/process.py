@@ -15,6 +15,9 @@ from infra.errors import InfraError
 
 _live: set[ServerProcess] = set()
 _PR_SET_PDEATHSIG = 1
+#: Set (to any text) to make starting a server an error: ``scripts/test --quick`` sets it, so a
+#: test that claims to start no server, or a ``bench`` command such a test runs, cannot start one.
+FORBID_ENV = "LOCKBENCH_FORBID_SERVERS"
 
 
 def die_with_parent() -> None:
@@ -77,6 +80,8 @@ class ServerProcess:
 
     def start(self, ready: Callable[[], bool], timeout: float = 30.0, detached: bool = False) -> None:
         """Start and poll ``ready`` until it returns True; raise InfraError otherwise."""
+        if os.environ.get(FORBID_ENV):
+            raise InfraError(f"{self.name}: starting servers is forbidden here ({FORBID_ENV} is set)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen
         try:

@@ -55,3 +55,21 @@ def postgres_server(server_dir: Path) -> Iterator[object]:
     server = PostgresServer(server_dir, name="postgres-lock").start()
     yield server
     server.stop()
+
+
+# ---- which tests start servers: the `server` mark, and `scripts/test --quick` -------------------
+
+#: Fixtures that start a real server (or a namespace host, or Chromium). A test that uses one is
+#: marked ``server``; ``scripts/test --quick`` runs the others with starting servers forbidden
+#: (infra.process.FORBID_ENV), so a test that starts one without this mark fails there, loudly.
+SERVER_FIXTURES = {
+    "redis_server", "resource_server", "redis_url", "postgres_server", "pg_url", "etcd_server",
+    "memcached_server", "zk_server", "zk", "paused_server", "masters", "own_masters", "group", "net",
+    "_netns", "browser", "raw", "make",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") or SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)

@@ -201,13 +201,34 @@ def test_every_option_has_its_lockbench_variable() -> None:
     assert checked > 40
 
 
-@pytest.mark.parametrize("name", sorted(set(validate.RANGES) - {"slo_us", "alpha"}))
+@pytest.mark.parametrize("name", sorted(set(validate.RANGES) - {"slo_us", "alpha", "parallel"}))
 def test_every_numeric_run_option_is_read_from_its_variable(
     name: str, isolated: dict, capsys: pytest.CaptureFixture
 ) -> None:
     isolated["monkeypatch"].setenv(f"LOCKBENCH_{name.upper()}", "-1e300")
     code, out, err = _main([*RUN, "--results-dir", str(isolated["tmp"] / "r")], capsys)
     assert_refused(code, out, err, f"LOCKBENCH_{name.upper()}")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["matrix", "--parallel", "100000"],
+        ["matrix", "--redis-url", "http://x"],
+        ["calibrate", "--duration", "nan"],
+        ["calibrate", "--duration", "1e309"],
+        ["calibrate", "--ttl", "-1"],
+        ["worker", "--master", "127.0.0.1:1", "--processes", "33"],
+    ],
+)
+def test_matrix_calibrate_and_worker_check_options_before_starting(
+    argv: list[str], isolated: dict, capsys: pytest.CaptureFixture
+) -> None:
+    """The commands that used to skip validation refuse bad values in one line, exit 2, nothing started."""
+    code, out, err = _main(
+        [*argv, "--results-dir", str(isolated["tmp"] / "r")] if argv[0] == "matrix" else argv, capsys
+    )
+    assert_refused(code, out, err, "--" + argv[-2].lstrip("-"))
 
 
 def test_help_texts(capsys: pytest.CaptureFixture) -> None:

@@ -261,6 +261,7 @@ def test_lost_answer_is_outcome_unknown(etcd_server: EtcdServer) -> None:
     assert wait_until(etcd_server.healthy)
 
 
+@pytest.mark.server
 def test_cluster_forms_answers_and_survives_a_member_loss(server_dir: Path) -> None:
     cluster = EtcdCluster(server_dir, name="etcd-c")
     try:
@@ -288,6 +289,7 @@ def test_cluster_forms_answers_and_survives_a_member_loss(server_dir: Path) -> N
     assert not any(n.process.alive() for n in cluster.nodes)
 
 
+@pytest.mark.server
 def test_restart_keeps_revisions_so_tokens_keep_growing(server_dir: Path) -> None:
     server = EtcdServer(server_dir, name="etcd-restart").start()
     try:

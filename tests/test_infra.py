@@ -18,6 +18,7 @@ from infra.state import pid_alive
 from tests.helpers import PROJECT, bench
 
 
+@pytest.mark.server
 def test_redis_server_starts_on_loopback_and_stops(tmp_path: Path) -> None:
     server = RedisServer(tmp_path).start()
     try:
@@ -31,6 +32,7 @@ def test_redis_server_starts_on_loopback_and_stops(tmp_path: Path) -> None:
     assert not pid_alive(pid)
 
 
+@pytest.mark.server
 def test_stack_stops_servers_on_exception(tmp_path: Path) -> None:
     pids = []
     with pytest.raises(RuntimeError), Stack(["redis"], workdir=tmp_path, reuse_infra_up=False) as stack:
@@ -41,6 +43,7 @@ def test_stack_stops_servers_on_exception(tmp_path: Path) -> None:
     assert pids and not any(pid_alive(p) for p in pids)
 
 
+@pytest.mark.server
 def test_resource_may_not_share_the_lock_server(tmp_path: Path) -> None:
     server = RedisServer(tmp_path).start()
     try:
@@ -53,6 +56,7 @@ def test_resource_may_not_share_the_lock_server(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.server
 def test_servers_stop_when_the_command_is_killed_by_sigterm(tmp_path: Path) -> None:
     """A process that started servers and is then terminated leaves none behind."""
     code = (
@@ -75,6 +79,7 @@ def test_servers_stop_when_the_command_is_killed_by_sigterm(tmp_path: Path) -> N
     assert not any(pid_alive(p) for p in pids)
 
 
+@pytest.mark.server
 def test_infra_up_status_down(tmp_path: Path) -> None:
     env = {"LOCKBENCH_INFRA_DIR": str(tmp_path / "infra")}
     r = bench("infra", "up", "redis", env=env)

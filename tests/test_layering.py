@@ -113,7 +113,9 @@ def test_workloads_top_level_holds_only_locustfiles() -> None:
     for path in (ROOT / "workloads").glob("*.py"):
         if path.name == "__init__.py":
             continue
-        assert "locust" in _top(_imports(path)), f"{path.name} is not a locustfile: move it to harness/ or checks/"
+        assert "locust" in _top(_imports(path)), (
+            f"{path.name} is not a locustfile: move it to harness/ or checks/"
+        )
 
 
 def test_checkers_are_pure() -> None:

@@ -246,6 +246,7 @@ def test_lost_answer_is_outcome_unknown(impl: str, paused_server: MemcachedServe
         paused_server.process.kill(signal.SIGCONT)
 
 
+@pytest.mark.server
 def test_restart_loses_the_lock_and_stale_connections_are_not_blamed(server_dir: Path) -> None:
     server = MemcachedServer(server_dir, name="memcached-restart").start()
     try:

@@ -56,6 +56,7 @@ def test_wrong_password_is_refused(postgres_server: PostgresServer) -> None:
         psycopg.connect(bad, connect_timeout=3).close()
 
 
+@pytest.mark.server
 def test_start_restart_stop_own_cluster(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A durable cluster: root runs it as 'postgres' and says so; rows survive a SIGKILL; stop cleans up."""
     server = PostgresServer(tmp_path, name="pg-own", fsync=True)

@@ -387,6 +387,7 @@ def test_bad_url_is_a_config_error() -> None:
         resolve("redis.set-nx-px")("x", [])
 
 
+@pytest.mark.server
 def test_wrong_password_is_a_config_error_without_the_password(server_dir: Path) -> None:
     server = RedisServer(server_dir, name="redis-auth").start()
     try:

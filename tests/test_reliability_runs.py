@@ -102,6 +102,7 @@ def _wait_for_lock_traffic(url: str, commands: int = 300, timeout: float = 60) -
 # a server that dies ---------------------------------------------------------------------
 
 
+@pytest.mark.server
 def test_user_supplied_server_killed_mid_run_is_unknown_and_fails_the_run(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "srv", name="users-redis").start()
     try:
@@ -122,6 +123,7 @@ def test_user_supplied_server_killed_mid_run_is_unknown_and_fails_the_run(tmp_pa
     assert line.startswith("lockbench: case redis.set-nx-px-lua__flash-sale has no verdict"), line
 
 
+@pytest.mark.server
 def test_server_bench_started_that_died_makes_the_case_unknown(tmp_path: Path) -> None:
     run = BenchRun("run", "--impl", IMPL, "--duration", "6", "--users", "5", "--no-report",
                    "--results-dir", str(tmp_path / "results"))  # fmt: skip
@@ -161,6 +163,7 @@ def test_interrupt_before_the_first_case(tmp_path: Path) -> None:
     _assert_gone(started + run.descendants())
 
 
+@pytest.mark.server
 def test_interrupt_mid_case_keeps_finished_cases(tmp_path: Path) -> None:
     run = BenchRun("run", "--impl", IMPL, "--impl", "redis.setnx-del", "--duration", "3", "--users", "5",
                    "--results-dir", str(tmp_path / "r"))  # fmt: skip
@@ -179,6 +182,7 @@ def test_interrupt_mid_case_keeps_finished_cases(tmp_path: Path) -> None:
     _assert_gone(started)
 
 
+@pytest.mark.server
 def test_interrupt_while_rendering_says_how_to_render(tmp_path: Path) -> None:
     run = BenchRun(
         "run", "--impl", IMPL, "--duration", "3", "--users", "5", "--results-dir", str(tmp_path / "r")

@@ -296,6 +296,7 @@ def _bench_on_test_hosts(tmp: Path, *args: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.server
 def test_run_on_test_hosts_crosses_hosts_and_merges_every_recording(tmp_path: Path) -> None:
     _netns_or_skip()
     proc = _bench_on_test_hosts(
@@ -325,6 +326,7 @@ def test_run_on_test_hosts_crosses_hosts_and_merges_every_recording(tmp_path: Pa
     assert row["uncertain_overlaps"] == 0 and row["witness_violations"] == 0
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_test_hosts_are_torn_down_on_ctrl_c_and_kill(tmp_path: Path, sig: int) -> None:
     _netns_or_skip()

@@ -186,6 +186,7 @@ def test_cleanup_stale_removes_only_runs_whose_owner_is_dead() -> None:
         testhosts.remove_namespaces(_own_namespaces(stale) + _own_namespaces(alive))
 
 
+@pytest.mark.server
 def test_stack_puts_each_server_on_its_own_host() -> None:
     _netns_or_skip()
     import redis

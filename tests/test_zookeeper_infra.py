@@ -89,6 +89,7 @@ def test_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tm
         zks.classpath()
 
 
+@pytest.mark.server
 def test_infra_up_status_down(tmp_path: Path) -> None:
     env = {"LOCKBENCH_INFRA_DIR": str(tmp_path / "infra")}
     r = bench("infra", "up", "zookeeper", env=env, timeout=120)
@@ -116,6 +117,7 @@ def test_unreachable_zk_hosts_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.server
 def test_ensemble_elects_a_leader_replicates_and_survives_losing_it(tmp_path: Path) -> None:
     ensemble = ZooKeeperEnsemble(tmp_path).start()
     pids = [p.pid for p in ensemble.processes]

@@ -9,17 +9,16 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from bench import validate
 from bench.cli import config
+from bench.cli import options as o
 from bench.errors import Interrupted, UserError, on_interrupt_signal, quiet_swallowed_interrupts
 from bench.gate.suites import SUITES
 from lockimpls.base import DEFAULT_RETRY_INTERVAL
-from lockimpls.registry import backends as _backends
 from workloads.harness.catalog import WORKLOADS
 
 try:  # typer >= 0.20 vendors click; older ones use the click package
@@ -47,60 +46,31 @@ baseline_app = typer.Typer(no_args_is_help=True, help="Committed baselines for b
 app.add_typer(baseline_app, name="baseline", short_help="Committed baselines for bench gate.")
 
 
-def _env(name: str) -> str:
-    return f"LOCKBENCH_{name.upper()}"
-
-
-def _opt(name: str, text: str, *decls: str, metavar: str | None = None) -> Any:
-    """An option with its LOCKBENCH_* variable, a plain metavar and, when it has one, its range."""
-    return typer.Option(
-        *decls,
-        help=validate.help_for(name, text) if name in validate.RANGES else text,
-        envvar=_env(name),
-        metavar=metavar,
-    )
-
-
-BACKENDS = _backends()
+_env = o.env
+_opt = o.opt
+BACKENDS = o.BACKENDS
 _WORKLOAD_NAMES = ", ".join(WORKLOADS)
 _SUITE_NAMES = ", ".join(SUITES)
-_REPEATS = "repeatable; in the environment: space-separated"
+_REPEATS = o.REPEATS
 
 
 @app.command(short_help="Run lock impls against real servers; print the report's path.")
 def run(
     ctx: typer.Context,
-    backend: Annotated[
-        list[str],
-        _opt(
-            "backend",
-            f"backend(s) whose impls to run: {', '.join(BACKENDS)} or all ({_REPEATS})",
-            metavar="NAME",
-        ),
-    ] = [],  # noqa: B006
-    impl: Annotated[
-        list[str],
-        _opt("impl", f"impl id (see `bench list`) or package.module:Class ({_REPEATS})", metavar="ID"),
-    ] = [],  # noqa: B006
+    backend: o.Backend = [],  # noqa: B006
+    impl: o.Impl = [],  # noqa: B006
     workload: Annotated[
         list[str],
         _opt(
             "workload", f"workload: {_WORKLOAD_NAMES} (repeatable: one run, every workload)", metavar="NAME"
         ),
     ] = ["flash-sale"],  # noqa: B006
-    duration: Annotated[float, _opt("duration", "seconds of load per case", metavar="SECONDS")] = 8.0,
+    duration: o.Duration = 8.0,
     users: Annotated[int, _opt("users", "simulated clients", metavar="N")] = 50,
     spawn_rate: Annotated[
         float | None, _opt("spawn_rate", "clients started per second (default: all in 1 s)", metavar="RATE")
     ] = None,
-    processes: Annotated[
-        str,
-        _opt(
-            "processes",
-            "Locust worker processes: N, or auto = one per core when users > 1 (1 = one local process)",
-            metavar="N|auto",
-        ),
-    ] = "auto",
+    processes: o.Processes = "auto",
     trials: Annotated[int, _opt("trials", "repeat every case this many times, interleaved", metavar="N")] = 1,
     items: Annotated[int, _opt("items", "flash-sale: items, one lock each", metavar="N")] = 1,
     skew: Annotated[
@@ -112,21 +82,9 @@ def run(
         int,
         _opt("shared_keys", "lock-pairs: 0 = each user its own lock; N = users share N locks", metavar="N"),
     ] = 0,
-    cs: Annotated[
-        str,
-        _opt(
-            "cs",
-            "critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, pareto:1ms:1.5 (shape > 0), "
-            "lognormal:1ms:0.5 (median, sigma); units us, ms, s; each time at most 1 h",
-            metavar="SPEC",
-        ),
-    ] = "1ms",
-    ttl: Annotated[
-        float, _opt("ttl", "lease (TTL) in seconds for locks that have one", metavar="SECONDS")
-    ] = 10.0,
-    retry_interval: Annotated[
-        float, _opt("retry_interval", "seconds between attempts of polling locks", metavar="SECONDS")
-    ] = DEFAULT_RETRY_INTERVAL,
+    cs: o.Cs = "1ms",
+    ttl: o.Ttl = 10.0,
+    retry_interval: o.RetryInterval = DEFAULT_RETRY_INTERVAL,
     acquire_timeout: Annotated[
         float, _opt("acquire_timeout", "seconds an acquire may wait before it fails", metavar="SECONDS")
     ] = 5.0,
@@ -173,51 +131,19 @@ def run(
     stuck_bound: Annotated[
         float, _opt("stuck_bound", "crash: seconds after which a lock counts as stuck", metavar="SECONDS")
     ] = 5.0,
-    redis_url: Annotated[
-        list[str],
-        _opt(
-            "redis_url",
-            "use this Redis for locks instead of starting one; repeat it for algorithms that need several "
-            f"servers (RedLock takes 5) ({_REPEATS})",
-            metavar="URL",
-        ),
-    ] = [],  # noqa: B006
-    pg_dsn: Annotated[
-        str | None,
-        _opt("pg_dsn", "use this PostgreSQL (postgresql://...) instead of starting one", metavar="DSN"),
-    ] = None,
-    zk_hosts: Annotated[
-        str | None, _opt("zk_hosts", "use this ZooKeeper ensemble (host:port,host:port)", metavar="HOSTS")
-    ] = None,
-    etcd_url: Annotated[
-        list[str],
-        _opt(
-            "etcd_url",
-            f"use this etcd (http://host:port) instead of starting one ({_REPEATS})",
-            metavar="URL",
-        ),
-    ] = [],  # noqa: B006
-    memcached_url: Annotated[
-        str | None, _opt("memcached_url", "use this memcached (memcached://host:port)", metavar="URL")
-    ] = None,
-    resource_url: Annotated[
-        str | None,
-        _opt("resource_url", "Redis for the protected resource (never a lock server)", metavar="URL"),
-    ] = None,
-    results_dir: Annotated[Path, _opt("results_dir", "where run folders go", metavar="DIR")] = Path(
-        "results"
-    ),
-    report: Annotated[bool, _opt("report", "render report.html at the end")] = True,
+    redis_url: o.RedisUrl = [],  # noqa: B006
+    pg_dsn: o.PgDsn = None,
+    zk_hosts: o.ZkHosts = None,
+    etcd_url: o.EtcdUrl = [],  # noqa: B006
+    memcached_url: o.MemcachedUrl = None,
+    resource_url: o.ResourceUrl = None,
+    results_dir: o.ResultsDir = Path("results"),
+    report: o.Report = True,
     suite: Annotated[
         str | None,
         _opt("suite", f"a named option set: {_SUITE_NAMES}; flags you give still win", metavar="NAME"),
     ] = None,
-    lock_params: Annotated[
-        str | None,
-        _opt(
-            "lock_params", "JSON object of impl-specific options, e.g. '{\"delay_s\": 0.001}'", metavar="JSON"
-        ),
-    ] = None,
+    lock_params: o.LockParams = None,
     slo_us: Annotated[
         float | None,
         _opt("slo_us", "draw an SLO line on the report's latency charts (microseconds)", metavar="US"),
@@ -302,14 +228,8 @@ def run(
             "stuck_bound": stuck_bound, "read_ratio": read_ratio, "depth": depth,
         },
         ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
-        user_urls={
-            "redis": redis_url,
-            "postgres": [pg_dsn] if pg_dsn else [],
-            "zookeeper": [f"zookeeper://{zk_hosts}"] if zk_hosts else [],
-            "etcd": etcd_url,
-            "memcached": [memcached_url] if memcached_url else [],
-        }, resource_url=resource_url, results_dir=results_dir,
-        render=report, argv=sys.argv, console=console,
+        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
+        resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
         lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
         skewed_clients=skewed_clients, explicit=explicit,
         master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
@@ -320,77 +240,40 @@ def run(
 
 @app.command("matrix", short_help="Every impl under every safety scenario: one folder, one report.")
 def matrix_cmd(
-    backend: Annotated[
-        list[str], typer.Option(help="backend(s) whose impls to run, or 'all'", envvar=_env("backend"))
-    ] = [],  # noqa: B006
-    impl: Annotated[
-        list[str], typer.Option(envvar=_env("impl"), help="impl id(s) or package.module:Class (repeatable)")
-    ] = [],  # noqa: B006
+    ctx: typer.Context,
+    backend: o.Backend = [],  # noqa: B006
+    impl: o.Impl = [],  # noqa: B006
     scenario: Annotated[
         list[str],
-        typer.Option(
-            envvar=_env("scenario"),
-            help="only these scenarios (repeatable; default: every one that applies; see bench list)",
+        _opt(
+            "scenario",
+            f"only these scenarios (default: every one that applies; see bench list) ({_REPEATS})",
+            metavar="NAME",
         ),
     ] = [],  # noqa: B006
     parallel: Annotated[
-        int, typer.Option(envvar=_env("parallel"), help="lanes (cases sharing no server) run side by side")
+        int, _opt("parallel", "lanes (cases sharing no server) run side by side", metavar="N")
     ] = 4,
     warm: Annotated[
-        bool,
-        typer.Option(
-            envvar=_env("warm"),
-            help="start each case's Locust from a warm, pre-imported process (--no-warm: cold)",
-        ),
+        bool, _opt("warm", "start each case's Locust from a warm, pre-imported process (--no-warm: cold)")
     ] = True,
-    redis_url: Annotated[
-        list[str],
-        typer.Option(help="use this Redis for locks instead of starting one", envvar=_env("redis_url")),
-    ] = [],  # noqa: B006
-    pg_dsn: Annotated[
-        str | None,
-        typer.Option(
-            help="use this PostgreSQL (postgresql://...) instead of starting one", envvar=_env("pg_dsn")
-        ),
-    ] = None,
-    zk_hosts: Annotated[
-        str | None,
-        typer.Option(help="use this ZooKeeper ensemble (host:port,host:port)", envvar=_env("zk_hosts")),
-    ] = None,
-    etcd_url: Annotated[
-        list[str],
-        typer.Option(
-            help="use this etcd (http://host:port) instead of starting one", envvar=_env("etcd_url")
-        ),
-    ] = [],  # noqa: B006
-    memcached_url: Annotated[
-        str | None,
-        typer.Option(help="use this memcached (memcached://host:port)", envvar=_env("memcached_url")),
-    ] = None,
-    resource_url: Annotated[
-        str | None,
-        typer.Option(
-            help="Redis for the protected resource (never a lock server)", envvar=_env("resource_url")
-        ),
-    ] = None,
-    results_dir: Annotated[
-        Path, typer.Option(help="where run folders go", envvar=_env("results_dir"))
-    ] = Path("results"),
-    report: Annotated[bool, typer.Option(envvar=_env("report"), help="render report.html at the end")] = True,
+    redis_url: o.RedisUrl = [],  # noqa: B006
+    pg_dsn: o.PgDsn = None,
+    zk_hosts: o.ZkHosts = None,
+    etcd_url: o.EtcdUrl = [],  # noqa: B006
+    memcached_url: o.MemcachedUrl = None,
+    resource_url: o.ResourceUrl = None,
+    results_dir: o.ResultsDir = Path("results"),
+    report: o.Report = True,
 ) -> None:
     """Every impl under every safety scenario (faults fenced and unfenced), one folder, one report."""
     from bench.matrix.command import matrix_command
 
+    check_options(ctx)
     code = matrix_command(
         backends=backend, impls=impl, scenarios=scenario, parallel=parallel, warm=warm,
-        user_urls={
-            "redis": redis_url,
-            "postgres": [pg_dsn] if pg_dsn else [],
-            "zookeeper": [f"zookeeper://{zk_hosts}"] if zk_hosts else [],
-            "etcd": etcd_url,
-            "memcached": [memcached_url] if memcached_url else [],
-        }, resource_url=resource_url, results_dir=results_dir,
-        render=report, argv=sys.argv, console=console,
+        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
+        resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -411,64 +294,24 @@ def _lock_params(text: str | None) -> dict:
     return value
 
 
-def _source(ctx: typer.Context, name: str) -> str:
-    """Where an option's value came from, for error messages ("" = the command line or the default)."""
-    src = ctx.get_parameter_source(name)
-    if src is None:
-        return ""
-    if src.name == "ENVIRONMENT":
-        return _env(name)
-    if src.name == "DEFAULT_MAP":
-        return "[tool.lockbench] in pyproject.toml"
-    return ""
-
-
-def check_options(ctx: typer.Context) -> dict[str, str]:
-    """Validate every number and URL option of a command (bench/validate.py); returns their sources.
-
-    Commands that take these options (run, report, gate, calibrate, matrix ...) call it first.
-    """
-    sources = {n: _source(ctx, n) for n in ctx.params}
-    validate.check_all(ctx.params, sources)
-    return sources
-
-
-def _from(sources: dict[str, str], name: str) -> str:
-    return f" (from {sources[name]})" if sources.get(name) else ""
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    """True when the user set the option (command line or environment), not a default."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+check_options = o.check_options
+_from = o.from_text
+_given = o.given
 
 
 @app.command("calibrate", short_help="Print backend floors and each impl's solo hold.")
 def calibrate_cmd(
-    backend: Annotated[
-        list[str], typer.Option(help="backend(s) whose impls to calibrate, or 'all'", envvar=_env("backend"))
-    ] = [],  # noqa: B006
-    impl: Annotated[
-        list[str], typer.Option(envvar=_env("impl"), help="impl id(s) or package.module:Class (repeatable)")
-    ] = [],  # noqa: B006
+    ctx: typer.Context,
+    backend: o.Backend = [],  # noqa: B006
+    impl: o.Impl = [],  # noqa: B006
     workload: Annotated[
         str, typer.Option(envvar=_env("workload"), help="workload whose steps the solo client runs")
     ] = "flash-sale",
-    duration: Annotated[
-        float, typer.Option(envvar=_env("duration"), help="seconds of the one-client run per impl")
-    ] = 3.0,
-    cs: Annotated[
-        str, typer.Option(envvar=_env("cs"), help="critical-section time, as for bench run")
-    ] = "1ms",
-    ttl: Annotated[
-        float, typer.Option(envvar=_env("ttl"), help="lease (TTL) in seconds for locks that have one")
-    ] = 10.0,
-    retry_interval: Annotated[
-        float, typer.Option(envvar=_env("retry_interval"), help="seconds between attempts of polling locks")
-    ] = DEFAULT_RETRY_INTERVAL,
-    lock_params: Annotated[
-        str | None, typer.Option(envvar=_env("lock_params"), help="JSON object of impl-specific options")
-    ] = None,
+    duration: o.Duration = 3.0,
+    cs: o.Cs = "1ms",
+    ttl: o.Ttl = 10.0,
+    retry_interval: o.RetryInterval = DEFAULT_RETRY_INTERVAL,
+    lock_params: o.LockParams = None,
 ) -> None:
     """Print each backend's floor (one round trip) and each impl's solo hold; keeps no results."""
     from rich.console import Console as RichConsole
@@ -477,6 +320,7 @@ def calibrate_cmd(
     from bench.run.runner import RunSettings
     from workloads.harness.distributions import SpecError, parse_distribution
 
+    check_options(ctx)
     if duration < 1:
         raise UserError(f"--duration must be at least 1, got {duration:g}")
     try:
@@ -597,10 +441,11 @@ def baseline_update(
 
 @app.command("worker", short_help="Serve a remote `bench run --master-bind` as Locust workers.")
 def worker_cmd(
+    ctx: typer.Context,
     master: Annotated[
         str, _opt("master", "HOST[:PORT] of the `bench run --master-bind` to serve", metavar="HOST[:PORT]")
     ],
-    processes: Annotated[int, _opt("processes", "Locust worker processes on this host", metavar="N")] = 1,
+    processes: o.WorkerProcesses = 1,
     name: Annotated[
         str | None, _opt("name", "this host's name in results (default: the hostname)", metavar="NAME")
     ] = None,
@@ -608,6 +453,7 @@ def worker_cmd(
     """Run Locust workers here for a `bench run` acting as master on another host, case after case."""
     from bench.run.worker import run_worker
 
+    check_options(ctx)
     raise typer.Exit(run_worker(master, processes=processes, name=name, say=console.print))
 
 
