@@ -12,8 +12,10 @@ where the value came from (the command line, a ``LOCKBENCH_*`` variable or
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -65,6 +67,14 @@ RANGES: dict[str, Range] = {
     "slo_us": Range(0, 3.6e9, "us", open_low=True),
     "alpha": Range(0, 1, open_low=True, open_high=True),
     "parallel": Range(1, 16, integer=True),
+    "patience": Range(0.001, 3_600, "s"),
+    "max_in_flight": Range(1, 1_000_000, integer=True),
+    "expect_workers": Range(0, 1_024, integer=True),
+    "test_hosts": Range(0, 16, integer=True),
+    "strikes": Range(1, 1000, integer=True),
+    "min_runs": Range(4, 1_000_000, integer=True),  # bench history --check
+    "max_pvalue": Range(0, 0.5, open_low=True),  # bench history: change-point significance
+    "min_magnitude": Range(0, 10),  # bench history: smallest relative step drawn (0.05 = 5%)
 }
 
 #: URL options -> the schemes each accepts and an example for the error message
@@ -185,6 +195,12 @@ def check_url(name: str, url: str, source: str = "") -> None:
         _host_port(name, str(url), part, source)
     if scheme == "redis+sentinel" and not urlsplit(text).path.strip("/"):
         raise _url_error(name, str(url), "no service name (redis+sentinel://host:port,.../service)", source)
+    if scheme in ("redis", "rediss"):
+        db = urlsplit(text).path.strip("/")
+        if db and not (db.isdigit() and int(db) < 65_536):
+            raise _url_error(
+                name, str(url), f"the database after the port must be a number, got {db!r}", source
+            )
 
 
 def check_urls(
@@ -198,7 +214,115 @@ def check_urls(
             check_url(name, url, (sources or {}).get(name, ""))
 
 
+def parse_lock_params(text: str | None, source: str = "") -> dict[str, Any]:
+    """``--lock-params`` JSON as a dict; UserError naming the option and its source otherwise."""
+    import json
+
+    if not text:
+        return {}
+    example = """e.g. '{"delay_s": 0.001}'"""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UserError(
+            f"--lock-params is not valid JSON ({exc.args[0]}); {example}{_from(source)}"
+        ) from None
+    if not isinstance(value, dict):
+        raise UserError(f"--lock-params must be a JSON object, {example}{_from(source)}")
+    return value
+
+
+def check_specs(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
+    """The options written in a small grammar: ``--cs``, ``--arrivals``, ``--lock-params``."""
+    from workloads.harness.arrivals import parse_arrivals
+    from workloads.harness.distributions import SpecError, parse_distribution
+
+    sources = sources or {}
+    for name, parse in (("cs", parse_distribution), ("arrivals", parse_arrivals)):
+        value = values.get(name)
+        if value is None:
+            continue
+        try:
+            parse(str(value))
+        except SpecError as exc:
+            message = str(exc)
+            prefix = "" if flag(name) in message else f"{flag(name)}: "
+            raise UserError(f"{prefix}{message}{_from(sources.get(name, ''))}") from None
+    if values.get("lock_params") is not None:
+        parse_lock_params(values["lock_params"], sources.get("lock_params", ""))
+
+
 def check_all(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
-    """Numbers and URLs of one command's options (e.g. click's ``ctx.params``), in one call."""
+    """Numbers, URLs and specs of one command's options (e.g. click's ``ctx.params``), in one call."""
     check_numbers(values, sources)
     check_urls(values, sources)
+    check_specs(values, sources)
+
+
+def check_lock_params(impls: Iterable[tuple[str, type]], params: Mapping[str, Any], source: str = "") -> None:
+    """Every ``--lock-params`` key against the impls of a run (their ``Lock.params`` declarations).
+
+    The params go to every impl of a run, so a key must be taken by at least one of them,
+    and every impl that takes it must accept its value. An impl without a declaration (a
+    user's own lock) takes anything.
+    """
+    from lockimpls.base import LockConfigError, check_params
+
+    impls = list(impls)
+    if not params or not impls:
+        return
+    undeclared = [i for i, cls in impls if getattr(cls, "params", None) is None]
+    for key, value in params.items():
+        takers = [(i, cls) for i, cls in impls if key in (getattr(cls, "params", None) or {})]
+        if not takers and not undeclared:
+            names = ", ".join(i for i, _ in impls[:3]) + (
+                f" and {len(impls) - 3} more" if len(impls) > 3 else ""
+            )
+            taken = sorted({k for _, cls in impls for k in (cls.params or {})})
+            raise UserError(
+                f"--lock-params: no impl of this run takes key {key!r} ({names} take: "
+                f"{', '.join(taken) or 'no keys'}){_from(source)}"
+            )
+        for impl_id, cls in takers:
+            try:
+                check_params(impl_id, cls, {key: value})
+            except LockConfigError as exc:
+                raise UserError(f"{exc}{_from(source)}") from None
+
+
+def did_you_mean(word: str, choices: Iterable[str], listing: str) -> str:
+    """``; did you mean a, b or c? (LISTING shows them all)``: the three closest (difflib), else ``; see LISTING``."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
+    if not close:
+        return f"; see {listing}"
+    shown = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    return f"; did you mean {shown}? ({listing} shows them all)"
+
+
+def check_results_dir(path: Path | str, source: str = "") -> None:
+    """The results folder can be written: checked before any server starts, leaving nothing behind.
+
+    An existing folder gets a probe file (created and removed at once); a folder still to
+    be made is checked at its nearest existing parent.
+    """
+    import tempfile
+
+    text = str(path)
+    if not text.strip():
+        raise UserError(f"--results-dir must name a folder, got an empty path{_from(source)}")
+    probe_in = Path(path)
+    while not probe_in.exists() and probe_in.parent != probe_in:
+        probe_in = probe_in.parent
+    if probe_in.exists() and not probe_in.is_dir():
+        raise UserError(f"--results-dir {text}: {probe_in} is a file, not a folder{_from(source)}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".lockbench-write-probe-", dir=probe_in)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(
+            f"--results-dir {text}: cannot write in {probe_in} ({exc.strerror}); give a writable folder"
+            f"{_from(source)}"
+        ) from None

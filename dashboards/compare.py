@@ -73,6 +73,12 @@ def _group_verdict(rows: pd.DataFrame) -> tuple[str, str, int]:
         violations += int(sum(v for v in (num(r, col) for _, r in rows.iterrows()) if v is not None))
     cls = "bad" if "bad" in classes or violations else "unknown" if "unknown" in classes else "good"
     shown = ", ".join(sorted(set(verdicts)))
+    uncertain = sum(v for v in (num(r, "uncertain_overlaps") for _, r in rows.iterrows()) if v)
+    if uncertain:
+        shown += f"; {fmt(uncertain)} uncertain overlaps"
+    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for _, r in rows.iterrows()) if t))
+    if reasons:
+        shown += f" ({reasons[0]}{f' +{len(reasons) - 1} more' if len(reasons) > 1 else ''})"
     return cls, shown, violations
 
 
@@ -138,22 +144,34 @@ def _stat_cell(values: list[float], kind: str, bound: str = "") -> str:
     med = float(pd.Series(values).median())
     spread = f"<br><small>{fmt(min(values), kind)} .. {fmt(max(values), kind)}, n={len(values)}</small>"
     if bound:
-        spread += f'<br><small class="boundnote">generator-bound: {e(bound)}</small>'
+        said = f"fidelity {bound}" if bound.startswith("not measured") else f"generator-bound: {bound}"
+        spread += f'<br><small class="boundnote">{e(said)}</small>'
         return f'<td class="num bound">{fmt(med, kind)}{spread}</td>'
     return f'<td class="num">{fmt(med, kind)}{spread if len(values) > 1 else ""}</td>'
 
 
 def _bound_reason(rows: pd.DataFrame, column: str) -> str:
-    """The generator-bound reason of a group for a figure the load generator can distort, else ''."""
-    if not column.startswith(GENERATOR_SENSITIVE):
+    """Why a group's figure the load generator can distort is no figure of the lock's, else ''.
+
+    Generator-bound in a trial: its reason. Not measured in a trial (the column is there, the
+    flag is empty): "not measured ...", so that no delta on it is tinted either. A run from
+    before the flag (no column) is left as it was.
+    """
+    if not column.startswith(GENERATOR_SENSITIVE) or "generator_bound" not in rows.columns:
         return ""
+    unmeasured = ""
     for _, r in rows.iterrows():
-        if flag(r, "generator_bound") is True:
+        state = flag(r, "generator_bound")
+        if state is True:
             return (text(r, "generator_bound_reason") or "").strip() or "reason not recorded"
-    return ""
+        if state is None and not unmeasured:
+            why = (text(r, "generator_bound_reason") or "").strip()
+            unmeasured = why if why.startswith("not measured") else "not measured"
+    return unmeasured
 
 
 def _delta_cell(base: list[float], new: list[float], worse: int) -> str:
+    """The change in % of the medians, tinted by ``worse``; pass 0 to leave it untinted."""
     if not base or not new:
         return '<td class="num na">n/a</td>'
     b, n = float(pd.Series(base).median()), float(pd.Series(new).median())
@@ -183,7 +201,8 @@ def deltas_section(
         f'<p class="caption">Baseline: run {e(baseline.run_id)} (commit '
         f"{e(baseline.meta.get('git_commit') or 'n/a')}). Each cell is the median over the group's trials "
         "(small: min .. max and the number of trials); delta = (median - baseline median) / baseline "
-        f"median. Grey, hatched: generator-bound (a bound, not the lock's figure). {tint}</p>"
+        f"median. Grey, hatched: generator-bound (a bound, not the lock's figure) or its fidelity not measured; "
+        f"such a delta is never tinted. {tint}</p>"
     ]
     base_groups = baseline.groups()
     for other, label in zip(runs[1:], rlabels[1:], strict=True):
@@ -207,10 +226,13 @@ def deltas_section(
             )
             for col, name, kind, worse in compared:
                 bv, ov = baseline.values(group, col), other.values(group, col)
+                b_why, o_why = _bound_reason(b, col), _bound_reason(o, col)
+                # a bound or unmeasured figure on either side is no figure of the lock's: never tinted
+                tinted = 0 if params_differ or b_why or o_why else worse
                 rows.append(
                     f'<tr data-metric="{e(col)}"><td>{e(name)}</td>'
-                    f"{_stat_cell(bv, kind, _bound_reason(b, col))}{_stat_cell(ov, kind, _bound_reason(o, col))}"
-                    f"{_delta_cell(bv, ov, 0 if params_differ else worse)}</tr>"
+                    f"{_stat_cell(bv, kind, b_why)}{_stat_cell(ov, kind, o_why)}"
+                    f"{_delta_cell(bv, ov, tinted)}</tr>"
                 )
         parts.append(
             f"<h3>{e(label)} {e(other.run_id)} vs baseline {e(baseline.run_id)}</h3>"

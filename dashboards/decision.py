@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dashboards.charts import acquisitions_per_client
+from dashboards.grid import cell_for
 from dashboards.html_bits import duration_us, e, fmt, rule_of_three
 from dashboards.load import RunData, flag, group_of, num, scenario_of, text
 from dashboards.matrix import summarize, trial_class
@@ -35,7 +36,15 @@ SAFETY_CHECKS = (
     ("server-fault", "server fault (restart, failover, member kill)"),
 )
 #: Chip class -> the word the table shows.
-OUTCOME = {"good": "survived", "bad": "failed", "warn": "failed, data safe", "unknown": "inconclusive"}
+OUTCOME = {
+    "good": "survived",
+    "thin": "held, thin evidence",
+    "bad": "failed",
+    "warn": "failed, data safe",
+    "stuck": "stuck",
+    "unknown": "inconclusive",
+    "nottested": "did not strike: not tested",
+}
 
 
 def is_fault_case(row: Row) -> bool:
@@ -96,6 +105,9 @@ class Outcome:
     failure: str = ""
     expected: str = ""
     contradicts: bool = False
+    #: strikes and grants after them (cases.csv ``strikes``, ``acquisitions_after_strike``), when counted
+    strikes: int | None = None
+    detail: str = ""
 
 
 @dataclass
@@ -156,16 +168,24 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
     out = []
     for scenario, rows in rows_by_scenario.items():
         cell = summarize(rows)
+        cls = cell.cls
         expected = {t for t in (text(r, "expected_outcome") for r in rows) if t}
         after = _values(rows, "acquisitions_after_event")  # bench matrix's evidence column
+        strikes = None
+        detail = ""
+        if _values(rows, "strikes"):  # the evidence rule (bench/measure/strikes.py): green must be earned
+            graded = cell_for(rows)
+            cls, strikes, detail = graded.cls, graded.k, graded.detail
+            after = [float(graded.n)]
         out.append(
             Outcome(
-                scenario=scenario, cls=cell.cls, acquisitions=_sum(rows, "acquisitions"),
+                scenario=scenario, cls=cls, acquisitions=_sum(rows, "acquisitions"),
                 after_event=float(sum(after)) if after else None,
-                fault_events=_fault_events(rows), tooltip=cell.tooltip,
-                failure=_failure_text(rows) if cell.cls in ("bad", "warn") else "",
+                fault_events=float(strikes) if strikes is not None else _fault_events(rows), tooltip=cell.tooltip,
+                failure=_failure_text(rows) if cls in ("bad", "warn", "stuck") else "",
                 expected=", ".join(sorted(expected)),
                 contradicts=any(flag(r, "contradicts_catalog") is True for r in rows),
+                strikes=strikes, detail=detail,
             )
         )  # fmt: skip
     return out
@@ -179,6 +199,20 @@ def _fencing(modes_run: set[str], impl_rows: list[Row]) -> tuple[str, str]:
     if not modes - {"off"}:
         return "no tokens", "the data depends on the lock alone"
     fenced = [r for r in impl_rows if text(r, "fencing") == "enforce"]
+    # tokens out of grant order, or writes refused from holders that overlapped nobody: the
+    # tokens themselves are wrong, whatever the refusals seemed to protect
+    tokened = [r for r in impl_rows if text(r, "fencing") in ("observe", "enforce")]
+    out_of_order = sum(num(r, "fencing_order_violations") or 0 for r in tokened)
+    refused = sum(num(r, "legit_writes_refused") or 0 for r in fenced)
+    if out_of_order or refused:
+        said = []
+        if out_of_order:
+            said.append(f"{out_of_order:,.0f} grants with tokens out of grant order")
+        if refused:
+            said.append(f"{refused:,.0f} legitimate writes refused")
+        where = ", ".join(dict.fromkeys(scenario_of(r) for r in tokened if (num(r, "fencing_order_violations") or 0)
+                                        or (num(r, "legit_writes_refused") or 0)))  # fmt: skip
+        return "broken", f"{'; '.join(said)} ({where})"
     if not fenced:
         return "yes", "observed only (no fenced case)"
     classes = [trial_class(r) for r in fenced]
@@ -208,7 +242,10 @@ def _cost(run: RunData, impl_rows: list[Row]) -> Cost:
     first = scenario_of(rows[0])
     rows = [r for r in rows if scenario_of(r) == first]
     bound_flags = [flag(r, "generator_bound") for r in rows]
-    reasons = [t for t in (text(r, "generator_bound_reason") for r in rows) if t and t.strip()]
+    texts = [(t or "").strip() for t in (text(r, "generator_bound_reason") for r in rows)]
+    # three states: bound if any trial is; unknown (None) if any is not measured; "no" only when all are
+    bound = True if True in bound_flags else None if None in bound_flags else False
+    reasons = [t for f, t in zip(bound_flags, texts, strict=True) if t and f is bound]
     counts: list[int] = []
     for case in [str(r.get("case")) for r in rows]:
         history = run.acquire_history(case)
@@ -219,7 +256,7 @@ def _cost(run: RunData, impl_rows: list[Row]) -> Cost:
         scenario=first,
         acq_s=_median(_values(rows, "throughput_acq_s")),
         model_acq_s=_median(_values(rows, "model_acq_s")),
-        bound=None if all(b is None for b in bound_flags) else any(b is True for b in bound_flags),
+        bound=bound,
         reason=reasons[0] if reasons else "",
         users=_median(_values(rows, "users")),
         round_trips=_median(_values(rows, "server_cmds_per_acquire")),
@@ -285,7 +322,7 @@ def sentence(row: ImplRow) -> str:
     """One plain sentence from the impl's own figures: failures first, then cost, then fairness."""
     parts = []
     failed = [o for o in row.outcomes if o.cls in ("bad", "warn")]
-    survived = [o for o in row.outcomes if o.cls == "good"]
+    survived = [o for o in row.outcomes if o.cls in ("good", "thin")]
     for o in failed:
         saved = " (fencing kept the data)" if o.cls == "warn" else ""
         parts.append(f"failed {o.scenario}{': ' + o.failure if o.failure else ''}{saved}")
@@ -295,8 +332,15 @@ def sentence(row: ImplRow) -> str:
         if o.fault_events or o.scenario.split("+")[0] in FAULT_WORKLOADS or o.scenario.endswith("+clock-skew")
     ]
     unclear = [o.scenario for o in row.outcomes if o.cls == "unknown"]
-    if faults:
-        parts.append("survived " + ", ".join(o.scenario for o in faults))
+    stuck = [o for o in row.outcomes if o.cls == "stuck"]
+    earned = [o for o in faults if o.cls == "good"]
+    thin = [o for o in faults if o.cls == "thin"]
+    if stuck:
+        parts.append("stayed stuck after " + ", ".join(f"{o.scenario} ({o.detail})" for o in stuck))
+    if earned:
+        parts.append("survived " + ", ".join(o.scenario for o in earned))
+    if thin:
+        parts.append("held on thin evidence in " + ", ".join(o.scenario for o in thin))
     elif survived and not failed:
         parts.append("stayed exclusive under contention, but no fault was tried")
     if unclear:
@@ -332,6 +376,15 @@ def _chip(o: Outcome) -> str:
 
 
 def _evidence(o: Outcome) -> str:
+    if o.strikes is not None:
+        n = int(o.after_event or 0)
+        bounds = [f"per-strike failure < {3 / o.strikes:.2g}"] if o.strikes else []
+        bounds += [f"per-grant race < {3 / n:.2g}"] if n else []
+        return (
+            f'<li data-evidence="{e(o.scenario)}">{e(o.scenario)}: {o.strikes} strike(s), {n:,} grants after '
+            f"them{e('; ' + ', '.join(bounds) + ' (95%)' if bounds else '')}"
+            f"{e('; ' + OUTCOME[o.cls]) if o.cls == 'thin' else ''}</li>"
+        )
     if o.fault_events:
         events = f", {fmt(o.fault_events)} fault event(s)"
     elif o.scenario.split("+")[0] in FAULT_WORKLOADS or o.scenario.endswith("+clock-skew"):
@@ -381,14 +434,15 @@ def _throughput_cell(c: Cost) -> str:
         reason = c.reason or "reason not recorded"
         extra += f'<br><small class="boundnote">generator-bound, a lower bound: {e(reason)}</small>'
         return _num_cell(c.acq_s, f"{c.acq_s:,.0f}", "acq_s", extra, "bound")
-    if c.bound is None:
-        extra += '<br><small class="na">fidelity n/a</small>'
+    if c.bound is None:  # not measured: never shown as a figure of the lock's, never as "not bound"
+        said = f"fidelity {e(c.reason)}" if c.reason else "fidelity n/a"  # n/a: a run from before the flag
+        extra += f'<br><small class="na boundnote">{said}</small>'
     return _num_cell(c.acq_s, f"{c.acq_s:,.0f}", "acq_s", extra)
 
 
 def _fencing_cell(row: ImplRow) -> str:
-    cls = {"yes": "good", "no tokens": "bad"}.get(row.tokens, "untested")
-    rank = {"yes": 2, "no tokens": 0}.get(row.tokens, 1)
+    cls = {"yes": "good", "no tokens": "bad", "broken": "bad"}.get(row.tokens, "untested")
+    rank = {"yes": 2, "no tokens": 0, "broken": -1}.get(row.tokens, 1)
     data = f"<br><small>{e(row.data)}</small>" if row.data else ""
     return f'<td data-col="fencing" data-sort="{rank}"><span class="chip {cls}">{e(row.tokens)}</span>{data}</td>'
 

@@ -27,6 +27,8 @@ FIGURES = (
     ("server_cmds_per_acquire", "server commands per acquire", "ratio"),
     ("client_cpu_ms_per_acq", "client CPU per acquire", "ms"),
     ("polls_per_acq", "polls per acquire", "ratio"),
+    ("loop_lag_p99_us", "loop lag p99 (worst process)", "us"),
+    ("loop_lag_late_share", "time loop >1 ms late", "pct"),
 )
 
 
@@ -50,14 +52,22 @@ def _shown(value: float | None, kind: str) -> str:
 
 
 def bound_of(rows: pd.DataFrame) -> tuple[bool | None, str]:
-    """(generator-bound in any trial, the first reason given); None when no trial has the flag."""
+    """(generator-bound in any trial, its reason); None when any trial is not measured (and none bound).
+
+    Three states: a group is "no" only when every trial was measured and none was bound; one
+    trial without the figures makes the group's answer unknown, never "no".
+    """
     flags = [flag(r, "generator_bound") for _, r in rows.iterrows()]
     reasons = [
-        t.strip() for t in (text(r, "generator_bound_reason") for _, r in rows.iterrows()) if t and t.strip()
+        (f, t.strip())
+        for f, t in zip(flags, (text(r, "generator_bound_reason") for _, r in rows.iterrows()), strict=True)
+        if t and t.strip()
     ]
-    if all(f is None for f in flags):
-        return None, ""
-    return any(f is True for f in flags), reasons[0] if reasons else ""
+    if any(f is True for f in flags):
+        return True, next((t for f, t in reasons if f is True), "")
+    if any(f is None for f in flags):
+        return None, next((t for f, t in reasons if f is None), "")
+    return False, ""
 
 
 def _floors(run: RunData) -> str:
@@ -100,7 +110,8 @@ def fidelity_section(run: RunData, glabels: dict[str, str]) -> str:
             value = _median(trials, column)
             cells += f'<td class="num{" na" if value is None else ""}" data-col="{column}">{_shown(value, kind)}</td>'
         if bound is None:
-            verdict = '<td class="na" data-col="generator_bound">n/a</td>'
+            # not measured is never "no": say why when the run said why, else n/a (older runs)
+            verdict = f'<td class="na" data-col="generator_bound">{e(reason) if reason else "n/a"}</td>'
         elif bound:
             verdict = (
                 f'<td class="bound" data-col="generator_bound">yes: {e(reason or "reason not recorded")}; '
@@ -115,7 +126,9 @@ def fidelity_section(run: RunData, glabels: dict[str, str]) -> str:
         "beside the model <code>model_acq_s</code> = 1 / (solo hold p50 + handoff gap p50): what independent "
         "clients would get; the distance between them is what the load generator cost. Hold inflation: "
         "contended hold p50 / solo hold p50 (1 client, same run). A generator-bound case is hatched and grey "
-        "with the reason: its throughput is a lower bound, its latencies an upper bound. Server CPU and "
+        'with the reason: its throughput is a lower bound, its latencies an upper bound; "not measured": no '
+        'loop-lag probe or solo figures, so nobody knows (never a "no"). Loop lag: how late each Locust '
+        "process's loop woke for a 1 ms timer, the worst process. Server CPU and "
         "commands per acquire come from the lock server's own statistics, which no client can distort; "
         "client CPU and polls per acquire from the clients. n/a: the run did not record that column. "
         "Floors: one round trip to each backend (run.json calibration); the machine may have been shared, "

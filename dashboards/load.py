@@ -2,8 +2,13 @@
 
 Files only: the renderer never imports bench, workloads, infra or lockimpls, so a report can
 be rebuilt from a copied results folder on a machine that has none of the servers.
-Anything optional that is missing or unreadable becomes ``None`` plus a note shown on the
-page; only a folder that is not a results folder at all raises :class:`ReportInputError`.
+Anything optional that is missing becomes ``None`` plus a note shown on the page. Data
+that is there but damaged (a number that is text, infinite or negative, a figure missing
+where the case has acquisitions, an unreadable histogram or history file) is listed in
+``RunData.damaged`` and shown in a red banner at the top of the page: the report is partial
+but usable. A folder that is not a results folder, or whose run.json or cases.csv cannot be
+trusted at all (wrong types, the same case twice), raises :class:`ReportInputError` naming
+the file.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class RunData:
     meta: dict[str, Any]
     cases: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    #: damaged data found while loading: "<file>: what is wrong" (shown in a banner)
+    damaged: list[str] = field(default_factory=list)
     _hists: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
     _extras: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
@@ -243,7 +250,96 @@ def load_run(path: Path) -> RunData:
     if "case" not in cases.columns:
         raise ReportInputError(f"{cases_csv} has no 'case' column")
     cases = cases[cases["case"].notna()].reset_index(drop=True)
-    return RunData(path=path, meta=meta, cases=cases)
+    _check_meta(run_json, meta)
+    twice = cases["case"][cases["case"].duplicated()]
+    if len(twice):
+        raise ReportInputError(
+            f"{cases_csv} is damaged: case {twice.iloc[0]} has more than one row (one row per case and trial)"
+        )
+    run = RunData(path=path, meta=meta, cases=cases)
+    run.damaged = _damage(run, cases_csv)
+    return run
+
+
+#: run.json fields the report reads, and the JSON type each must have
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "cases": (list,), "status": (str,), "params": (dict,), "host": (dict,), "impls": (list,),
+    "calibration": (dict,), "endpoints": (dict,), "versions": (dict,),
+}  # fmt: skip
+
+
+def _check_meta(run_json: Path, meta: dict[str, Any]) -> None:
+    """run.json fields of the wrong type make the whole run untrustworthy: ReportInputError naming them."""
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if value is not None and not isinstance(value, types):
+            raise ReportInputError(
+                f"{run_json} is damaged: {key} must be a JSON {types[0].__name__}, got {value!r:.60}"
+            )
+
+
+#: cases.csv columns that must hold non-negative numbers (or nothing) when present
+_NUMBER_PREFIXES = ("throughput_", "acquire_", "release_", "hold_", "handoff_", "arrival_")
+_NUMBER_COLUMNS = (
+    "acquisitions", "purchases", "units_sold", "utilization", "jain_index", "overlapping_holds",
+    "witness_violations", "oversold_units", "lost_updates", "trial", "users", "processes", "duration_s",
+)  # fmt: skip
+
+
+def _damage(run: RunData, cases_csv: Path) -> list[str]:
+    """What is damaged but leaves the run readable: numbers that are not, unreadable case files."""
+    cases = run.cases
+    found: list[str] = []
+    name = f"{run.path.name}/cases.csv"
+
+    def first(mask: pd.Series) -> str:
+        more = f" (+{int(mask.sum()) - 1} more)" if mask.sum() > 1 else ""
+        return f"{cases.loc[mask, 'case'].iloc[0]}{more}"
+
+    columns = [
+        c
+        for c in cases.columns
+        if c in _NUMBER_COLUMNS or (c.startswith(_NUMBER_PREFIXES) and c.endswith(("_us", "_s")))
+    ]
+    for column in columns:
+        raw = cases[column]
+        numbers = pd.to_numeric(raw, errors="coerce")
+        text = raw.astype("string").str.strip()
+        words = numbers.isna() & raw.notna() & (text != "") & (text.str.lower() != "nan")
+        if words.any():
+            found.append(f"{name}: {column} is not a number in case {first(words)}")
+        infinite = numbers.abs() == math.inf
+        if infinite.any():
+            found.append(f"{name}: {column} is infinite in case {first(infinite)}")
+        negative = numbers < 0
+        # latencies may not be negative either, but gaps and schedule lags can be (an early start)
+        if negative.any() and (column in _NUMBER_COLUMNS or column.startswith("throughput_")):
+            found.append(f"{name}: {column} is negative in case {first(negative)}")
+    if "throughput_acq_s" in cases.columns and "acquisitions" in cases.columns:
+        acquisitions = pd.to_numeric(cases["acquisitions"], errors="coerce")
+        missing = pd.to_numeric(cases["throughput_acq_s"], errors="coerce").isna() & (acquisitions > 0)
+        if missing.any():
+            found.append(
+                f"{name}: throughput_acq_s is empty (NaN) in case {first(missing)}, which has acquisitions"
+            )
+    for case in run.case_ids():
+        hist = run._case_file("hist", case, ".json")
+        if hist is not None:
+            try:
+                data = json.loads(hist.read_text(encoding="utf-8"))
+                if not isinstance(data, dict) or not isinstance(data.get("histograms", {}), dict):
+                    raise ValueError("not a histogram file")
+            except (OSError, ValueError) as exc:
+                found.append(f"{run.path.name}/hist/{case}.json: unreadable ({type(exc).__name__})")
+        history = run._case_file("history", case, ".parquet")
+        if history is not None:
+            try:
+                import pyarrow.parquet as pq
+
+                pq.read_schema(history)
+            except Exception as exc:  # noqa: BLE001 - any damage to the file, whatever pyarrow calls it
+                found.append(f"{run.path.name}/history/{case}.parquet: unreadable ({type(exc).__name__})")
+    return found
 
 
 def num(row: pd.Series | dict[str, Any], column: str) -> float | None:

@@ -30,6 +30,10 @@ SHOWN = (
     ("stale_writes_accepted", "stale writes accepted"),
     ("stale_writes_refused", "stale writes refused"),
     ("stuck_locks", "stuck"),
+    ("fencing_order_violations", "tokens out of grant order"),
+    ("legit_writes_refused", "legitimate writes refused"),
+    ("uncertain_overlaps", "uncertain overlaps"),
+    ("open_ended_overlaps", "after a lost holder"),
 )
 #: Further counters for the cell's tooltip only (summed over trials).
 TOOLTIP = ("stale_reads", "pauses", "crashes", "acquire_info", "releases_not_owned")
@@ -142,7 +146,9 @@ def summarize(trials: pd.DataFrame | list[dict[str, Any]], note: str = "") -> Ma
     if modes:
         details.append("fencing " + ", ".join(modes))
     verdicts = sorted({text(r, "verdict") or "unknown" for r in rows})
-    tooltip = "; ".join([f"verdicts: {', '.join(verdicts)}", *details, f"cases: {', '.join(cases)}"])
+    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for r in rows) if t))
+    why = [f"why: {' | '.join(reasons)}"] if reasons else []
+    tooltip = "; ".join([f"verdicts: {', '.join(verdicts)}", *why, *details, f"cases: {', '.join(cases)}"])
     return MatrixCell(
         cls=cls, verdict=_VERDICT_TEXT[cls], counters=counters, trials=len(rows), tooltip=tooltip, note=note,
         cases=cases,

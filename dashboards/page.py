@@ -36,6 +36,7 @@ from dashboards.compare import (
 )
 from dashboards.decision import contradictions_banner, decision_section, no_fault_banner
 from dashboards.fidelity import fidelity_section
+from dashboards.grid import GRID_CSS, safety_grid_section
 from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, wrap
 from dashboards.html_bits import cell as _cell
 from dashboards.html_bits import verdict_class as _verdict_class
@@ -93,6 +94,8 @@ ul.notes { font-size: 0.85em; color: #555; }
 .chip.good { background: #d5f0d5; color: #185c18; } .chip.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
 .chip.warn { background: #fbeccb; color: #6b4a00; } .chip.unknown { background: #e4e4e4; color: #444; }
 .chip.untested { background: #eeeeee; color: #777; border: 1px dashed #aaa; }
+.chip.thin { background: #eef7ee; color: #4d6b4d; border: 1px dashed #9cc59c; }
+.chip.stuck { background: #e3d3f2; color: #4b2a6b; } .chip.nottested { background: #f4f4f4; color: #888; }
 .chip.contradicts { outline: 2px solid #c0392b; }
 ul.evidence { margin: 2px 0 0 0; padding-left: 1.1em; font-size: 0.92em; color: #555; }
 th.sortable { cursor: pointer; } th.sortable::after { content: " \\2195"; color: #aaa; }
@@ -206,6 +209,22 @@ def params_banner(runs: list[RunData], rlabels: list[str], differences: list[tup
     )
 
 
+def damage_banner(run: RunData) -> str:
+    """A red banner listing the damaged files and cells of a run (dashboards/load.py); "" when none."""
+    if not run.damaged:
+        return ""
+    items = "".join(f"<li>{e(d)}</li>" for d in run.damaged[:_SHOWN_DIFFERENCES])
+    more = (
+        f"<p>... and {len(run.damaged) - _SHOWN_DIFFERENCES} more.</p>"
+        if len(run.damaged) > _SHOWN_DIFFERENCES
+        else ""
+    )
+    return (
+        f'<div class="banner error" id="damage-banner">DAMAGED DATA in {e(run.run_id)}: the figures below '
+        f"leave out or misread what is listed here; re-run the cases to trust them.<ul>{items}</ul>{more}</div>"
+    )
+
+
 def status_banner(run: RunData) -> str:
     if run.status == "complete":
         return ""
@@ -214,12 +233,22 @@ def status_banner(run: RunData) -> str:
     why = {
         "incomplete": "This run was interrupted: only the cases below finished.",
         "running": "run.json still says 'running': the run is in progress or died before finishing.",
+        "interrupted": "The bench process died before finishing (a later bench found it gone): only the cases "
+        "below finished.",
         "failed": "The run failed: only the cases below finished.",
     }.get(run.status, "The run's status is not 'complete'.")
     return (
         f'<div class="banner incomplete" id="status-banner">Run status: {e(run.status)}. '
         f"{e(why)}{e(detail)} Numbers below cover finished cases only.</div>"
     )
+
+
+def _verdict_why(group: pd.DataFrame) -> str:
+    """Under a verdict: the uncertain overlaps (clock error could explain them) and each reason given."""
+    uncertain = sum(v for v in (num(r, "uncertain_overlaps") for _, r in group.iterrows()) if v)
+    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for _, r in group.iterrows()) if t))
+    out = f"<br><small>{int(uncertain):,} uncertain overlaps</small>" if uncertain else ""
+    return out + "".join(f'<br><small class="reason">{e(t)}</small>' for t in reasons[:3])
 
 
 def verdict_section(run: RunData) -> str:
@@ -247,7 +276,7 @@ def verdict_section(run: RunData) -> str:
         verdicts = [_verdict_class(text(r, "verdict")) for _, r in group.iterrows()]
         cls = "bad" if "bad" in verdicts else "unknown" if "unknown" in verdicts else "good"
         shown = sorted({(text(r, "verdict") or "unknown") for _, r in group.iterrows()})
-        cells += f'<td class="{cls}" data-col="verdict">{e(", ".join(shown))}</td>'
+        cells += f'<td class="{cls}" data-col="verdict">{e(", ".join(shown))}{_verdict_why(group)}</td>'
         rows.append(f'<tr data-row="{e("|".join(key_text))}">{cells}</tr>')
     table = f'<table id="verdicts"><tr>{head}</tr>{"".join(rows)}</table>' if rows else "<p>No cases.</p>"
     return (
@@ -403,10 +432,12 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     differences = param_differences([r.meta for r in runs]) if several else []
     sections = [
         '<div class="banner error" id="js-error-banner" hidden></div>',
+        *(damage_banner(r) for r in runs),
         *(status_banner(r) for r in runs),
         params_banner(runs, rlabels, differences),
         contradictions_banner(run),
         no_fault_banner(run),
+        safety_grid_section(run),
         decision_section(run),
         scenario_matrix_section(run, several),
     ]
@@ -436,7 +467,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     title = f"lockbench report: {run.run_id}" + (f" vs baseline {runs[0].run_id}" if several else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{e(title)}</title><style>{CSS}</style>"
+        f"<title>{e(title)}</title><style>{CSS}{GRID_CSS}</style>"
         f'<script type="text/javascript">{ERROR_HOOK}{SORT_SCRIPT}</script>'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
         f"<body><h1>{e(title)}</h1>{''.join(sections)}</body></html>\n"

@@ -215,6 +215,41 @@ class RedisSentinelGroup:
             time.sleep(0.05)
         raise InfraError(f"{self.name} not {what} within {timeout:.0f}s; see {self.sentinels[0].log_path}")
 
+    def heal(self, timeout: float = 30.0) -> None:
+        """Bring a failed-over group back to one master + one replica in sync, ready to fail over again.
+
+        The data node a failover killed starts again on its port (with no data: Redis runs
+        without persistence here); the sentinels see their old master return and make it a
+        replica of the new one. Returns once every sentinel sees a healthy master and replica.
+        """
+        down = [n for n in self.nodes if not n.process.alive()]
+        for node in down:
+            node.start()
+        for node in self.nodes:
+            node.process.kill(signal.SIGCONT)  # a replica a fault left paused
+        self._wait(self._healed, timeout, "healed (a master and a replica in sync)")
+
+    def _healed(self) -> bool:
+        master_addr = self.master()
+        master = self.node_at(master_addr)
+        replica = next(n for n in self.nodes if n is not master)
+        with _client(replica.address) as c:
+            info = c.info("replication")
+            if info.get("role") != "slave" or info.get("master_link_status") != "up":
+                return False
+            if int(info.get("master_port", 0)) != master.port:
+                return False
+        for addr in self.sentinel_addrs:
+            with _client(addr) as c:
+                state = c.sentinel_master(self.service)
+                if (state["ip"], int(state["port"])) != master_addr or not _healthy(state):
+                    return False
+                if not any(
+                    int(r["port"]) == replica.port and _healthy(r) for r in c.sentinel_slaves(self.service)
+                ):
+                    return False
+        return True
+
     def stop(self) -> None:
         """Stop everything, sentinels first (so none reconfigures a node being stopped).
 

@@ -2,7 +2,10 @@
 
 ``snapshot`` reads the server's own statistics (Redis ``INFO commandstats``); the runner
 takes one before and one after a case and divides the difference by the acquisitions.
-Backends without a reader return an empty dict, and the report shows n/a.
+Backends without a reader return an empty dict, and the report shows n/a. A read that
+failed, or counters that restarted between the two snapshots (a server restart: Redis's
+``run_id`` changed, or a count went down), give no count at all, with the reason in
+:attr:`Commands.error`: a lifetime total or a clipped difference would be a wrong number.
 
 ``cpu_snapshot`` reads the server's CPU seconds from its own statistics where the backend
 exposes them (Redis ``INFO cpu``, etcd ``/metrics``, memcached ``stats``), and otherwise
@@ -44,13 +47,34 @@ def _redis_info(urls: Sequence[str], section: str) -> Iterator[dict[str, Any]]:
             client.close()
 
 
-def _redis(urls: list[str]) -> dict[str, int]:
+class Commands(dict):
+    """Command counts by name (a plain dict for JSON), plus why there are none when a read failed.
+
+    Why a dict subclass: the runner and the results store the counts as before, and the
+    reason travels with them to the one place that divides by acquisitions.
+    """
+
+    def __init__(self, counts: dict[str, int] | None = None, error: str = "", identity: str = "") -> None:
+        super().__init__(counts or {})
+        #: why these counts are not usable ("" when they are)
+        self.error = error
+        #: which server incarnations were read (Redis run_ids); differs after a restart
+        self.identity = identity
+
+
+def _redis(urls: list[str]) -> Commands:
     out: dict[str, int] = {}
-    for stats in _redis_info(urls, "commandstats"):
-        for key, value in stats.items():
-            name = key.removeprefix("cmdstat_")
-            out[name] = out.get(name, 0) + int(value["calls"])
-    return out
+    ids: list[str] = []
+    for url in urls:
+        client = _redis_client(url)
+        try:
+            ids.append(str(client.info("server").get("run_id", "")))
+            for key, value in client.info("commandstats").items():
+                name = key.removeprefix("cmdstat_")
+                out[name] = out.get(name, 0) + int(value["calls"])
+        finally:
+            client.close()
+    return Commands(out, identity=",".join(ids))
 
 
 def _zookeeper(urls: list[str]) -> dict[str, int]:
@@ -65,21 +89,48 @@ READERS: dict[str, Callable[[list[str]], dict[str, int]]] = {"redis": _redis, "z
 OWN_COMMANDS = {"info", "ping", "hello", "client|setinfo", "client|setname"}
 
 
-def snapshot(backend: str, urls: list[str]) -> dict[str, int]:
-    """Cumulative command counts by command name, summed over the backend's servers."""
+def snapshot(backend: str, urls: list[str]) -> Commands:
+    """Cumulative command counts by command name, summed over the backend's servers.
+
+    Empty without a reader for the backend; empty with :attr:`Commands.error` set when the
+    read failed (the reason, never a partial or zero count).
+    """
     reader = READERS.get(backend)
     if reader is None:
-        return {}
+        return Commands()
     try:
-        return reader(urls)
-    except Exception:  # noqa: BLE001 - statistics are optional; a dead server is reported elsewhere
-        return {}
+        got = reader(urls)
+    except Exception as exc:  # noqa: BLE001 - statistics are optional; a dead server is reported elsewhere
+        return Commands(
+            error=f"reading {backend} command statistics failed: {type(exc).__name__}: {exc}"[:300]
+        )
+    return got if isinstance(got, Commands) else Commands(got)
 
 
-def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """Commands sent between two snapshots, without the snapshots' own."""
-    out = {k: after[k] - before.get(k, 0) for k in after if k not in OWN_COMMANDS}
-    return {k: v for k, v in out.items() if v > 0}
+def delta(before: dict[str, int], after: dict[str, int]) -> Commands:
+    """Commands sent between two snapshots, without the snapshots' own.
+
+    No counts, with the reason in ``error``, when either read failed or the counters were
+    reset in between (another server incarnation, or a count that went down).
+    """
+    for snap, when in ((before, "before"), (after, "after")):
+        error = getattr(snap, "error", "")
+        if error:
+            return Commands(error=f"{error} ({when} the case)")
+    if not before and not after:
+        return Commands()
+    old_id, new_id = getattr(before, "identity", ""), getattr(after, "identity", "")
+    if old_id and new_id and old_id != new_id:
+        return Commands(
+            error="the server restarted during the case (its run_id changed): its counters restarted"
+        )
+    out = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before) if k not in OWN_COMMANDS}
+    fell = sorted(k for k, v in out.items() if v < 0)
+    if fell:
+        return Commands(
+            error=f"command counters went down ({', '.join(fell[:3])}): the server restarted or was reset"
+        )
+    return Commands({k: v for k, v in out.items() if v > 0})
 
 
 # --- server CPU ----------------------------------------------------------------------------
@@ -91,6 +142,8 @@ class CpuReading:
 
     seconds: float
     source: str
+    #: which server incarnations were read (Redis run_ids, or pids); "" when not known
+    identity: str = ""
 
 
 def _redis_cpu(urls: Sequence[str]) -> float:
@@ -162,16 +215,28 @@ def cpu_snapshot(backend: str, urls: Sequence[str], pids: Sequence[int] = ()) ->
     try:
         if backend in CPU_READERS:
             reader, source = CPU_READERS[backend]
-            return CpuReading(reader(urls), source)
+            identity = _redis_identity(urls) if backend == "redis" else ""
+            return CpuReading(reader(urls), source, identity)
         if pids:
-            return CpuReading(_process_tree_cpu(pids), "os: /proc of the server process(es) bench started")
+            source = "os: /proc of the server process(es) bench started"
+            return CpuReading(_process_tree_cpu(pids), source, ",".join(map(str, pids)))
     except Exception:  # noqa: BLE001 - statistics are optional; a dead server is reported elsewhere
         return None
     return None
 
 
+def _redis_identity(urls: Sequence[str]) -> str:
+    return ",".join(str(i.get("run_id", "")) for i in _redis_info(urls, "server"))
+
+
 def cpu_delta(before: CpuReading | None, after: CpuReading | None) -> CpuReading | None:
-    """CPU seconds spent between two readings of the same source, or None."""
+    """CPU seconds spent between two readings of the same source and server incarnation, or None.
+
+    A restart in between (another run_id or pid, or a total that went down) resets the
+    server's counter: the difference would be a wrong number, so there is none.
+    """
     if before is None or after is None or before.source != after.source:
         return None
-    return CpuReading(max(0.0, after.seconds - before.seconds), after.source)
+    if before.identity != after.identity or after.seconds < before.seconds:
+        return None
+    return CpuReading(after.seconds - before.seconds, after.source, after.identity)

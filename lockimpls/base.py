@@ -21,7 +21,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 WaitKind = Literal["poll", "notify", "server-queue"]
 
@@ -117,6 +117,81 @@ class LockOptions:
     params: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ParamSpec:
+    """One ``--lock-params`` key an impl reads: its type, its range or choices, what it does.
+
+    Why declared: a key an impl does not read, or a value it cannot use, used to be
+    accepted silently (or to fail after servers started, inside Locust). Each impl lists
+    the keys it reads in ``Lock.params``; bench checks the user's JSON against them before
+    anything starts (:func:`check_params`).
+    """
+
+    kind: type  # float, int, bool or str
+    help: str = ""
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    open_low: bool = False
+
+    def describe(self) -> str:
+        """The allowed values in words: ``a number of seconds above 0, at most 60``."""
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is str:
+            return "a string"
+        what = "a whole number" if self.kind is int else "a number"
+        if self.low is not None and self.high is not None:
+            low = f"above {self.low:g}" if self.open_low else f"from {self.low:g}"
+            return f"{what} {low} to {self.high:g}"
+        return what
+
+    def check(self, value: object) -> bool:
+        """True when ``value`` (as JSON gave it) is acceptable."""
+        import math
+
+        if self.choices:
+            return isinstance(value, str) and value in self.choices
+        if self.kind is bool:
+            return isinstance(value, bool)
+        if self.kind is str:
+            return isinstance(value, str)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.kind is int and not float(value).is_integer():
+            return False
+        if not math.isfinite(float(value)):
+            return False
+        if self.low is not None and (value <= self.low if self.open_low else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+
+def seconds(help_text: str, low: float = 0.0, high: float = 3600.0) -> ParamSpec:
+    """A positive number of seconds, the most common kind of lock parameter."""
+    return ParamSpec(float, help_text, low, high, open_low=True)
+
+
+def check_params(impl_id: str, cls: type, params: dict) -> None:
+    """Raise LockConfigError naming impl, key and allowed values for a key ``cls`` does not take.
+
+    A class without a ``params`` declaration (``None``: a user's own lock written before
+    declarations existed) is not checked.
+    """
+    declared = getattr(cls, "params", None)
+    if declared is None:
+        return
+    for key, value in params.items():
+        spec = declared.get(key)
+        if spec is None:
+            takes = ", ".join(sorted(declared)) or "none"
+            raise LockConfigError(f"--lock-params: {impl_id} takes no key {key!r} (it takes: {takes})")
+        if not spec.check(value):
+            raise LockConfigError(f"--lock-params: {impl_id} {key} must be {spec.describe()}, got {value!r}")
+
+
 def new_owner_id(prefix: str = "") -> str:
     """A globally unique owner id: host pid plus a random part."""
     return f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -136,8 +211,23 @@ class Lock(ABC):
     summary: ClassVar[str] = ""
     #: How many independent servers of its backend the algorithm wants (RedLock: 5).
     servers: ClassVar[int] = 1
+    #: The ``--lock-params`` keys the algorithm reads (``None``: undeclared, not checked).
+    params: ClassVar[dict[str, ParamSpec] | None] = None
     #: Attempts made by the polling template (``stats()["attempts"]``): polls per acquisition.
     _attempts: int = 0
+
+    @classmethod
+    def recovery_after_crash(cls, ttl: float, params: dict[str, Any]) -> tuple[float | None, str]:
+        """(seconds, what frees it): how long after its holder dies the service frees the lock.
+
+        None means nothing frees it (no expiry). ``bench`` derives the crash scenario's stuck
+        bound from it (3x, at least a few seconds), so a lock that recovers in its own time
+        is never called stuck and one that never recovers is. Default: the lease TTL for a
+        lock with a lease, never for one without.
+        """
+        if cls.capabilities.ttl:
+            return ttl, "the lease TTL"
+        return None, "no expiry: nothing frees a dead holder's lock"
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         self.name = name

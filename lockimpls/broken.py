@@ -6,7 +6,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from lockimpls.base import Capabilities, Lease, Lock, LockConfigError, LockOptions, new_owner_id
+from lockimpls.base import (
+    Capabilities,
+    Lease,
+    Lock,
+    LockConfigError,
+    LockOptions,
+    ParamSpec,
+    new_owner_id,
+)
 
 
 class NoMutex(Lock):
@@ -20,6 +28,7 @@ class NoMutex(Lock):
     id = "test.no-mutex"
     backend = "test"
     summary = "grants every acquire immediately; no mutual exclusion (test only)"
+    params = {}  # noqa: RUF012
     capabilities = Capabilities(ttl=False, fencing=False, wait="poll", notes="no mutual exclusion at all")
 
     def _try_acquire(self) -> Lease:
@@ -44,6 +53,13 @@ class Slowed(Lock):
     id = "test.slowed"
     backend = "redis"
     summary = "wraps a Redis impl and sleeps delay_s after every grant (test only)"
+    #: delay_s has no declared range on purpose: the tests give it -1 to see a lock that
+    #: refuses its options inside Locust (the constructor checks 0 <= delay_s < 10)
+    params = {  # noqa: RUF012
+        "inner": ParamSpec(str, "the Redis impl id to slow down"),
+        "delay_s": ParamSpec(float, "seconds added after every grant, 0..10"),
+        "delay_mode": ParamSpec(str, "busy or sleep", choices=("busy", "sleep")),
+    }
     capabilities = Capabilities(ttl=True, fencing=False, wait="poll", notes="a Redis impl, slowed on purpose")
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:

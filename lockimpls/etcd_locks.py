@@ -51,7 +51,9 @@ from lockimpls.base import (
     LockOptions,
     LockOutcomeUnknown,
     LockTimeout,
+    ParamSpec,
     new_owner_id,
+    seconds,
 )
 from lockimpls.etcd_client import EtcdClient, EtcdNotFound, b64, client_for, num, prefix_end, unb64
 
@@ -189,6 +191,15 @@ class _EtcdLeaseLock(Lock):
 
     backend = "etcd"
     default_prefix = "lockbench/lock"
+
+    params = {  # noqa: RUF012
+        "prefix": ParamSpec(str, "key prefix of the locks"),
+        "keepalive_interval": seconds("seconds between lease refreshes (default ttl/3)", high=3600),
+        "watch_round": seconds("seconds one watch waits before re-reading (default 5)", high=3600),
+        "connect_timeout": seconds("seconds a connect may take", high=600),
+        "request_timeout": seconds("seconds one request may take", high=600),
+        "pool_size": ParamSpec(int, "keep-alive connections per process", 1, 1000),
+    }
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

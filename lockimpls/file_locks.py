@@ -33,6 +33,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from lockimpls.base import (
@@ -42,6 +43,7 @@ from lockimpls.base import (
     Lock,
     LockConfigError,
     LockOptions,
+    ParamSpec,
     new_owner_id,
 )
 
@@ -89,6 +91,12 @@ class FileFlock(Lock):
 
     id = "file.flock"
     backend = "file"
+
+    @classmethod
+    def recovery_after_crash(cls, ttl: float, params: dict[str, Any]) -> tuple[float | None, str]:
+        """The kernel drops a process's flocks when it dies."""
+        return 0.0, "the kernel, when the holder's process dies"
+
     summary = "fcntl.flock(LOCK_EX) on <dir>/<name>.lock; one host only, no expiry"
     capabilities = Capabilities(
         ttl=False,
@@ -98,6 +106,8 @@ class FileFlock(Lock):
         notes="ONE HOST ONLY (the kernel holds the lock); released when the holder closes or dies; "
         "polls LOCK_NB every retry_interval so gevent is never blocked; fencing counter in the file",
     )
+
+    params = {"blocking": ParamSpec(bool, "block in flock() when acquiring without a timeout")}  # noqa: RUF012
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

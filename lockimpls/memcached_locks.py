@@ -36,6 +36,7 @@ import select
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from pymemcache.client.base import Client
@@ -49,7 +50,9 @@ from lockimpls.base import (
     LockConfigError,
     LockOptions,
     LockOutcomeUnknown,
+    ParamSpec,
     new_owner_id,
+    seconds,
 )
 
 #: Seconds to wait for a TCP connect (an unreachable server fails fast).
@@ -173,6 +176,17 @@ class _MemcachedLock(Lock):
     """``add`` with expiry to acquire; subclasses decide how to release."""
 
     backend = "memcached"
+
+    @classmethod
+    def recovery_after_crash(cls, ttl: float, params: dict[str, Any]) -> tuple[float | None, str]:
+        """memcached counts expiry in whole seconds, so a lease ends up to 1 s after its TTL."""
+        return float(ttl) + 1.0, "the TTL (memcached's clock ticks once a second)"
+
+    params = {  # noqa: RUF012
+        "connect_timeout": seconds("seconds a connect may take (default 2)", high=600),
+        "request_timeout": seconds("seconds one request may take (default 5)", high=600),
+        "max_idle": ParamSpec(int, "idle connections kept per process (default 128)", 0, 100_000),
+    }
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

@@ -38,6 +38,7 @@ from lockimpls.base import (
     LockOptions,
     LockOutcomeUnknown,
     LockTimeout,
+    ParamSpec,
     new_owner_id,
 )
 
@@ -55,6 +56,8 @@ class _PgLock(Lock):
     """What every PostgreSQL lock shares: the DSN, the pool, error translation."""
 
     backend = "postgres"
+
+    params = {"pool_max": ParamSpec(int, "connections per process in the pool", 1, 1000)}  # noqa: RUF012
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)
@@ -347,6 +350,15 @@ class _PinnedPgLock(_PgLock):
     """
 
     capabilities = Capabilities(ttl=False, fencing=True, wait="server-queue")
+
+    @classmethod
+    def recovery_after_crash(cls, ttl: float, params: dict[str, Any]) -> tuple[float | None, str]:
+        """The server ends a dead client's session (and its locks) once it sees the connection close.
+
+        A killed process's kernel closes its sockets, so that is at once; a client cut off by the
+        network instead holds until TCP keepalives give up (not this case).
+        """
+        return 0.0, "the server noticing the dead connection"
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

@@ -38,6 +38,7 @@ from lockimpls.base import (
     LockConfigError,
     LockOptions,
     LockTimeout,
+    ParamSpec,
     new_owner_id,
 )
 from lockimpls.redis_conn import (
@@ -66,6 +67,7 @@ class _Adapter(Lock):
     """Common checks and error translation of the adapters."""
 
     backend = "redis"
+    params = {}  # noqa: RUF012 - reads no --lock-params (PythonRedisLock: auto_renewal)
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)
@@ -187,6 +189,8 @@ class PythonRedisLock(_Adapter):
         notes="no fencing token; expiry and timeouts in whole seconds (rounded up); the lease "
         "expires under a holder whose critical section outlives it (unless auto_renewal)",
     )
+
+    params = {"auto_renewal": ParamSpec(bool, "run the library's lock renewal thread")}  # noqa: RUF012
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

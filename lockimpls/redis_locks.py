@@ -61,6 +61,7 @@ class _RedisLock(Lock):
     """Shared plumbing of the single-server Redis locks (key names, client, fencing, leases)."""
 
     backend = "redis"
+    params = {}  # noqa: RUF012 - reads no --lock-params
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

@@ -48,6 +48,7 @@ from lockimpls.base import (
     LockOptions,
     LockTimeout,
     new_owner_id,
+    seconds,
 )
 from lockimpls.redis_conn import CONNECT_TIMEOUT, RedisCall, client_for, redact_url, script_for
 
@@ -395,6 +396,8 @@ class ReentrantLock(Lock):
         notes="safe while the watchdog runs; a pause longer than the watchdog timeout (or a given "
         "lease) lets another client in; a restart without persistence forgets the lock",
     )
+
+    params = {"lease": seconds("a fixed lease per acquire, no watchdog", high=86_400)}  # noqa: RUF012
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

@@ -40,7 +40,9 @@ from lockimpls.base import (
     LockOptions,
     LockOutcomeUnknown,
     LockTimeout,
+    ParamSpec,
     new_owner_id,
+    seconds,
 )
 from lockimpls.redis_conn import redact_url
 
@@ -225,6 +227,13 @@ class RedLock(Lock):
         notes="no fencing token; unsafe when a client pauses past the validity, a master's clock "
         "jumps, or a master restarts without persistence",
     )
+
+    params = {  # noqa: RUF012
+        "request_timeout": seconds(
+            "seconds per master per request (default ttl/20 within 5..500 ms)", high=60
+        ),
+        "retry_delay": ParamSpec(float, "mean pause between attempts (default: --retry-interval)", 0, 60),
+    }
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)

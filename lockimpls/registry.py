@@ -126,5 +126,18 @@ def resolve(id_or_spec: str) -> type[Lock]:
     elif ":" in id_or_spec:
         spec = id_or_spec
     else:
-        raise LockConfigError(f"unknown impl {id_or_spec!r}; valid: {', '.join(known_ids())}")
+        raise LockConfigError(
+            f"unknown impl {id_or_spec!r}{suggest(id_or_spec, known_ids(include_test=True))}"
+        )
     return validate_class(_load_spec(spec), spec)
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """``; did you mean a, b or c? (bench list shows every id)``: the three closest ids (difflib)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+    if not close:
+        return "; `bench list` shows every id, or give package.module:Class"
+    shown = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    return f"; did you mean {shown}? (`bench list` shows every id)"

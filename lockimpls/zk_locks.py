@@ -51,9 +51,11 @@ from lockimpls.base import (
     LockOptions,
     LockOutcomeUnknown,
     LockTimeout,
+    ParamSpec,
     new_owner_id,
+    seconds,
 )
-from lockimpls.zk_conn import Session, session_for
+from lockimpls.zk_conn import Session, session_for, session_options
 
 ROOT = "/lockbench"
 SEQ_DIGITS = 10  # ZooKeeper's sequence suffix: %010d
@@ -81,6 +83,18 @@ class _ZkLock(Lock):
 
     backend = "zookeeper"
     kind: ClassVar[str] = ""
+
+    params: ClassVar[dict[str, ParamSpec] | None] = {
+        "session_timeout": seconds("ZooKeeper session timeout (default 10; the server clamps it)", high=600),
+        "connect_timeout": seconds("seconds the first connect may take (default 5)", high=600),
+        "op_timeout": seconds("longest wait for one request (default: the session timeout)", high=600),
+        "session": ParamSpec(str, "one session per process or per lock", choices=("shared", "per-lock")),
+    }
+
+    @classmethod
+    def recovery_after_crash(cls, ttl: float, params: dict[str, Any]) -> tuple[float | None, str]:
+        """The dead client's ephemeral nodes go when its session expires on the servers."""
+        return session_options(params)[0], "the session timeout"
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)
@@ -422,6 +436,7 @@ class ReadWrite(_QueueLock):
     id = "zookeeper.rwlock"
     kind = "share_lock"
     summary = "read/write sequential nodes under one parent (seed 000 /share_lock)"
+    params = {**_ZkLock.params, "mode": ParamSpec(str, "read or write", choices=("read", "write"))}  # noqa: RUF012
     capabilities = Capabilities(
         ttl=False,
         fencing=True,
@@ -558,6 +573,7 @@ class KazooReadWrite(_KazooAdapter):
     id = "zookeeper.kazoo-rw"
     kind = "kazoo-rw"
     summary = "kazoo's ReadLock / WriteLock pair"
+    params = {**_ZkLock.params, "mode": ParamSpec(str, "read or write", choices=("read", "write"))}  # noqa: RUF012
     capabilities = Capabilities(
         ttl=False,
         fencing=True,

@@ -2,23 +2,79 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
+#: The environment variable that marks every process a test's ``bench`` started (children inherit it).
+MARK_ENV = "LOCKBENCH_TEST_MARK"
+#: Marks handed out by :func:`bench` in this test process, so checks look only at our own processes.
+MARKS: list[str] = []
+#: Pids of the bench processes :func:`bench` started: a server some of them started works in
+#: ``/tmp/lockbench-run-<pid>-*`` (bench.cli.scratch), which is how it is found even where the
+#: process rewrote its environment (redis-server does, for its process title).
+PIDS: list[int] = []
+
+
+def _ours(entry: Path, wanted: set[bytes], pids: list[int]) -> bool:
+    with contextlib.suppress(OSError):
+        if set((entry / "environ").read_bytes().split(b"\0")) & wanted:
+            return True
+    if pids:
+        with contextlib.suppress(OSError):
+            cwd = os.readlink(entry / "cwd")
+            return any(f"lockbench-run-{pid}-" in cwd for pid in pids)
+    return False
+
+
+def marked_processes(marks: list[str] | None = None) -> list[tuple[int, str, str, str]]:
+    """(pid, state, ppid, cmdline) of live processes whose environment carries one of ``marks``.
+
+    A test asserts only about processes it started: another bench run on the same machine
+    (a user's, or a second test session) carries no mark of ours and is never looked at.
+    """
+    wanted = {f"{MARK_ENV}={m}".encode() for m in (MARKS if marks is None else marks)}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not _ours(entry, wanted, PIDS if marks is None else []):
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        found.append((int(entry.name), state, ppid, cmd))
+    return found
 
 
 def bench(
     *args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m bench ARGS`` and capture its output (no server is left behind by it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+    """Run ``python -m bench ARGS`` and capture its output (no server is left behind by it).
+
+    Every process it starts carries a fresh :data:`MARK_ENV` value (see :func:`marked_processes`).
+    """
+    mark = uuid.uuid4().hex
+    MARKS.append(mark)
+    argv = [sys.executable, "-m", "bench", *args]
+    with subprocess.Popen(
+        argv,
         cwd=cwd or PROJECT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+        env={**os.environ, **(env or {}), MARK_ENV: mark},
+    ) as proc:
+        PIDS.append(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

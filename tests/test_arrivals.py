@@ -15,12 +15,13 @@ import pytest
 
 from bench.errors import UserError
 from bench.gate.rules import parse_rule
-from bench.measure.arrival_metrics import arrival_summary, schedule_lag_bound, visits
+from bench.measure import fidelity
+from bench.measure.arrival_metrics import arrival_summary, order_inversions, visits
 from bench.run.command import plan_open_model
 from tests.helpers import bench
 from workloads.harness.arrivals import ArrivalSpec, parse_arrivals
 from workloads.harness.distributions import SpecError
-from workloads.harness.recording import decode_histogram, history_frame
+from workloads.harness.recording import UNFINISHED, decode_histogram, history_frame
 
 MS = 1_000_000
 
@@ -164,20 +165,74 @@ def test_a_closed_loop_history_has_no_arrival_columns() -> None:
 
 
 def test_schedule_lag_over_1ms_is_generator_bound() -> None:
-    row = {"arrival_schedule_lag_p99_us": 2500.0, "generator_bound": False}
-    schedule_lag_bound(row)
-    assert row["generator_bound"] is True
-    assert row["generator_bound_reason"] == "schedule lag p99 2.5 ms > 1 ms"
-    row = {"arrival_schedule_lag_p99_us": 900.0, "generator_bound": True, "generator_bound_reason": "hold x3"}
-    schedule_lag_bound(row)  # never clears another reason
-    assert row["generator_bound"] is True and row["generator_bound_reason"] == "hold x3"
-    row = {
-        "arrival_schedule_lag_p99_us": 1500.0,
-        "generator_bound": True,
-        "generator_bound_reason": "hold x3",
-    }
-    schedule_lag_bound(row)
-    assert row["generator_bound_reason"] == "hold x3; schedule lag p99 1.5 ms > 1 ms"
+    """The rule that runs (bench/measure/fidelity.py ``judge_bound``), fed by the lag this module measures."""
+    cols, _ = arrival_summary(synthetic_history(), None)
+    assert cols["arrival_schedule_lag_p99_us"] == pytest.approx(2_000, rel=1e-3)  # A started 2 ms late
+    bound, reason = fidelity.judge_bound(None, None, None, True, cols["arrival_schedule_lag_p99_us"])
+    assert bound is True and reason.startswith("arrivals ran late: schedule lag p99 2 ms > 1 ms")
+    on_time = fidelity.judge_bound(None, None, None, True, 900.0)
+    assert on_time == (False, "")
+    # it never clears another reason: a bound hold and late arrivals are both said
+    solo = fidelity.Solo(hold_p50_us=1_000.0, acquire_p50_us=100.0, acquisitions=100)
+    bound, reason = fidelity.judge_bound(3_000.0, solo, None, True, 1_500.0)
+    assert bound and "schedule lag p99 1.5 ms" in reason and "hold inflated 3.0x" in reason
+
+
+def test_every_arrival_counts_those_who_gave_up_at_their_patience() -> None:
+    """Served-only p99 hides the buyers a lock lost; the every-arrival p99 counts them, censored."""
+    cols, hists = arrival_summary(synthetic_history(), None, patience_s=0.040)
+    every = decode_histogram(hists["arrival_all"])
+    assert every.get_total_count() == 5  # served, sold out, gave up, rejected: every arrival
+    # B gave up and D was turned away: both at the 40 ms patience, "at least"
+    assert cols["arrival_censored"] == 2
+    assert cols["arrival_all_p99_us"] == pytest.approx(40_000, rel=1e-3)
+    assert cols["arrival_all_p99_censored"] is True
+    assert cols["arrival_p99_us"] == pytest.approx(24_000, rel=1e-3)  # served only, beside it
+    assert cols["arrival_all_p50_us"] < 40_000 and cols["arrival_all_p50_censored"] is False
+
+
+def test_a_lock_that_loses_buyers_does_not_look_faster() -> None:
+    """Two runs of one schedule: the second lock serves only the quick buyer and loses the rest."""
+    lock = "flash-sale:item-0"
+    fast_but_lossy = history_frame(
+        _visit("1-u0", 0, lock, 0, 0, _served(1 * MS, 2 * MS), ("ok", 3 * MS, None))
+        + _visit("1-u1", 0, lock, 1 * MS, 1 * MS, [("acquire", "invoke", MS, None, None),
+                 ("acquire", "fail", 41 * MS, None, "timeout")], ("fail", 41 * MS, "gave-up"))
+    )  # fmt: skip
+    slow_but_serving = history_frame(
+        _visit("1-u0", 0, lock, 0, 0, _served(1 * MS, 2 * MS), ("ok", 3 * MS, None))
+        + _visit("1-u1", 0, lock, 1 * MS, 1 * MS, _served(20 * MS, 31 * MS), ("ok", 32 * MS, None))
+    )
+    lossy, _ = arrival_summary(fast_but_lossy, None, patience_s=0.040)
+    serving, _ = arrival_summary(slow_but_serving, None, patience_s=0.040)
+    assert lossy["arrival_p99_us"] < serving["arrival_p99_us"]  # served-only: the lossy lock "wins"
+    assert lossy["arrival_all_p99_us"] > serving["arrival_all_p99_us"]  # every arrival: it does not
+    assert parse_rule("arrival.p99:+10%").info.column == "arrival_all_p99_us"
+
+
+def test_a_visit_the_harness_closed_is_unfinished() -> None:
+    lock = "flash-sale:item-0"
+    h = history_frame(
+        _visit("1-u0", 0, lock, 0, 0, [("acquire", "invoke", MS, None, None)],
+               ("info", 9 * MS, UNFINISHED + "no completion arrived before the case ended"))
+    )  # fmt: skip
+    cols, _ = arrival_summary(h, None, patience_s=2.0)
+    assert cols["arrival_unfinished"] == 1 and cols["arrival_failed"] == 0 and cols["arrival_censored"] == 1
+
+
+def test_inversions_across_hosts_within_the_clock_bound_are_uncertain() -> None:
+    lock = "flash-sale:item-0"
+    # h1's buyer arrives 1 us before h2's and still waits when h2's is granted
+    h = history_frame(
+        _visit("h1/1-u0", 0, lock, 0, 0, [("acquire", "invoke", 0, None, None),
+               ("acquire", "fail", 50 * MS, None, "timeout")], ("fail", 50 * MS, "gave-up"))
+        + _visit("h2/2-u0", 0, lock, 1_000, 1_000, _served(10 * MS, 11 * MS), ("ok", 12 * MS, None))
+    )  # fmt: skip
+    v = visits(h)
+    assert order_inversions(v) == (1, 0)
+    assert order_inversions(v, {"h1": 100, "h2": 100}) == (1, 0)  # 1 us apart, bounds of 0.1 us: certain
+    assert order_inversions(v, {"h1": 5_000, "h2": 5_000}) == (0, 1)  # either may have come first
+    assert order_inversions(v, {"h1": 100, "h2": None}) == (0, 1)  # no offset estimate for h2
 
 
 # planning and gate -----------------------------------------------------------------------------
@@ -222,7 +277,8 @@ def test_a_bad_spec_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_gate_knows_the_arrival_metrics() -> None:
-    assert parse_rule("arrival.p99:+10%").info.column == "arrival_p99_us"
+    assert parse_rule("arrival.p99:+10%").info.column == "arrival_all_p99_us"  # every arrival
+    assert parse_rule("arrival-served.p99:+10%").info.column == "arrival_p99_us"
     assert parse_rule("arrival-start.p50:+200us").info.column == "arrival_start_p50_us"
     assert parse_rule("arrival.gave-up:+5").info.optional
     with pytest.raises(UserError, match="gets worse upwards"):

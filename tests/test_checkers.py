@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.checks.core import (
+    UNFINISHED,
     CheckResult,
     Verdict,
     check_flash_sale,
@@ -160,10 +161,60 @@ def test_other_client_inside_a_reentrant_outer_hold_is_counted() -> None:
     assert r.counters == {"overlapping_holds": 1, "max_concurrent_holders": 2}
 
 
-def test_killed_holder_overlaps_a_later_hold() -> None:
-    r = check_overlaps(holds_history(hold("a", 100, None), hold("b", 5_000, 6_000)))
+def test_lost_workers_open_hold_is_open_not_an_overlap() -> None:
+    """A hold whose process stopped recording (lost worker): later grants are unknown, not overlaps."""
+    r = check_overlaps(holds_history(hold("9-u0", 100, None), hold("7-u0", 5_000, 6_000)))
+    assert r.status == "unknown"
+    assert r.counters == {"overlapping_holds": 0, "max_concurrent_holders": 1, "open_ended_overlaps": 1}
+    assert "recording ended" in r.detail and "9-u0" in r.detail
+    h = holds(holds_history(hold("9-u0", 100, None), hold("7-u0", 5_000, 6_000)))
+    lost = h[h["client"] == "9-u0"].iloc[0]
+    assert bool(lost["open_ended"]) and lost["seen_ns"] == 100
+
+
+def test_open_hold_of_a_process_still_recording_overlaps() -> None:
+    """The same open hold while its process kept recording (another user of it at 7000): invalid."""
+    alive = history(("9-u1", 0, "acquire", "invoke", "M", 7_000))
+    r = check_overlaps(
+        holds_history(
+            hold("9-u0", 100, None), hold("7-u0", 5_000, 6_000), extra=tuple(alive.itertuples(index=False))
+        )
+    )
     assert r.status == "invalid"
-    assert r.counters["overlapping_holds"] == 1
+    assert r.counters["overlapping_holds"] == 1 and "open_ended_overlaps" not in r.counters
+
+
+def test_harness_closed_operations_do_not_keep_a_lost_hold_alive() -> None:
+    """The master's ``unfinished`` info completions are written at the end: not a sign of life."""
+    closed = ("9-u0", 1, "purchase", "info", "L", 9_000, None, None, UNFINISHED + "no completion arrived")
+    r = check_overlaps(holds_history(hold("9-u0", 100, None), hold("7-u0", 5_000, 6_000), extra=(closed,)))
+    assert r.status == "unknown" and r.counters["overlapping_holds"] == 0
+
+
+def test_lost_holder_inside_explains_one_witness_reading_not_two() -> None:
+    ev = holds_history(
+        hold("9-u0", 100, None),
+        hold("7-u0", 5_000, 6_000),
+        hold("7-u1", 7_000, 8_000),
+        extra=(
+            ("9-u0", 90, "witness", "ok", "L", 110, None, 1),  # entered, then its worker was lost
+            ("7-u0", 90, "witness", "ok", "L", 5_010, None, 2),  # the dead entrant's count: cannot tell
+        ),
+    )
+    h = holds(ev)
+    r = check_witness(ev, h)
+    assert r.status == "unknown" and r.counters["witness_violations"] == 0
+    assert r.counters["uncertain_witness"] == 1
+    worse = pd.concat([ev, history(("7-u1", 90, "witness", "ok", "L", 7_010, None, 3))], ignore_index=True)
+    r = check_witness(worse, holds(worse))
+    assert r.status == "invalid" and r.counters["witness_violations"] == 1  # a third one inside
+
+
+def test_lost_worker_is_unknown_unless_the_resource_shows_damage() -> None:
+    ev = holds_history(hold("9-u0", 100, None), hold("7-u0", 5_000, 6_000))
+    assert check_flash_sale(ev, _state(phone=(10, 8, 2))).status == "unknown"
+    oversold = check_flash_sale(ev, _state(phone=(10, -1, 11)))
+    assert oversold.status == "invalid" and oversold.counters["overlapping_holds"] == 0
 
 
 def test_different_locks_never_overlap() -> None:
@@ -325,7 +376,12 @@ def test_flash_sale_verdict() -> None:
 
 
 def _brute_force_overlaps(h: pd.DataFrame) -> tuple[int, int]:
-    rows = list(h[["client", "lock", "start_ns", "end_ns"]].itertuples(index=False))
+    """Overlaps over the known part of each hold (a lost holder is known until its last event)."""
+    rows = list(
+        h[["client", "lock", "start_ns", "seen_ns"]]
+        .rename(columns={"seen_ns": "end_ns"})
+        .itertuples(index=False)
+    )
     overlapping = sum(
         any(o.client != r.client and o.lock == r.lock and o.start_ns <= r.start_ns < o.end_ns for o in rows)
         for r in rows

@@ -25,7 +25,7 @@ def _one_clear_line(r, *needles: str) -> None:
     ("args", "needles"),
     [
         (["run", "--backend", "oracle"], ["unknown backend 'oracle'", "redis", "all"]),
-        (["run", "--impl", "redis.nope"], ["unknown impl 'redis.nope'", "redis.set-nx-px-lua"]),
+        (["run", "--impl", "redis.nope"], ["unknown impl 'redis.nope'", "did you mean"]),
         (
             ["run", "--backend", "redis", "--workload", "fire-sale"],
             ["unknown workload 'fire-sale'", "flash-sale"],

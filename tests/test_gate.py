@@ -131,7 +131,7 @@ def test_same_code_passes_with_exit_0_and_a_markdown_table(tmp_path: Path) -> No
     summary.write_text("earlier step\n")
     r = bench("gate", str(base), str(cand), env={"GITHUB_STEP_SUMMARY": str(summary)})  # the real command
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "| case | metric | baseline | candidate | change | p-value | verdict |" in r.stdout
+    assert "| case | metric | baseline | candidate | change | p (H1: worse) | verdict |" in r.stdout
     assert "lockbench gate: PASS" in r.stdout
     written = summary.read_text()
     assert written.startswith("earlier step\n") and "lockbench gate: PASS" in written  # appended
@@ -486,3 +486,202 @@ def test_real_run_slowed_impl_merged_histograms_baseline_and_gate(tmp_path: Path
     assert comparison.parent.parent.name == "comparisons" and comparison.parent.name == f"ci__vs__{run.name}"
     assert 'id="verdict-matrix"' in comparison.read_text()
     assert not (run / "report.html").exists()  # --no-report: the comparison wrote nothing into the run
+
+
+# issue 24: a gate that corrupt data cannot pass -----------------------------------------------
+
+
+def _corruptions():
+    def csv_edit(fn):
+        def spoil(p: Path) -> None:
+            frame = pd.read_csv(p / "cases.csv")
+            frame = fn(frame)
+            frame.to_csv(p / "cases.csv", index=False)
+
+        return spoil
+
+    def nan_counters(f: pd.DataFrame) -> pd.DataFrame:
+        for c in COUNTERS:
+            f[c] = float("nan")
+        return f
+
+    def one_nan_counter(f: pd.DataFrame) -> pd.DataFrame:
+        f.loc[0, "oversold_units"] = float("nan")
+        return f
+
+    def negative(f: pd.DataFrame) -> pd.DataFrame:
+        f.loc[0, "overlapping_holds"] = -5
+        return f
+
+    def fractional(f: pd.DataFrame) -> pd.DataFrame:
+        f["witness_violations"] = f["witness_violations"].astype(float)
+        f.loc[1, "witness_violations"] = 0.5
+        return f
+
+    def infinite_metric(f: pd.DataFrame) -> pd.DataFrame:
+        f.loc[2, "throughput_acq_s"] = float("inf")
+        return f
+
+    def text_counter(f: pd.DataFrame) -> pd.DataFrame:
+        f["lost_updates"] = f["lost_updates"].astype(object)
+        f.loc[0, "lost_updates"] = "lots"
+        return f
+
+    def garbage_verdict(f: pd.DataFrame) -> pd.DataFrame:
+        f.loc[0, "verdict"] = "fine"
+        return f
+
+    def no_overlap_column(f: pd.DataFrame) -> pd.DataFrame:
+        return f.drop(columns=["overlapping_holds"])
+
+    def repeated_trial(f: pd.DataFrame) -> pd.DataFrame:
+        f.loc[1, "trial"] = f.loc[0, "trial"]
+        return f
+
+    def garbage_baseline_json(p: Path) -> None:
+        (p / "baseline.json").write_text("{garbage")
+
+    def other_machine_in_baseline_json(p: Path) -> None:
+        (p / "baseline.json").write_text(
+            json.dumps({"name": "ci", "machine_class": "arm64-64cpu-256gib", "schema": 1})
+        )
+
+    def baseline_json_not_object(p: Path) -> None:
+        (p / "baseline.json").write_text("[1, 2]")
+
+    return [
+        ("NaN counters", csv_edit(nan_counters), "overlapping_holds is empty"),
+        (
+            "one NaN counter in one trial",
+            csv_edit(one_nan_counter),
+            "where other trials of the same case counted it",
+        ),
+        ("negative counter", csv_edit(negative), "overlapping_holds is negative"),
+        ("fractional count", csv_edit(fractional), "witness_violations is not a whole number"),
+        ("infinite metric", csv_edit(infinite_metric), "throughput_acq_s is infinite"),
+        ("text in a counter", csv_edit(text_counter), "lost_updates is not a number"),
+        ("verdict not a verdict", csv_edit(garbage_verdict), "verdict is not one of"),
+        ("duplicated rows", csv_edit(lambda f: pd.concat([f, f])), "appears more than once"),
+        ("a trial twice", csv_edit(repeated_trial), "repeats a trial number"),
+        ("no overlap column", csv_edit(no_overlap_column), "lacks column(s) overlapping_holds"),
+        ("garbage baseline.json", garbage_baseline_json, "baseline.json is not valid JSON"),
+        ("baseline.json not an object", baseline_json_not_object, "is not a JSON object"),
+        (
+            "baseline.json names another machine",
+            other_machine_in_baseline_json,
+            "says machine_class 'arm64-64cpu-256gib'",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("what", "spoil", "needle"), _corruptions(), ids=[c[0] for c in _corruptions()])
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_corrupt_data_is_exit_2_never_pass(tmp_path: Path, what: str, spoil, needle: str, side: str) -> None:
+    """Each corruption the issue found passing (and its neighbours): one line, exit 2, on either side."""
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000, seed=1)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000, seed=2)}})
+    assert gate(base, cand, "--rule", "throughput:-5%").returncode == 0  # clean, it passes
+    spoil(base if side == "baseline" else cand)
+    r = gate(base, cand, "--rule", "throughput:-5%")
+    _one_line_exit_2(r, side, needle)
+    assert "PASS" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("base_params", "cand_params", "allow", "code", "needle"),
+    [
+        ({"processes": 1}, {"processes": 2}, [], 2, "not comparable"),
+        ({"processes": 1}, {"processes": 2}, ["processes"], 0, "allowed by --allow-param-diff"),
+        (
+            {"processes": 1, "cs": "1ms"},
+            {"processes": 2, "cs": "2ms"},
+            ["processes"],
+            2,
+            "--allow-param-diff cs",
+        ),
+        ({"users": 10}, {"users": 10, "fault": "restart"}, [], 2, "fault: None vs 'restart'"),
+        ({"trials": 5}, {"trials": 9}, [], 0, ""),  # trials are the sample size, not a parameter
+    ],
+)
+def test_runs_with_different_parameters_are_not_comparable(
+    tmp_path: Path, base_params: dict, cand_params: dict, allow: list[str], code: int, needle: str
+) -> None:
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}}, params=base_params)
+    cand = write_run(
+        tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000, seed=3)}}, params=cand_params
+    )
+    r = gate(
+        base, cand, "--rule", "throughput:-5%", *[a for name in allow for a in ("--allow-param-diff", name)]
+    )
+    assert r.returncode == code, (r.stdout, r.stderr)
+    if code == 2:
+        _one_line_exit_2(r, needle)
+    else:
+        assert needle in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("center", "verdict", "p_better_significant"),
+    [(470, "improved", True), (750, "pass", False), (1000, "pass", None)],
+)
+def test_the_p_value_says_which_one_sided_test_it_is(
+    tmp_path: Path, center: float, verdict: str, p_better_significant: bool | None
+) -> None:
+    """-53% "improved" and -25% "pass" both showed p = 1: the column is the test for WORSE, labelled so."""
+    base = write_run(tmp_path, "a", {"redis.x": {"acquire_p99_us": noisy(1000, spread=0.3)}})
+    cand = write_run(tmp_path, "b", {"redis.x": {"acquire_p99_us": noisy(center, spread=0.3, seed=5)}})
+    r = gate(base, cand, "--rule", "acquire.p99:+20%", "--json")
+    row = next(x for x in json.loads(r.stdout)["rows"] if x["metric"] == "acquire.p99")
+    assert row["verdict"] == verdict
+    assert row["p_tests"] == "H1: candidate acquire.p99 higher (worse)"
+    if p_better_significant is None:
+        assert row["p_better"] is None
+    elif p_better_significant:
+        assert row["p_better"] <= 0.05 and "H1: candidate better" in row["note"]
+    else:  # better, but within the noise: whatever the p of "worse", no claim of better either
+        assert row["p_better"] is None or row["p_better"] > 0.05
+    md = gate(base, cand, "--rule", "acquire.p99:+20%").stdout
+    assert "p (H1: worse)" in md and "H1: the candidate is WORSE" in md
+
+
+def test_the_committed_ci_baseline_gates_against_itself() -> None:
+    """results/baselines/ci passes every new check: it is what CI gates against."""
+    from tests.helpers import PROJECT
+
+    committed = PROJECT / "results" / "baselines" / "ci"
+    r = gate(committed, committed)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "PASS" in r.stdout
+
+
+def test_baseline_update_refuses_a_committed_baseline_without_force(tmp_path: Path) -> None:
+    import subprocess
+
+    results = tmp_path / "results"
+    run = write_run(results, "20250101T000000Z-aaaaaa", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    baselines = tmp_path / "baselines"
+    assert cli("baseline", "update", run, "--baselines-dir", baselines).returncode == 0
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "baselines"], check=True)
+    before = (baselines / "ci" / "baseline.json").read_text()
+    r = cli("baseline", "update", run, "--baselines-dir", baselines)
+    _one_line_exit_2(r, "is committed (git tracks it)", "--force")
+    assert (baselines / "ci" / "baseline.json").read_text() == before
+    assert cli("baseline", "update", run, "--baselines-dir", baselines, "--force").returncode == 0
+    assert (baselines / "ci" / "baseline.json").read_text() != before
+
+
+def test_report_of_a_baseline_goes_under_comparisons_not_into_the_baseline(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    run = write_run(results, "20250101T000000Z-aaaaaa", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    baselines = results / "baselines"
+    assert cli("baseline", "update", run, "--baselines-dir", baselines).returncode == 0
+    r = cli("report", baselines / "ci")
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()) == results / "comparisons" / "baseline-ci" / "report.html"
+    assert not (baselines / "ci" / "report.html").exists()
+    r = cli("report", baselines / "ci", run)
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()).parent.parent == results / "comparisons"
+    out = tmp_path / "mine.html"
+    assert cli("report", baselines / "ci", "--out", out).returncode == 0 and out.exists()

@@ -33,6 +33,7 @@ BENCH_FLOORS = {
     "bench.nemesis": 3,
     "bench.gate": 3,
     "bench.run": 4,
+    "bench.history": 4,  # reads results and the gate's rules; cli runs it
     "bench.matrix": 5,
     "bench.cli": 6,
     "bench.__main__": 7,

@@ -56,7 +56,10 @@ def test_combine_widens_the_bound_by_the_drift_seen_at_the_end() -> None:
     assert got["offset_ns"] == start.offset_ns
     assert got["drift_ns"] == 250
     assert got["uncertainty_ns"] == 350  # |drift| + the end's own bound
-    assert combine(start, None)["uncertainty_ns"] == 50
+    # a failed end measurement is said, not zeroed: the drift and so the bound are unknown
+    unmeasured = combine(start, None)
+    assert unmeasured["uncertainty_ns"] is None and unmeasured["drift_ns"] is None
+    assert "end-of-run clock measurement failed" in unmeasured["reason"]
 
 
 # uncertain overlaps (pure) -------------------------------------------------------------------

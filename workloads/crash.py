@@ -6,6 +6,11 @@ timer), after handing its recording so far to the master, so the history shows t
 expiry stays stuck; one with a lease comes back when the lease runs out. The checker
 counts locks stuck for longer than ``--stuck-bound`` seconds and the recovery time (kill
 to the next successful acquisition by anyone). Needs ``--processes 2`` or more.
+
+``--crashes K`` (at most processes - 1) repeats the strike, as a nemesis does: worker 1
+dies once worker 0 has died and the service has since granted ``--crash-gap`` purchases
+(counted on the resource's order ledger), then worker 2, and so on. The turn is kept on
+the resource server, so each crash strikes a grant made after the previous recovery.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ def _add_options(parser: Any) -> None:
     g.add_argument(
         "--stuck-bound", type=float, default=5.0, help="seconds after which a lock counts as stuck"
     )
+    g.add_argument(
+        "--crashes", type=int, default=1, help="workers that die, one after another (<= processes-1)"
+    )
+    g.add_argument("--crash-gap", type=int, default=0, help="purchases granted between two crashes")
     parser.set_defaults(**DEFAULTS)
 
 
@@ -51,13 +60,33 @@ class CrashUser(FlashSaleUser):
     """A buyer whose process may die while it holds the lock."""
 
     def think(self, lock: RecordedLock, item: str) -> None:
-        if worker_index(self.environment) == 0 and next(_sections) == self.opts.crash_after:
+        worker = worker_index(self.environment)
+        if (
+            worker < self.opts.crashes
+            and next(_sections) >= self.opts.crash_after
+            and self._my_turn(worker, item)
+        ):
             self.resource.witness_exit(
                 item
             )  # a dead client is inside nothing; the lock server still thinks so
             self.mark(lock, "crash", "info")
             harness.crash_process(self.environment)
         time.sleep(self.cs())
+
+    def _my_turn(self, worker: int, item: str) -> bool:
+        """Whether this worker dies now: the workers before it died, and the gap since has been granted."""
+        client = self.resource.client
+        turn_key, ledger_key = "lockbench:res:crash:next", "lockbench:res:crash:ledger"
+        turn, ledger_then = client.mget(turn_key, ledger_key)
+        if int(turn or 0) != worker:
+            return False
+        ledger = client.llen(f"lockbench:res:orders:{item}")
+        if worker and ledger - int(ledger_then or 0) < self.opts.crash_gap:
+            return False
+        pipe = client.pipeline()
+        pipe.incr(turn_key).set(ledger_key, ledger)
+        pipe.execute()
+        return True
 
 
 FlashSaleUser.abstract = True

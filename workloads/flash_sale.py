@@ -160,12 +160,22 @@ class FlashSaleUser(User):
         )
         return seq
 
-    def _answer_fault(self, lock: RecordedLock) -> None:
-        # bench's fault thread armed a fault "while a lock is held": the first holder to see
-        # it claims it, tells bench, and keeps the lock while the fault happens.
-        if self.opts.fault_signal and self.resource.armed() and self.resource.signal_held(self.client_id):
+    def _answer_fault(self, lock: RecordedLock, lease: Any) -> None:
+        # bench's fault thread armed a fault "while a lock is held": the first holder granted
+        # after the arming claims it, tells bench, and keeps the lock while the fault happens.
+        if not self.opts.fault_signal:
+            return
+        armed_ns = self.resource.armed_at()
+        if (
+            armed_ns is not None
+            and lease.acquired_at_ns > armed_ns
+            and self.resource.signal_held(self.client_id)
+        ):
             seq = self.mark(lock, "fault-hold", "invoke")
-            time.sleep(self.opts.fault_hold)
+            # hold until bench says the fault is over (at most --fault-hold s)
+            deadline = time.monotonic() + self.opts.fault_hold
+            while time.monotonic() < deadline and not self.resource.wait_healed(deadline - time.monotonic()):
+                pass
             self.mark(lock, "fault-hold", "ok", seq)
 
     def _critical_section(self, lock: RecordedLock, item: str, lease: Any) -> None:
@@ -177,7 +187,7 @@ class FlashSaleUser(User):
         inside = res.witness_enter(item)
         rec.event(self.client_id, seq, "witness", "ok", lock.lock.name, time.monotonic_ns(), value=inside)
         try:
-            self._answer_fault(lock)
+            self._answer_fault(lock, lease)
             seq = lock.next_seq()
             # the invoke carries the units wanted: a purchase cut off before its ok (Locust's
             # stop, a killed process) may have taken that much stock without an order

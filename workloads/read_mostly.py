@@ -32,7 +32,7 @@ from lockimpls.base import BackendUnavailable, Lease, LockError, LockTimeout
 from workloads.checks.read_write import MODE_READ, MODE_WRITE, check_read_mostly
 from workloads.harness import locust_glue as harness
 from workloads.harness.distributions import parse_distribution
-from workloads.harness.recording import RecordedLock, Recorder
+from workloads.harness.recording import INTERRUPTED, RecordedLock, Recorder
 
 log = logging.getLogger("lockbench")
 
@@ -163,6 +163,11 @@ class ModeRecordedLock(RecordedLock):
             error = f"{type(exc).__name__}: {exc}"[:200]
             rec.event(self.client, seq, "acquire", type_, name, t1, value=mode, error=error)
             return None, type(exc).__name__
+        except BaseException as exc:
+            # the user killed mid-acquire, or a client library's own error: outcome unknown
+            error = f"{INTERRUPTED}{type(exc).__name__}: {exc}"[:200]
+            rec.event(self.client, seq, "acquire", "info", name, time.monotonic_ns(), value=mode, error=error)
+            raise
         t1 = time.monotonic_ns()
         rec.event(self.client, seq, "acquire", "ok", name, t1, token=lease.token, value=mode)
         rec.record("acquire_ok", t1 - t0)

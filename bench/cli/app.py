@@ -183,6 +183,8 @@ def run(
             metavar="N",
         ),
     ] = 50,
+    strikes: o.Strikes = 1,
+    evidence: o.Evidence = "standard",
     test_hosts: Annotated[
         int,
         _opt(
@@ -200,8 +202,8 @@ def run(
     from bench.gate.suites import apply_suite
     from bench.run.command import run_command
 
-    # every number and URL is checked before anything starts, naming where it came from
-    sources = check_options(ctx)
+    # every option is checked before anything starts, naming where it came from
+    sources = check_options(ctx, write_dirs=("results_dir",))
     # a workload's own defaults (long-cs: a 0.5 s lease ...) apply where the user set nothing:
     # on the command line, in the environment or in [tool.lockbench]
     explicit = {
@@ -219,6 +221,8 @@ def run(
         )  # fmt: skip
         explicit |= {k for k in v if v[k] != ctx.params.get(k)}  # the suite's values count as given
         workload = [workload] if isinstance(workload, str) else workload
+    params = _checked_lock_params(backend, impl, lock_params, sources)
+    _mark_dead_runs(results_dir)
     code = run_command(
         backends=backend, impls=impl, workloads=workload, duration=duration, users=users,
         spawn_rate=spawn_rate, processes=processes, trials=trials,
@@ -230,10 +234,11 @@ def run(
         ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
         user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
         resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
-        lock_params=_lock_params(lock_params), suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
+        lock_params=params, suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
         skewed_clients=skewed_clients, explicit=explicit,
         master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
         arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
+        strikes=strikes, evidence=evidence,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -265,33 +270,58 @@ def matrix_cmd(
     resource_url: o.ResourceUrl = None,
     results_dir: o.ResultsDir = Path("results"),
     report: o.Report = True,
+    evidence: o.Evidence = "standard",
+    strikes: Annotated[
+        int | None,
+        _opt(
+            "strikes",
+            "strikes per cell (default: the evidence level's k); more than a case holds run as trials",
+            metavar="N",
+        ),
+    ] = None,
 ) -> None:
     """Every impl under every safety scenario (faults fenced and unfenced), one folder, one report."""
     from bench.matrix.command import matrix_command
 
-    check_options(ctx)
+    check_options(ctx, write_dirs=("results_dir",))
+    _mark_dead_runs(results_dir)
     code = matrix_command(
         backends=backend, impls=impl, scenarios=scenario, parallel=parallel, warm=warm,
         user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
         resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
+        evidence=evidence, strikes=strikes,
     )  # fmt: skip
     raise typer.Exit(code)
 
 
-def _lock_params(text: str | None) -> dict:
-    import json
+def _lock_params(text: str | None, source: str = "") -> dict:
+    from bench import validate
 
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise UserError(
-            f"--lock-params is not valid JSON ({exc.args[0]}); e.g. '{{\"delay_s\": 0.001}}'"
-        ) from None
-    if not isinstance(value, dict):
-        raise UserError("--lock-params must be a JSON object, e.g. '{\"delay_s\": 0.001}'")
-    return value
+    return validate.parse_lock_params(text, source)
+
+
+def _checked_lock_params(
+    backend: list[str], impl: list[str], text: str | None, sources: dict[str, str]
+) -> dict:
+    """``--lock-params`` checked against what the impls of the command declare (before anything starts)."""
+    from bench import validate
+    from bench.run.command import plan_impls
+
+    params = _lock_params(text, sources.get("lock_params", ""))
+    if params:
+        planned = plan_impls(backend, impl)
+        validate.check_lock_params(
+            [(i, cls) for i, _, cls in planned], params, sources.get("lock_params", "")
+        )
+    return params
+
+
+def _mark_dead_runs(results_dir: Path) -> None:
+    """run.json tells the truth: folders left ``running`` by a bench that died become ``interrupted``."""
+    from bench.results.folder import mark_dead_runs
+
+    for folder in mark_dead_runs(results_dir):
+        console.print(f"lockbench: {folder} was left running by a bench that is gone: marked interrupted")
 
 
 check_options = o.check_options
@@ -320,16 +350,15 @@ def calibrate_cmd(
     from bench.run.runner import RunSettings
     from workloads.harness.distributions import SpecError, parse_distribution
 
-    check_options(ctx)
-    if duration < 1:
-        raise UserError(f"--duration must be at least 1, got {duration:g}")
+    sources = check_options(ctx)
     try:
         parse_distribution(cs)
     except SpecError as exc:
         raise UserError(f"--cs: {exc}") from None
+    params = _checked_lock_params(backend, impl, lock_params, sources)
     settings = RunSettings(
         users=1, spawn_rate=1.0, duration=duration, processes=1, ttl=ttl, retry_interval=retry_interval,
-        lock_params=_lock_params(lock_params),
+        lock_params=params,
         workload_options={"items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3, "cs": cs, "shared_keys": 0,
                           "read_ratio": 0.9, "depth": 3},
     )  # fmt: skip
@@ -360,15 +389,53 @@ def report_cmd(
     ] = None,
 ) -> None:
     """Render report.html from results folders alone (no server is contacted)."""
+    from bench.results.folder import mark_if_dead
     from dashboards import ReportInputError, render_report
+    from dashboards.load import load_run
+    from dashboards.report import comparison_path
 
     check_options(ctx)
-
+    for run in runs:
+        if mark_if_dead(run):  # run.json tells the truth before the report reads it
+            console.print(f"lockbench: {run} was left running by a bench that is gone: marked interrupted")
+    if out is None and any((Path(r) / "baseline.json").is_file() for r in runs):
+        # never write into a (committed) baseline folder: reports of baselines go beside the comparisons
+        out = _baseline_report_path(list(runs), comparison_path)
     try:
+        damaged = [d for r in runs for d in load_run(Path(r)).damaged]
         path = render_report(list(runs), out=out, slo_us=slo_us)
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
+    if damaged:
+        more = f" (+{len(damaged) - 2} more)" if len(damaged) > 2 else ""
+        console.print(
+            f"lockbench: report written with a DAMAGED DATA banner: {'; '.join(damaged[:2])}{more}",
+            markup=False, highlight=False, soft_wrap=True,
+        )  # fmt: skip
     print(path)
+
+
+def _baseline_report_path(runs: list[Path], comparison_path) -> Path:
+    """``results/comparisons/<baseline>/report.html`` (or ``<a>__vs__<b>``): the results root of a baseline.
+
+    A baseline lives in ``<results>/baselines/<name>``; its report goes to
+    ``<results>/comparisons/baseline-<name>/``, a comparison to ``<results>/comparisons/<a>__vs__<b>/``.
+    """
+    last = Path(runs[-1]).resolve()
+    is_baseline = (last / "baseline.json").is_file()
+    results = last.parent.parent if is_baseline and last.parent.name == "baselines" else last.parent
+    if len(runs) == 1:
+        name = f"baseline-{last.name}" if is_baseline else last.name
+        out = results / "comparisons" / name / "report.html"
+    else:
+        out = results / "comparisons" / comparison_path(runs).parent.name / "report.html"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create {out.parent} ({exc.strerror}); give the report's path with --out"
+        ) from None
+    return out
 
 
 @app.command("gate", short_help="Compare two runs: exit 0 pass, 1 regression, 2 undecided.")
@@ -395,13 +462,25 @@ def gate_cmd(
         bool,
         _opt("allow_other_machine", "compare even when the machine classes differ (timings may not compare)"),
     ] = False,
+    allow_param_diff: Annotated[
+        list[str],
+        _opt(
+            "allow_param_diff",
+            "compare although this run parameter differs, e.g. processes (without it, runs with "
+            f"different parameters are not comparable: exit 2) ({_REPEATS})",
+            metavar="NAME",
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
-    """Exit 0 pass, 1 regression, 2 unusable input or not enough data to decide."""
+    """Exit 0 pass, 1 regression, 2 unusable input, not comparable or not enough data to decide."""
     from bench.gate.compare import append_step_summary, run_gate, to_json, to_markdown
 
     check_options(ctx)
 
-    result = run_gate(baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine)
+    result = run_gate(
+        baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine,
+        allow_param_diff=allow_param_diff,
+    )  # fmt: skip
     markdown = to_markdown(result)
     print(to_json(result) if json_out else markdown, end="" if not json_out else "\n")
     append_step_summary(markdown)
@@ -417,6 +496,7 @@ def gate_cmd(
 
 @baseline_app.command("update", short_help="Copy a run's summary into a committable baseline.")
 def baseline_update(
+    ctx: typer.Context,
     run: Annotated[
         Path | None, typer.Argument(help="run folder (default: the newest finished run)", metavar="[RUN]")
     ] = None,
@@ -424,16 +504,20 @@ def baseline_update(
     results_dir: Annotated[Path, _opt("results_dir", "where run folders are", metavar="DIR")] = Path(
         "results"
     ),
-    baselines_dir: Annotated[Path, _opt("baselines_dir", "where baselines go", metavar="DIR")] = Path(
-        "results/baselines"
-    ),
+    baselines_dir: Annotated[
+        Path, _opt("baselines_dir", "where baselines go", metavar="DIR", parser=o.folder_path)
+    ] = Path("results/baselines"),
+    force: Annotated[
+        bool, _opt("force", "replace a baseline that git tracks (a committed one): say so on purpose")
+    ] = False,
 ) -> None:
     """Copy a run's summary (run.json, cases.csv, histograms) into a committable baseline folder."""
     import json
 
     from bench.gate.baseline import folder_size, update_baseline
 
-    dest = update_baseline(run, name, baselines_dir, results_dir)
+    check_options(ctx)
+    dest = update_baseline(run, name, baselines_dir, results_dir, force=force)
     source = json.loads((dest / "baseline.json").read_text())["source_run"]
     console.print(f"lockbench: baseline {name!r} from run {source}: {folder_size(dest):,} bytes")
     print(dest)
@@ -472,8 +556,61 @@ def list_cmd() -> None:
     print(f"matrix scenarios: {' '.join(SCENARIOS)}")
 
 
+@app.command("history", short_help="Trends over every run with change points; --check for CI.")
+def history_cmd(
+    ctx: typer.Context,
+    roots: Annotated[
+        list[Path] | None,
+        typer.Argument(help="results directories or run folders (default: results)", metavar="ROOT"),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        _opt(
+            "out",
+            "output HTML file (default: <root>/history/index.html, never in a run folder)",
+            metavar="FILE",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        _opt("check", "exit 1 if a series' newest change point is a regression beyond its rule", "--check"),
+    ] = False,
+    rule: Annotated[
+        list[str],
+        _opt(
+            "rule", f"METRIC:THRESHOLD as for bench gate (default: its defaults) ({_REPEATS})", metavar="RULE"
+        ),
+    ] = [],  # noqa: B006
+    min_runs: Annotated[
+        int, _opt("min_runs", "runs a series needs before --check judges it", metavar="N")
+    ] = 20,
+    max_pvalue: Annotated[
+        float, _opt("max_pvalue", "a change point needs a t-test p-value below this", metavar="P")
+    ] = 0.001,
+    min_magnitude: Annotated[
+        float, _opt("min_magnitude", "a change point needs a relative step above this", metavar="FRACTION")
+    ] = 0.05,
+) -> None:
+    """Read every run folder, draw each series over commits with its change points (E-divisive)."""
+    from bench.history.command import history_command
+
+    check_options(ctx)
+    raise typer.Exit(
+        history_command(
+            list(roots or [Path("results")]),
+            out=out,
+            check=check,
+            rules=rule,
+            min_runs=min_runs,
+            max_pvalue=max_pvalue,
+            min_magnitude=min_magnitude,
+        )  # fmt: skip
+    )
+
+
 @infra_app.command("up", short_help="Start servers that stay up until `bench infra down`.")
 def infra_up(
+    ctx: typer.Context,
     kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis", metavar="KIND...")],
     nodes: Annotated[
         int, _opt("nodes", "1, or 3: a ZooKeeper ensemble or etcd cluster on loopback", metavar="N")
@@ -482,6 +619,7 @@ def infra_up(
     """Start servers that stay up until `bench infra down`; `bench run` reuses single servers."""
     from bench.cli.infra_cmd import up
 
+    check_options(ctx)
     up(kinds, console, nodes)
 
 
@@ -506,21 +644,29 @@ def _one_line(message: str) -> str:
 
 
 def _usage_message(exc: click_exc.UsageError) -> str:
-    """Click's message, naming [tool.lockbench] when the bad value came from pyproject.toml."""
-    message = _one_line(exc.format_message())
+    """Click's message, naming where the bad value came from the way every other error does.
+
+    Click names the option's environment variable whenever the option has one, even for a
+    value typed on the command line; the source is ``(from LOCKBENCH_X)`` for a variable,
+    ``(from [tool.lockbench] ...)`` for pyproject.toml and nothing for a flag.
+    """
+    import re
+
+    message = re.sub(r" \(env var: '[A-Z0-9_]+'\)", "", _one_line(exc.format_message()))
     param = getattr(exc, "param", None)
     ctx = exc.ctx
     if param is not None and ctx is not None and param.name:
         source = ctx.get_parameter_source(param.name)
         if source is not None and source.name == "DEFAULT_MAP":
-            # click names the option's environment variable even when the value came from the table
-            message = message.replace(f" (env var: '{_env(param.name)}')", "")
             message += f" (from [tool.lockbench] in pyproject.toml: fix or remove {param.name.replace('_', '-')} there)"
+        elif source is not None and source.name == "ENVIRONMENT" and isinstance(param.envvar, str):
+            message += f" (from {param.envvar})"
     return message
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: map every user error to one line and exit 2; Ctrl-C to one line and exit 130."""
+    from bench.cli import scratch
     from infra.errors import InfraError
     from lockimpls.base import LockConfigError
 
@@ -528,9 +674,12 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, on_interrupt_signal)
     signal.signal(signal.SIGINT, on_interrupt_signal)
     sys.unraisablehook = quiet_swallowed_interrupts
+    # every temporary file of this process in one folder, which the next bench removes after kill -9
+    leave_scratch = scratch.enter()
     try:
-        # read [tool.lockbench] now, from the directory the command runs in
-        code = app(args=argv, standalone_mode=False, default_map=config.default_map())
+        # read [tool.lockbench] now, from the directory the command runs in, checked against every command
+        defaults = config.default_map(typer.main.get_command(app))
+        code = app(args=argv, standalone_mode=False, default_map=defaults)
         if code == 130:  # typer turned a KeyboardInterrupt into a silent Exit(130)
             print("bench: interrupted", file=sys.stderr)
     except click_exc.NoArgsIsHelpError as exc:
@@ -552,4 +701,6 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         print(f"bench: error: {_one_line(str(exc))}", file=sys.stderr)
         code = 2
+    finally:
+        leave_scratch()
     sys.exit(code if isinstance(code, int) else 0)

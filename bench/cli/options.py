@@ -27,14 +27,22 @@ def env(name: str) -> str:
     return f"LOCKBENCH_{name.upper()}"
 
 
-def opt(name: str, text: str, *decls: str, metavar: str | None = None) -> Any:
+def opt(name: str, text: str, *decls: str, metavar: str | None = None, **extra: Any) -> Any:
     """An option with its LOCKBENCH_* variable, a plain metavar and, when it has one, its range."""
     return typer.Option(
         *decls,
         help=validate.help_for(name, text) if name in validate.RANGES else text,
         envvar=env(name),
         metavar=metavar,
+        **extra,
     )
+
+
+def folder_path(value: Any) -> Path:
+    """A folder option's value; an empty one is refused (``Path('')`` would be the working directory)."""
+    if not str(value).strip():
+        raise typer.BadParameter("must name a folder, not an empty path (e.g. results)")
+    return Path(value)
 
 
 # what to run
@@ -104,8 +112,31 @@ ResourceUrl = Annotated[
     str | None, opt("resource_url", "Redis for the protected resource (never a lock server)", metavar="URL")
 ]
 
+# how much a fault case must see (bench/measure/strikes.py)
+Strikes = Annotated[
+    int,
+    opt(
+        "strikes",
+        "how often a server fault strikes in one case: strike, heal, let the service grant again, strike",
+        metavar="N",
+    ),
+]
+Evidence = Annotated[
+    str,
+    opt(
+        "evidence",
+        "what a survived fault needs to be shown as survived: quick (k>=3 strikes, n>=300 grants after "
+        "them: bounds a per-strike failure below 1 in 1 and a per-grant race below 1%), standard (k>=10, "
+        "n>=1000: below 30% and 0.3%), thorough (k>=30, n>=3000: below 10% and 0.1%); rule of three, 95%",
+        metavar="LEVEL",
+    ),
+]
+
 # where results go
-ResultsDir = Annotated[Path, opt("results_dir", "where run folders go", metavar="DIR")]
+ResultsDir = Annotated[
+    Path,
+    opt("results_dir", "where run folders go (checked writable first)", metavar="DIR", parser=folder_path),
+]
 Report = Annotated[bool, opt("report", "render report.html at the end")]
 
 
@@ -138,13 +169,20 @@ def source(ctx: typer.Context, name: str) -> str:
     return ""
 
 
-def check_options(ctx: typer.Context) -> dict[str, str]:
-    """Validate every number and URL option of a command (bench/validate.py); returns their sources.
+def check_options(ctx: typer.Context, write_dirs: tuple[str, ...] = ()) -> dict[str, str]:
+    """Validate every option of a command (bench/validate.py); returns where each value came from.
 
-    Every command that takes options calls it first, before any server or process starts.
+    Every command calls it first, before any server or process starts: numbers against
+    their ranges, URLs, the small grammars (``--cs``, ``--arrivals``, ``--lock-params``)
+    and, for the folders named in ``write_dirs`` (``results_dir`` of run and matrix), that
+    they can be written. Each error names the option, the range and the value's source
+    (the command line, a ``LOCKBENCH_*`` variable or ``[tool.lockbench]``).
     """
     sources = {n: source(ctx, n) for n in ctx.params}
     validate.check_all(ctx.params, sources)
+    for name in write_dirs:
+        if ctx.params.get(name) is not None:
+            validate.check_results_dir(ctx.params[name], sources.get(name, ""))
     return sources
 
 

@@ -37,10 +37,35 @@ def latest_run(results_dir: Path) -> Path:
     raise UserError(f"no finished run in {results_dir}; run bench run first or name a RUN")
 
 
-def update_baseline(run: Path | None, name: str, baselines_dir: Path, results_dir: Path) -> Path:
-    """Copy the run's summary into ``baselines_dir/name`` (replacing it) and return that folder."""
+def tracked_by_git(path: Path) -> bool:
+    """Does git track any file under ``path`` (a committed baseline)? False outside a git work tree."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--", path.name], cwd=path.parent, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def update_baseline(
+    run: Path | None, name: str, baselines_dir: Path, results_dir: Path, force: bool = False
+) -> Path:
+    """Copy the run's summary into ``baselines_dir/name`` (replacing it) and return that folder.
+
+    A baseline git tracks (the committed CI baseline) is replaced only with ``force``: a
+    silent overwrite changed what every later gate compares against and left the checkout dirty.
+    """
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"baseline name must be a plain folder name, got {name!r}")
+    dest = baselines_dir / name
+    if dest.exists() and not force and tracked_by_git(dest):
+        raise UserError(
+            f"baseline {dest} is committed (git tracks it); replacing it changes what every later gate "
+            f"compares against: pass --force to replace it, or choose another --name"
+        )
     run = Path(run) if run is not None else latest_run(results_dir)
     side = load_side(run, "run")  # the gate's own checks: a baseline it cannot read is useless
     if side.machine_class is None:

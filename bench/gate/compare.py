@@ -43,7 +43,12 @@ from bench.results.folder import SCHEMA_VERSION, trial_group
 
 MIN_TRIALS = 3
 VIOLATION_COLUMNS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
-_REQUIRED_COLUMNS = ("case", "impl", "workload", "verdict")
+#: every checker counts overlapping holds: an empty cell there is a damaged row, not "not counted"
+_ALWAYS_COUNTED = "overlapping_holds"
+_REQUIRED_COLUMNS = ("case", "impl", "workload", "verdict", _ALWAYS_COUNTED)
+#: whole, non-negative counts the gate or the report reads
+_COUNT_COLUMNS = ("trial", "acquisitions", "users", "processes", "purchases", "units_sold")
+_VERDICTS = ("valid", "invalid", "unknown")
 _FINISHED = ("complete", "complete-with-failures")
 #: Parameters that may differ between baseline and candidate without a warning.
 _IGNORED_PARAMS = {"trials"}
@@ -91,7 +96,11 @@ class Row:
     relative: bool = True
     unit: str = ""
     p_raw: float | None = None
-    p: float | None = None  # Holm-adjusted
+    p: float | None = None  # Holm-adjusted, of the one-sided test "the candidate is worse"
+    #: what the p-value tests, e.g. "H1: candidate throughput lower" (one-sided Mann-Whitney U)
+    p_tests: str = ""
+    #: Holm-adjusted p of the opposite one-sided test (candidate better), when the change is beyond it
+    p_better: float | None = None
     verdict: str = ""
     outcome: str = PASS
     note: str = ""
@@ -177,7 +186,116 @@ def load_side(path: Path, role: str) -> Side:
             )
     if cases.empty:
         raise UserError(f"{role} {path} has no finished cases")
+    _check_numbers(role, csv, cases)
+    _check_baseline_json(role, path, meta)
     return Side(path=path, meta=meta, cases=cases.reset_index(drop=True))
+
+
+def _bad_cells(column: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """(numbers, mask of cells that hold text that is no number) of a column as read from CSV."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    text = column.astype("string").str.strip()
+    return numbers, numbers.isna() & column.notna() & (text != "") & (text.str.lower() != "nan")
+
+
+def _check_numbers(role: str, csv: Path, cases: pd.DataFrame) -> None:
+    """Every number the gate reads is a number it can trust; UserError naming file, column and case.
+
+    Counters and counts: finite, not negative, whole. Metrics: finite, not negative, or
+    empty (not measured). One row per case and per trial of a group. A violation counter
+    is either counted in every trial of a group or in none, and overlapping holds (every
+    checker counts them) in every row: an empty cell there is damage, which the gate
+    used to read as 0 and pass.
+    """
+    from bench.gate.rules import METRICS
+
+    def fail(column: str, mask: pd.Series, what: str) -> None:
+        first = str(cases.loc[mask, "case"].iloc[0])
+        more = f" and {int(mask.sum()) - 1} more" if mask.sum() > 1 else ""
+        raise UserError(
+            f"{role} {csv}: {column} {what} in case {first}{more}; the file is damaged "
+            "(re-create it with bench run)"
+        )
+
+    duplicated = cases["case"].duplicated(keep=False) & cases["case"].notna()
+    if duplicated.any():
+        fail("case", duplicated, "appears more than once (one row per case and trial)")
+    if cases["case"].isna().any():
+        raise UserError(
+            f"{role} {csv}: a row has no case id; the file is damaged (re-create it with bench run)"
+        )
+    verdicts = cases["verdict"].astype("string").str.strip().str.lower()
+    odd = ~verdicts.isin(_VERDICTS) | verdicts.isna()
+    if odd.any():
+        fail("verdict", odd, f"is not one of {', '.join(_VERDICTS)}")
+    groups = cases["case"].astype(str).map(trial_group)
+    for column in (*VIOLATION_COLUMNS, *_COUNT_COLUMNS):
+        if column not in cases.columns:
+            continue
+        numbers, text = _bad_cells(cases[column])
+        if text.any():
+            fail(column, text, "is not a number")
+        for bad, what in (
+            (numbers.notna() & ~numbers.map(lambda v: math.isfinite(v)).astype(bool), "is not finite"),
+            (numbers < 0, "is negative"),
+            (numbers.notna() & (numbers % 1 != 0), "is not a whole number"),
+        ):
+            if bad.any():
+                fail(column, bad, what)
+        if column in VIOLATION_COLUMNS:
+            empty = numbers.isna()
+            if column == _ALWAYS_COUNTED and empty.any():
+                fail(column, empty, "is empty (NaN), though every checker counts it")
+            partly = empty & empty.groupby(groups).transform(lambda e: not e.all())
+            if partly.any():
+                fail(column, partly, "is empty (NaN) where other trials of the same case counted it")
+    if "trial" in cases.columns:
+        twice = (
+            pd.DataFrame({"g": groups, "t": cases["trial"]}).duplicated(keep=False) & cases["trial"].notna()
+        )
+        if twice.any():
+            fail("trial", twice, "repeats a trial number of the same case")
+    for column in dict.fromkeys(info.column for info in METRICS.values()):
+        if column not in cases.columns:
+            continue
+        numbers, text = _bad_cells(cases[column])
+        if text.any():
+            fail(column, text, "is not a number")
+        infinite = numbers.notna() & numbers.abs().eq(math.inf)
+        if infinite.any():
+            fail(column, infinite, "is infinite")
+        if (numbers < 0).any():
+            fail(column, numbers < 0, "is negative")
+
+
+def _check_baseline_json(role: str, path: Path, meta: dict[str, Any]) -> None:
+    """A baseline folder's baseline.json must parse and agree with its run.json (schema, machine class).
+
+    The gate trusts baseline.json's machine class nowhere else, so a baseline.json that
+    names another machine than the run it came from means the folder was edited or mixed up.
+    """
+    info_path = path / "baseline.json"
+    if not info_path.exists():
+        return
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"{role} {info_path} is not valid JSON ({exc}); re-create the baseline with bench baseline update"
+        ) from None
+    if not isinstance(info, dict):
+        raise UserError(f"{role} {info_path} is not a JSON object; re-create it with bench baseline update")
+    host = meta.get("host") if isinstance(meta.get("host"), dict) else {}
+    for key, theirs in (("machine_class", host.get("machine_class")), ("schema", meta.get("schema"))):
+        if key in info and info[key] != theirs:
+            raise UserError(
+                f"{role} {info_path} says {key} {info[key]!r} but its run.json says {theirs!r}: the baseline "
+                "folder was edited or mixed up; re-create it with bench baseline update"
+            )
+    if "machine_class" not in info:
+        raise UserError(
+            f"{role} {info_path} records no machine_class; re-create it with bench baseline update"
+        )
 
 
 # deciding -----------------------------------------------------------------------------------
@@ -213,7 +331,20 @@ def _bound_note(side: str, rows: pd.DataFrame) -> str:
         return ""
     flags = rows["generator_bound"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
     if not flags.any():
-        return ""
+        # not measured (the column is there, the flag empty) is "not enough data" too, never a pass
+        unmeasured = rows["generator_bound"].isna() | rows["generator_bound"].astype(
+            str
+        ).str.strip().str.lower().isin(("", "nan", "none"))
+        if not unmeasured.any():
+            return ""
+        why = (
+            rows.loc[unmeasured, "generator_bound_reason"] if "generator_bound_reason" in rows.columns else []
+        )
+        reason = next((str(r) for r in why if isinstance(r, str) and r), "")
+        return (
+            f"the {side}'s fidelity was not measured in {int(unmeasured.sum())} of {len(rows)} trial(s)"
+            + (f" ({reason})" if reason else "")
+        )
     reasons = rows.loc[flags, "generator_bound_reason"] if "generator_bound_reason" in rows.columns else []
     reason = next((str(r) for r in reasons if isinstance(r, str) and r), "")
     return f"the {side} is generator-bound in {int(flags.sum())} of {len(rows)} trial(s)" + (
@@ -257,9 +388,18 @@ def _safety_row(group: str, impl: str, workload: str, base: pd.DataFrame | None,
 
 
 def evaluate(
-    base: Side, cand: Side, rules: list[Rule], alpha: float, allow_other_machine: bool = False
+    base: Side,
+    cand: Side,
+    rules: list[Rule],
+    alpha: float,
+    allow_other_machine: bool = False,
+    allow_param_diff: set[str] | frozenset[str] = frozenset(),
 ) -> GateResult:
-    """Compare two loaded folders under ``rules``; safety (``violations:0``) is always checked."""
+    """Compare two loaded folders under ``rules``; safety (``violations:0``) is always checked.
+
+    Runs made with different parameters are not comparable (UserError, exit 2) unless
+    every differing parameter is named in ``allow_param_diff``.
+    """
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be between 0 and 1, got {alpha:g}")
     b_class, c_class = base.machine_class, cand.machine_class
@@ -287,7 +427,21 @@ def evaluate(
         result.warnings.append(
             f"machine classes differ ({b_class} vs {c_class}); allowed by --allow-other-machine"
         )
-    result.warnings += _param_differences(base, cand)
+    differ = _param_differences(base, cand)
+    refused = {k: v for k, v in differ.items() if k not in allow_param_diff}
+    if refused:
+        shown = "; ".join(f"{k}: {v}" for k, v in list(refused.items())[:4])
+        more = f" (+{len(refused) - 4} more)" if len(refused) > 4 else ""
+        flags = " ".join(f"--allow-param-diff {k}" for k in refused)
+        raise UserError(
+            f"not comparable: baseline and candidate ran with different parameters ({shown}{more}); "
+            f"run the candidate with the baseline's parameters, or pass {flags}"
+        )
+    if differ:
+        listed = "; ".join(f"{k}: {v}" for k, v in differ.items())
+        result.warnings.append(
+            f"run parameters differ (baseline vs candidate), allowed by --allow-param-diff: {listed}"
+        )
 
     b_groups, c_groups = base.groups(), cand.groups()
     perf: list[Row] = []
@@ -359,6 +513,7 @@ def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) ->
     adjusted = holm(raw)
     for i, row in enumerate(rows):
         rule = rules[row.rule]
+        row.p_tests = f"H1: candidate {rule.metric} {'higher' if rule.info.worse > 0 else 'lower'} (worse)"
         if row.baseline is not None and row.candidate is not None:
             if rule.relative:
                 row.change = (row.candidate - row.baseline) / abs(row.baseline) if row.baseline else None
@@ -366,7 +521,11 @@ def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) ->
                 row.change = row.candidate - row.baseline
         if row.generator_bound:
             row.verdict, row.outcome = "not enough data", INSUFFICIENT
-            row.note = f"{row.generator_bound}: the load generator, not the lock, set this figure"
+            row.note = (
+                f"{row.generator_bound}: the load generator, not the lock, set this figure"
+                if "generator-bound" in row.generator_bound
+                else f"{row.generator_bound}: whether the lock or the load generator set this figure is not known"
+            )
             continue
         if row.baseline is None or row.candidate is None:
             side = "baseline" if row.baseline is None else "candidate"
@@ -393,7 +552,12 @@ def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) ->
         elif rule.better_beyond(row.baseline, row.candidate):
             alternative = "less" if rule.info.worse > 0 else "greater"
             better_p = min(1.0, mann_whitney_u(row.candidate_trials, row.baseline_trials, alternative).p * m)
+            row.p_better = better_p
             row.verdict = "improved" if better_p <= alpha else "pass"
+            row.note = (
+                f"better beyond the threshold; the opposite one-sided test (H1: candidate better) gives "
+                f"p = {better_p:.3g}" + (" (significant)" if better_p <= alpha else " (not significant)")
+            )
         elif significant:
             row.verdict = "pass (within threshold)"
             row.note = "significantly worse, but by less than the threshold"
@@ -418,16 +582,22 @@ def _describe(side: Side) -> dict[str, Any]:
     }
 
 
-def _param_differences(base: Side, cand: Side) -> list[str]:
-    bp, cp = base.meta.get("params") or {}, cand.meta.get("params") or {}
-    if not isinstance(bp, dict) or not isinstance(cp, dict):
-        return []
-    diffs = [
-        f"{k}: {bp.get(k)!r} vs {cp.get(k)!r}"
+def _param_differences(base: Side, cand: Side) -> dict[str, str]:
+    """Parameter name -> ``'baseline' vs 'candidate'`` for every run parameter that differs."""
+    sides = []
+    for side in (base, cand):
+        params = side.meta.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise UserError(f"{side.path / 'run.json'}: params is not a JSON object; the file is damaged")
+        sides.append(params)
+    bp, cp = sides
+    return {
+        k: f"{bp.get(k)!r} vs {cp.get(k)!r}"
         for k in sorted(set(bp) | set(cp))
         if k not in _IGNORED_PARAMS and bp.get(k) != cp.get(k)
-    ]
-    return [f"run parameters differ (baseline vs candidate): {'; '.join(diffs)}"] if diffs else []
+    }
 
 
 # the public entry ---------------------------------------------------------------------------
@@ -439,12 +609,13 @@ def run_gate(
     rule_texts: list[str] | None = None,
     alpha: float = 0.05,
     allow_other_machine: bool = False,
+    allow_param_diff: list[str] | None = None,
 ) -> GateResult:
     """Load both folders, parse the rules (defaults when none) and evaluate."""
     rules = parse_rules(list(rule_texts) if rule_texts else list(DEFAULT_RULES))
     base = load_side(baseline, "baseline")
     cand = load_side(candidate, "candidate")
-    return evaluate(base, cand, rules, alpha, allow_other_machine)
+    return evaluate(base, cand, rules, alpha, allow_other_machine, set(allow_param_diff or ()))
 
 
 # output -------------------------------------------------------------------------------------
@@ -504,9 +675,11 @@ def to_markdown(result: GateResult) -> str:
         f"Rules: {', '.join(f'`{_md(r)}`' for r in result.rules)}. A performance regression needs the "
         "median over trials beyond the threshold AND a one-sided Mann-Whitney U p-value <= "
         f"{result.alpha:g} (Holm-corrected over {result.comparisons} comparisons); any new safety "
-        "violation is a regression.",
+        "violation is a regression. The p-value column is that one-sided test, H1: the candidate is "
+        "WORSE (throughput lower, latency higher): a p near 1 means no sign of worse, not a sign of "
+        "better; an improvement is tested the other way round (its p is in the notes).",
         "",
-        "| case | metric | baseline | candidate | change | p-value | verdict |",
+        "| case | metric | baseline | candidate | change | p (H1: worse) | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in result.rows:
@@ -522,7 +695,7 @@ def to_markdown(result: GateResult) -> str:
     notes = [f"- {_md(w)}" for w in result.warnings]
     by_note: dict[str, list[str]] = {}
     for r in result.rows:
-        if r.note and r.outcome != PASS:
+        if r.note and (r.outcome != PASS or r.p_better is not None):
             by_note.setdefault(r.note, []).append(f"{r.impl} {r.metric}")
     for note, where in by_note.items():
         shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")

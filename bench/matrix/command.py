@@ -21,31 +21,37 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from bench.errors import UserError
+from bench.errors import Interrupted, UserError
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.tables import markdown_table, print_summary, timing_summary
+from bench.measure.evidence import server_died
+from bench.measure.strikes import DEFAULT_TARGET, LEVELS, EvidenceTarget
 from bench.nemesis.faults import parse_fault
-from bench.nemesis.scenarios import SCENARIOS, USERS, Scenario
+from bench.nemesis.scenarios import USERS, Scenario, scenarios_at
 from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
-from bench.run.command import _check_user_dsns, plan_impls
+from bench.run.command import _check_user_dsns, plan_impls, with_recovery_bound
 from bench.run.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
 from bench.run.runner import _run_locust as cold_locust
 from bench.run.warm import WarmLocust, WarmLocustError
+from bench.validate import did_you_mean
 from infra.stack import Stack
-from workloads.checks.stop_rules import EvidenceWatch
+from infra.testhosts import NetnsUnavailable, TestHostNet, check_available
+from workloads.checks.stop_rules import EvidenceWatch, StopRule
 from workloads.harness.catalog import WORKLOADS
 
-#: A lane of more cases than this is split by impl, so no single lane sets the matrix's pace.
+#: A lane of more cases than this, or whose cases may take longer than this in all (their caps
+#: added up), is split by impl, so no single lane sets the matrix's pace.
 LANE_CASES = 24
+LANE_BUDGET_S = 900.0
 
 
 @dataclass
@@ -69,16 +75,19 @@ class Lane:
     topology: str | None
     cases: list[MatrixCase] = field(default_factory=list)
     index: int = 0
+    #: servers and clients on network-namespace test hosts (partition scenarios)
+    hosts: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.backend}{'/' + self.topology if self.topology else ''}#{self.index}"
+        where = "@hosts" if self.hosts else ""
+        return f"{self.backend}{'/' + self.topology if self.topology else ''}{where}#{self.index}"
 
     def servers_needed(self) -> int:
         return max((int(c.params.get("servers", 1)) for c in self.cases), default=1)
 
 
-def _settings(scenario: Scenario) -> RunSettings:
+def _settings(scenario: Scenario, level: EvidenceTarget, backend: str = "") -> RunSettings:
     info = WORKLOADS[scenario.workload]
     defaults = {k: v for k, v in info.defaults.items() if k in ("ttl", "duration", "processes")}
     values: dict[str, Any] = {"users": USERS, **defaults, **scenario.settings}
@@ -90,18 +99,37 @@ def _settings(scenario: Scenario) -> RunSettings:
         spawn_rate=float(values["users"]) * 20,  # all users within 50 ms: the event comes sooner
         workload_options=options,
         stop_rule=scenario.stop.to_json(),
+        evidence=scenario.target(level),
+        lock_params=dict(scenario.lock_params.get(backend, {})),
         **values,
     )
 
 
 def plan_matrix(
-    backends: list[str], impls: list[str], scenarios: list[str], fixed_servers: set[str]
+    backends: list[str],
+    impls: list[str],
+    scenarios: list[str],
+    fixed_servers: set[str],
+    level: EvidenceTarget = DEFAULT_TARGET,
+    target: EvidenceTarget | None = None,
+    root: bool | None = None,
+    not_run: list[dict[str, str]] | None = None,
 ) -> tuple[list[MatrixCase], list[str]]:
-    """Every applicable (impl, scenario, fencing mode) as a case, and what was left out and why."""
-    unknown = [s for s in scenarios if s not in SCENARIOS]
+    """Every applicable (impl, scenario, fencing mode, trial) as a case, and what was left out and why.
+
+    Scenarios are sized for ``level`` (bench/nemesis/scenarios.py ``Scenario.at``): strikes per
+    case, and as many trials as a scenario needs when one case cannot bring them all. Survived
+    cases are graded against ``target`` (default: ``level``).
+    """
+    target = target or level
+    if root is None:
+        root = _can_make_hosts()
+    sized = scenarios_at(level)
+    unknown = [s for s in scenarios if s not in sized]
     if unknown:
-        raise UserError(f"unknown scenario {unknown[0]!r}; valid: {', '.join(SCENARIOS)}")
-    chosen = [SCENARIOS[s] for s in (scenarios or SCENARIOS)]
+        hint = did_you_mean(unknown[0], sized, "`bench list`")
+        raise UserError(f"unknown scenario {unknown[0]!r}{hint}")
+    chosen = [sized[s] for s in (scenarios or sized)]
     planned = plan_impls(backends, impls)
     cases: list[MatrixCase] = []
     skipped: list[str] = []
@@ -110,29 +138,70 @@ def plan_matrix(
         for scenario in chosen:
             if not scenario.applies_to(impl_id, backend, servers):
                 continue
+            if scenario.needs_root and not root:
+                skipped.append(f"{impl_id} x {scenario.name}: needs root (network namespaces); not tested")
+                if not_run is not None:
+                    not_run.append(
+                        {"impl": impl_id, "scenario": scenario.name, "word": "needs root",
+                         "reason": "partitions need network namespaces: run bench matrix as root"}
+                    )  # fmt: skip
+                continue
             if scenario.fault and backend in fixed_servers:
                 skipped.append(f"{impl_id} x {scenario.name}: bench does not break a server it did not start")
                 continue
             fault = parse_fault(scenario.fault) if scenario.fault else None
             modes = ["observe", "enforce"] if scenario.fencing and cls.capabilities.fencing else ["off"]
+            trials = scenario.trials(level)
             for mode in modes:
-                cases.append(
-                    MatrixCase(
-                        impl=impl_id,
-                        backend=backend,
-                        workload=WORKLOADS[scenario.workload],
-                        params={"servers": servers},
-                        fencing=mode,
-                        fault=fault,
-                        settings=_settings(scenario),
-                        matrix_scenario=scenario.name,
-                    )  # fmt: skip
-                )
+                for trial in range(trials):
+                    cases.append(
+                        _sized_for_recovery(
+                            cls,
+                            MatrixCase(
+                                impl=impl_id,
+                                backend=backend,
+                                workload=WORKLOADS[scenario.workload],
+                                trial=trial,
+                                params={"servers": servers, "trials": trials},
+                                fencing=mode,
+                                fault=fault,
+                                settings=_settings(scenario, target, backend),
+                                matrix_scenario=scenario.name,
+                            ),
+                        )  # fmt: skip
+                    )
     if not cases:
         raise UserError(
             "no scenario applies to the impls selected; see 'bench matrix --help' for the scenarios"
         )
     return cases, skipped
+
+
+def _sized_for_recovery(cls: type, case: MatrixCase) -> MatrixCase:
+    """A crash case waits for recovery up to the lock's own bound (bench.run.command.with_recovery_bound).
+
+    Its stop rule then waits that long without a grant before it calls the lock stuck, and its
+    cap grows by that much per strike.
+    """
+    sized = with_recovery_bound(case, cls)
+    if sized is case:
+        return case
+    bound = float(sized.settings.workload_options["stuck_bound"])
+    rule = StopRule.from_json(sized.settings.stop_rule) or StopRule()
+    stop = replace(rule, or_after_s=bound + 1.5)
+    strikes = int(sized.settings.workload_options.get("crashes", 1))
+    settings = replace(
+        sized.settings, stop_rule=stop.to_json(), duration=sized.settings.duration + strikes * bound
+    )
+    return replace(sized, settings=settings)
+
+
+def _can_make_hosts() -> bool:
+    try:
+        check_available()
+    except NetnsUnavailable:
+        return False
+    return True
 
 
 def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
@@ -141,18 +210,21 @@ def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
     A backend whose servers the user gave (``--redis-url`` ...) stays one lane: its cases
     share that server and must not overlap.
     """
-    groups: dict[tuple[str, str | None], list[MatrixCase]] = {}
+    groups: dict[tuple[str, str | None, bool], list[MatrixCase]] = {}
     for case in cases:
-        topology = case.fault.topology() if case.fault else None
-        groups.setdefault((case.backend, topology), []).append(case)
+        topology = case.fault.topology(case.backend) if case.fault else None
+        hosted = case.fault is not None and case.fault.is_partition
+        groups.setdefault((case.backend, topology, hosted), []).append(case)
     lanes: list[Lane] = []
-    for (backend, topology), members in groups.items():
+    for (backend, topology, hosted), members in groups.items():
         impls = list(dict.fromkeys(c.impl for c in members))
-        chunks = 1 if backend in fixed_servers else min(len(impls), math.ceil(len(members) / LANE_CASES))
+        capped_s = sum(c.settings.duration for c in members)
+        wanted = max(math.ceil(len(members) / LANE_CASES), math.ceil(capped_s / LANE_BUDGET_S))
+        chunks = 1 if backend in fixed_servers else min(len(impls), wanted)
         per = math.ceil(len(impls) / chunks)
         for i in range(chunks):
             mine = set(impls[i * per : (i + 1) * per])
-            lane = Lane(backend, topology, [c for c in members if c.impl in mine], index=i)
+            lane = Lane(backend, topology, [c for c in members if c.impl in mine], index=i, hosts=hosted)
             if lane.cases:
                 lanes.append(lane)
     # longest first: the lane that starts last should be a short one
@@ -164,13 +236,14 @@ def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
 
     ``scenario_events``: events of the scenario's kind in the history (pauses, crashes, fault
     holds, holds past the lease); ``acquisitions_after_event``: acquisitions after the
-    event that started the stop rule. A case whose event never happened (or whose server
-    fault did not strike) and found nothing wrong proved nothing: its verdict is
-    ``unknown``, with ``verdict_reason`` saying why. A violation stays a violation.
+    event that started the stop rule (0 when fewer events came than the rule asks). A case
+    whose event never happened at all (or whose server fault never struck) and found nothing
+    wrong proved nothing: its verdict is ``unknown``, with ``verdict_reason`` saying why. A
+    case with fewer strikes than asked is graded thin, not unknown. A violation stays a violation.
     """
     import pandas as pd
 
-    rule = SCENARIOS[case.matrix_scenario].stop
+    rule = StopRule.from_json(case.settings.stop_rule) or StopRule()
     history = pd.read_parquet(result["history_file"])
     start = int(history["t_ns"].min()) if len(history) else 0
     watch = EvidenceWatch(rule, start)
@@ -185,9 +258,12 @@ def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
         reason = f"the {case.fault.kind} fault did not strike" + (
             f": {fault['error']}" if fault.get("error") else ""
         )
-    elif watch.trigger_ns is None:
+    elif watch.hits == 0 and rule.event != "start":
+        # fewer strikes than asked is thin evidence (bench/measure/strikes.py), not no evidence
         reason = f"the scenario's event ({rule.event}) never happened"
-    if reason and result["row"].get("verdict") != "invalid":
+    row = result["row"]
+    already = row.get("verdict") == "unknown" and row.get("verdict_reason")  # e.g. a server died: say that
+    if reason and row.get("verdict") != "invalid" and not already:
         out.update({"verdict": "unknown", "verdict_reason": reason})
     return out
 
@@ -231,6 +307,8 @@ class _Shared:
                 row, result["histograms"], result["history_file"], result["extra"], result.get("log")
             )
             self.done += 1
+            if self.cancel.is_set():
+                return  # interrupted: the one line about the folder is all that is printed
             flag = "  CONTRADICTS THE CATALOG" if row["contradicts_catalog"] else ""
             self.console.print(
                 f"[{self.done}/{self.total}] {lane.name}: {case.impl} x {case.scenario}: "
@@ -242,6 +320,8 @@ class _Shared:
         with self._lock:
             self.failures.append(message)
             self.done += 1
+            if self.cancel.is_set():
+                return
             self.console.print(f"  case failed: {message}", markup=False)
 
 
@@ -267,8 +347,13 @@ def _run_lane(
     scratch: Path,
     warm: bool,
 ) -> None:
-    with WarmLocust() if warm else contextlib.nullcontext() as launcher:
-        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, _launcher(launcher))
+    with contextlib.ExitStack() as ctx:
+        net = None
+        if lane.hosts:  # a partition lane: its servers and clients on test hosts, this thread on "control"
+            net = ctx.enter_context(TestHostNet(0))
+            ctx.enter_context(net.enter(net.add_host("control")))
+        launcher = ctx.enter_context(WarmLocust()) if warm and not lane.hosts else None
+        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, _launcher(launcher), net)
 
 
 def _heal(stack: Stack) -> None:
@@ -285,8 +370,9 @@ def _run_lane_cases(
     resource_url: str | None,
     scratch: Path,
     launch: Callable[[list[str], Path, float], int],
+    net: TestHostNet | None = None,
 ) -> None:
-    """Run a lane's cases on servers kept up across them.
+    """Run a lane's cases on servers kept up across them (on test hosts when ``net`` is given).
 
     A Sentinel group cannot fail over twice (its old master is gone and nobody is left to
     promote), so a failover lane gets fresh servers for every case instead.
@@ -316,6 +402,7 @@ def _run_lane_cases(
                     reuse_infra_up=False,
                     servers_per_backend={lane.backend: lane.servers_needed()},
                     topology={lane.backend: lane.topology} if lane.topology else {},
+                    hosts=net,
                 ).__enter__()
                 timing["server_start_s"] += time.monotonic() - t_up
                 shared.endpoints[lane.name] = endpoints_for_meta(stack)
@@ -325,6 +412,11 @@ def _run_lane_cases(
             except CaseFailed as exc:
                 shared.fail(str(exc))
                 continue
+            # a server that died on its own (the fault thread heals what it broke) makes the case
+            # unknown: checked before any heal, which would bring it back and hide it
+            dead = [] if fresh_each else stack.dead()
+            if dead:
+                server_died(result["row"], dead)
             shared.add(lane, case, result)
             t = result.get("timing") or {}
             timing["cases"] += 1
@@ -336,8 +428,9 @@ def _run_lane_cases(
                 stack.close()
                 stack = None
                 continue
-            _heal(stack)
-            dead = stack.dead()
+            if not dead:
+                _heal(stack)
+                dead = stack.dead()
             if dead:
                 shared.fail(
                     f"lane {lane.name}: server {', '.join(dead)} died during {case.case_id}; lane stopped"
@@ -388,13 +481,27 @@ def matrix_command(
     argv: list[str],
     console: Console,
     slo_us: float | None = None,
+    evidence: str = "standard",
+    strikes: int | None = None,
 ) -> int:
-    """Run the safety matrix; returns the exit code (0 ok, 1 a case could not run, 130 interrupted)."""
+    """Run the safety matrix; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
+
+    ``evidence`` names the target a survived cell needs (bench/measure/strikes.py LEVELS);
+    ``strikes`` runs that many strikes per cell instead of the target's k.
+    """
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, got {parallel}")
     _check_user_dsns(user_urls)
     fixed = {b for b, urls in user_urls.items() if urls}
-    cases, skipped = plan_matrix(backends, impls, scenarios, fixed)
+    if evidence not in LEVELS:
+        raise UserError(f"--evidence must be one of {', '.join(LEVELS)}, got {evidence!r}")
+    target = LEVELS[evidence]
+    level = EvidenceTarget(strikes, target.acquisitions) if strikes else target
+    not_run: list[dict[str, str]] = []
+    cases, skipped = plan_matrix(
+        backends, impls, scenarios, fixed, level=level, target=target, not_run=not_run
+    )
+    sized = scenarios_at(level)
     for line in skipped:
         console.print(f"lockbench: skipping {line}", markup=False)
     lanes = plan_lanes(cases, fixed)
@@ -404,13 +511,16 @@ def matrix_command(
     params = {
         "scenarios": {
             name: {
-                "workload": SCENARIOS[name].workload, "fault": SCENARIOS[name].fault or "",
-                "summary": SCENARIOS[name].summary, "stop": SCENARIOS[name].stop.to_json(),
-                "settings": SCENARIOS[name].settings, "options": SCENARIOS[name].options,
+                "workload": sized[name].workload, "fault": sized[name].fault or "",
+                "summary": sized[name].summary, "stop": sized[name].stop.to_json(),
+                "settings": sized[name].settings, "options": sized[name].options,
+                "trials": sized[name].trials(level), "target": sized[name].target(target).text(),
             }
             for name in used
         },
         "users": USERS, "parallel": parallel, "lanes": len(lanes), "warm_locust": warm,
+        "evidence": evidence, "strikes": level.strikes, "evidence_target": target.text(),
+        "impls": list(dict.fromkeys(c.impl for c in cases)), "not_run": not_run,
     }  # fmt: skip
     started = datetime.now(UTC).isoformat()
     folder = RunFolder(
@@ -439,8 +549,7 @@ def matrix_command(
         with tempfile.TemporaryDirectory(prefix="lockbench-matrix-") as tmp:
             run_lanes(lanes, shared, parallel, user_urls, resource_url, Path(tmp), warm)
     except KeyboardInterrupt:
-        status = "incomplete"
-        console.print("lockbench: interrupted; keeping finished cases")
+        status = "incomplete"  # one line, from main(), once the folder is consistent; nothing rendered
     finally:
         wall = time.monotonic() - t0
         if status == "complete" and shared.failures:
@@ -451,7 +560,12 @@ def matrix_command(
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})
         folder.finish(status)
-    contradictions = print_summary(folder.rows, console)
+    if status == "incomplete":
+        raise Interrupted(
+            f"interrupted; finished cases in {folder.path} ({len(folder.rows)} of {len(cases)} finished; "
+            f"render them with: bench report {folder.path})"
+        )
+    contradictions = print_summary(folder.rows, console, not_run)
     folder.note("contradictions", contradictions)
     if folder.rows:
         atomic_write_text(folder.path / "matrix.md", markdown_table(folder.rows))

@@ -28,10 +28,13 @@ class Expectation:
 
     outcome: str
     note: str = ""
+    #: whether fencing tokens are expected to keep the data safe where the lock fails (False where
+    #: the token counter is lost with the lock state: Redis without persistence, restarted or failed over)
+    fencing_holds: bool = True
 
 
-def _e(outcome: str, note: str = "") -> Expectation:
-    return Expectation(outcome, note)
+def _e(outcome: str, note: str = "", fencing_holds: bool = True) -> Expectation:
+    return Expectation(outcome, note, fencing_holds)
 
 
 # Shared claims, by what the lock rests on.
@@ -40,6 +43,10 @@ _LEASE = "the lease expires under the holder and a waiter takes the lock"
 _SESSION = "held while the session lives (10 s timeout, longer than the fault)"
 _CONNECTION = "held while the connection lives"
 _STATE_LOST = "the server forgets every lock (no persistence) while the holder still works"
+_TOKENS_LOST = (
+    "; the fencing counter lives on the same Redis and is lost with it, so tokens go backwards and "
+    "fencing cannot keep the data safe"
+)
 
 _REDLOCK_RESTART = (
     "restart without persistence breaks RedLock only when the holder won with exactly 3 of 5 masters and "
@@ -52,8 +59,8 @@ _REDIS_LEASE: dict[str, Expectation] = {
     "lease-expiry-task": _e(V, _LEASE),
     "lease-expiry-world": _e(V, _LEASE),
     "crash": _e(S, "the crashed holder's lease expires (about 1 s)"),
-    "restart": _e(V, _STATE_LOST),
-    "failover": _e(V, "the promoted replica never saw the holder's lock"),
+    "restart": _e(V, _STATE_LOST + _TOKENS_LOST, fencing_holds=False),
+    "failover": _e(V, "the promoted replica never saw the holder's lock" + _TOKENS_LOST, fencing_holds=False),
 }
 
 #: impl -> scenario -> expectation; ``flash-sale`` (no fault) is "survives" for every impl.
@@ -63,8 +70,8 @@ CATALOG: dict[str, dict[str, Expectation]] = {
         "lease-expiry-task": _e(S, _NO_EXPIRY),
         "lease-expiry-world": _e(S, _NO_EXPIRY),
         "crash": _e(X, "no expiry: a crashed holder's key blocks the lock forever"),
-        "restart": _e(V, _STATE_LOST),
-        "failover": _e(V, "the promoted replica never saw the holder's lock"),
+        "restart": _REDIS_LEASE["restart"],
+        "failover": _REDIS_LEASE["failover"],
     },
     "redis.setnx-expire": {
         **_REDIS_LEASE,
@@ -157,7 +164,11 @@ CATALOG: dict[str, dict[str, Expectation]] = {
                 "the lease expires, but memcached's expiry clock ticks once a second, so a 1 s lease can end "
                 "within milliseconds: overlaps may show before anything crashes",
             ),
-            "restart": _e(V, _STATE_LOST),
+            "restart": _e(
+                V,
+                _STATE_LOST + "; the fencing counter lives in memcached too and is lost with it",
+                fencing_holds=False,
+            ),
         }
         for impl in ("memcached.add", "memcached.add-cas")
     },
@@ -173,7 +184,9 @@ CATALOG: dict[str, dict[str, Expectation]] = {
             "lease-expiry-task": _e(S, _SESSION),
             "lease-expiry-world": _e(S, f"{_SESSION}: 10 s outlasts the 2 s pause"),
             "crash": _e(
-                X, "the dead client's nodes stay until its 10 s session expires, past the 3 s stuck bound"
+                S,
+                "the dead client's nodes go when its session expires (3 s in the matrix): it recovers in "
+                "about the session timeout, well inside its 9 s stuck bound",
             ),
             "restart": _e(S, "sessions outlive a restart shorter than their timeout"),
             "kill-member": _e(S, "clients move to another member within the session timeout"),
@@ -188,6 +201,65 @@ CATALOG: dict[str, dict[str, Expectation]] = {
         )
     },
 }
+
+# Partitions (matrix scenarios partition-*: 8 s cuts, 2 s leases, 3 s ZooKeeper sessions, the
+# holder working 7 s through the cut). Fenced cases: the tokens keep the data safe.
+_CUT_LEASE = (
+    "the cut-off holder's lease runs out on the servers and a waiter takes the lock while the holder works on"
+)
+_PARTITIONS: dict[str, dict[str, Expectation]] = {
+    "redis.set-nx-px-lua": {
+        "partition-client": _e(V, _CUT_LEASE),
+        "partition-leader": _e(
+            V,
+            "split brain: Sentinel promotes the replica; once the lease ends there, a waiter wins it too"
+            + _TOKENS_LOST,
+            fencing_holds=False,
+        ),
+    },
+    "memcached.add": {"partition-client": _e(V, _CUT_LEASE)},
+    **{
+        impl: {
+            "partition-client": _e(
+                S,
+                "the server keeps a cut client's session (and its lock) until TCP keepalives give up, "
+                "far past the cut: nobody else gets in, the others wait",
+            )
+        }
+        for impl in ("postgres.advisory", "postgres.for-update")
+    },
+    "postgres.unique-insert": {
+        "partition-client": _e(S, "no expiry: the row stays until its holder deletes it after the heal")
+    },
+    "redis.redlock": {
+        "partition-client": _e(V, _CUT_LEASE),
+        "partition-node": _e(S, "one master of 5 cut: every grant still needs 3 of them"),
+        "partition-majority": _e(
+            V, "the holder keeps 2 masters; once its keys expire on the other 3, a waiter wins them"
+        ),
+    },
+    **{
+        impl: {
+            "partition-client": _e(V, "the cut-off client's session expires (3 s) and its node goes"),
+            "partition-leader": _e(
+                V, "the old leader loses quorum; the holder's session expires on the majority side"
+            ),
+            "partition-node": _e(
+                S, "a follower cut off: its clients move to another member within the session"
+            ),
+            "partition-majority": _e(V, "the holder's session expires on the majority side"),
+        }
+        for impl in ("zookeeper.sequential",)
+    },
+    "etcd.lease": {
+        "partition-client": _e(V, "keepalives cannot reach the cluster: the 2 s lease expires"),
+        "partition-leader": _e(V, "the majority elects a leader and expires the cut-off holder's lease"),
+        "partition-node": _e(S, "a follower cut off: the leader and the majority keep serving"),
+        "partition-majority": _e(V, "the majority expires the holder's lease"),
+    },
+}
+for _impl, _claims in _PARTITIONS.items():
+    CATALOG.setdefault(_impl, {}).update(_claims)
 
 NO_FAULT = _e(S, "no fault injected: any violation here is a bug")
 
@@ -216,7 +288,7 @@ def observed_outcome(row: dict[str, Any]) -> str:
     if verdict == "unknown" or verdict not in ("valid", "invalid"):
         return "unknown"
     if verdict == "valid":
-        return "survives"
+        return "stuck" if _positive(row, "stuck_locks") else "survives"
     if any(_positive(row, k) for k in (*DAMAGE_COLUMNS, "stale_writes_accepted")):
         return "violates"
     if _positive(row, "stuck_locks"):
@@ -234,7 +306,7 @@ def annotate(row: dict[str, Any], impl: str, scenario: str, fenced: bool) -> dic
     seen = observed_outcome(row)
     contradicts = bool(exp.outcome) and seen != "unknown" and seen != exp.outcome
     note = exp.note
-    if fenced and exp.outcome == V:
+    if fenced and exp.outcome == V and exp.fencing_holds:
         note = f"{note}; fencing tokens keep the data safe" if note else "fencing tokens keep the data safe"
         if seen != "unknown" and not bool(row.get("data_safe", True)):
             contradicts = True

@@ -76,28 +76,67 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_summary(rows: list[dict[str, Any]], console: Console) -> list[dict[str, Any]]:
-    """Print the impl x scenario outcomes, then every contradiction of the catalog; return those."""
-    from rich.table import Table
+#: grid class -> the one-letter code of the terminal summary
+CODES = {"good": "S", "thin": "t", "bad": "F", "warn": "f", "stuck": "X", "unknown": "?", "nottested": "-"}
+LEGEND = (
+    "S survived (target evidence reached), t held on thin evidence, F failed, f failed but fencing kept "
+    "the data safe, X stuck (liveness), ? unknown, - not tested (did not strike / needs root), . n/a; "
+    "! contradicts the catalog"
+)
 
+
+def grid(
+    rows: list[dict[str, Any]], not_run: list[dict[str, str]] | None = None
+) -> tuple[list[str], list[str], dict[tuple[str, str], Any]]:
+    """(scenarios, impls, {(impl, scenario): dashboards.grid.GridCell}): the report's cells, from rows."""
+    from dashboards.grid import GridCell, cell_for
+
+    scenarios, impls = _axes(rows)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(r)
+    cells: dict[tuple[str, str], Any] = {key: cell_for(members) for key, members in groups.items()}
+    for item in not_run or []:
+        key = (str(item["impl"]), str(item["scenario"]))
+        cells.setdefault(key, GridCell("nottested", str(item.get("word", "not tested")), "", "", 0, 0))
+        if key[1] not in scenarios:
+            scenarios.append(key[1])
+        if key[0] not in impls:
+            impls.append(key[0])
+    return scenarios, impls, cells
+
+
+def print_summary(
+    rows: list[dict[str, Any]], console: Console, not_run: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Print every cell of the grid uncut (one code a cell, numbered columns, a legend), the
+    counts per colour and the thinnest evidence behind a green, then every contradiction of
+    the catalog; return the contradictions."""
     if not rows:
         return []
-    short = {"survives": "ok", "violates": "VIOL", "stuck": "STUCK", "unknown": "?"}
-    scenarios, impls = _axes(rows)
-    cells: dict[tuple[str, str], list[str]] = {}
-    for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):  # unfenced first
-        text = short.get(str(r["observed_outcome"]), "?") + ("!" if r["contradicts_catalog"] else "")
-        cells.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(text)
-    table = Table(
-        title="safety matrix: unfenced/fenced outcome (ok, VIOL, STUCK, ? = unknown; ! = contradicts the catalog)",
-        title_justify="left",
-    )
-    table.add_column("impl", no_wrap=True)
-    for s in scenarios:
-        table.add_column(s)
+    scenarios, impls, cells = grid(rows, not_run)
+    width = max(len(i) for i in impls)
+    console.print(f"safety matrix: {LEGEND}", markup=False, soft_wrap=False)
+    for n, s in enumerate(scenarios, 1):
+        console.print(f"  {n:>2} {s}", markup=False)
+    console.print(" " * (width + 1) + " ".join(f"{n:>2}" for n in range(1, len(scenarios) + 1)), markup=False)
     for impl in impls:
-        table.add_row(impl, *("/".join(cells.get((impl, s), [""])) for s in scenarios))
-    console.print(table)
+        codes = []
+        for s in scenarios:
+            c = cells.get((impl, s))
+            code = "." if c is None else CODES.get(c.cls, "?") + ("!" if c.contradicts else "")
+            codes.append(f"{code:>2}")
+        console.print(f"{impl:<{width}} " + " ".join(codes), markup=False)
+    counts: dict[str, int] = {}
+    for c in cells.values():
+        counts[c.cls] = counts.get(c.cls, 0) + 1
+    console.print("cells: " + ", ".join(f"{CODES[k]} {counts.get(k, 0)}" for k in CODES), markup=False)
+    green = [c for c in cells.values() if c.cls == "good" and c.k]
+    if green:
+        console.print(
+            f"thinnest green: k={min(c.k for c in green)} strikes, n={min(c.n for c in green):,} grants after them",
+            markup=False,
+        )
     contradictions = [
         {
             "impl": r["impl"], "scenario": r["scenario"], "expected": r["expected_outcome"],

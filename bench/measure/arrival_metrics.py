@@ -15,6 +15,13 @@ it). From that, per case:
   ``arrival`` (intended arrival -> purchase ok: free of coordinated omission),
   ``arrival_start`` (actual start -> purchase ok: what a closed loop would report), and
   ``arrival_lag`` (actual start - intended, every arrival: the generator's own lateness);
+* latency over *every* arrival, ``arrival_all``: a buyer who was served, sold out or failed
+  counts at the moment it left; one who gave up, was turned away or was still waiting at
+  the end counts at its patience (``--patience``; without it, at the time it left or was
+  last seen) and is *censored*: its real wait was at least that. Served-only figures alone
+  reward a lock that makes buyers give up (they drop out of the percentiles);
+  ``arrival_all_p99_us`` is what the gate's ``arrival.p99`` compares, and
+  ``arrival_all_p99_censored`` says the figure is a lower bound ("at least");
 * time to sell out and arrival-order inversions (below).
 """
 
@@ -27,13 +34,19 @@ import numpy as np
 import pandas as pd
 from hdrh.histogram import HdrHistogram
 
-from bench.measure.fidelity import SCHEDULE_LAG_LIMIT_US
-from workloads.harness.recording import HIST_HIGHEST_US, HIST_LOWEST_US, encode_histogram, new_histogram
+from workloads.checks.core import UNBOUNDED_NS, worker_of
+from workloads.harness.recording import (
+    HIST_HIGHEST_US,
+    HIST_LOWEST_US,
+    UNFINISHED,
+    encode_histogram,
+    new_histogram,
+)
 
 NAN = float("nan")
-#: A case whose schedule lag p99 passes this measured its load generator, not the lock.
-SCHEDULE_LAG_BOUND_US = SCHEDULE_LAG_LIMIT_US  # one limit: bench/measure/fidelity.py decides the flag
-HISTOGRAMS = ("arrival", "arrival_start", "arrival_lag")
+HISTOGRAMS = ("arrival", "arrival_start", "arrival_lag", "arrival_all")
+#: Outcomes whose latency is censored: the buyer left (or the run ended) before being served.
+CENSORED = ("gave_up", "rejected", "unfinished")
 
 
 def _rows(history: pd.DataFrame, op: str, types: tuple[str, ...]) -> pd.DataFrame:
@@ -102,7 +115,9 @@ def visits(history: pd.DataFrame) -> pd.DataFrame:
 
 def _outcomes(v: pd.DataFrame) -> np.ndarray:
     error = v["error"].fillna("").to_numpy(dtype=object)
-    end = v["end_type"].fillna("").to_numpy(dtype=object)
+    # an arrive the harness closed at the end (no completion of its own) is still unfinished
+    closed = np.array([str(x).startswith(UNFINISHED) for x in error], dtype=bool)
+    end = np.where(closed, "", v["end_type"].fillna("").to_numpy(dtype=object))
     bought = (v["purchase_type"] == "ok").to_numpy(dtype=bool)
     units = v["units"].fillna(0).to_numpy(dtype=np.float64)
     return np.select(
@@ -155,43 +170,118 @@ def sellout_s(v: pd.DataFrame, final_state: dict[str, Any] | None) -> float:
     return (latest - opening) / 1e9
 
 
-def order_inversions(v: pd.DataFrame) -> int:
-    """Buyers who got the lock while an earlier arrival on the same lock was still waiting.
+def _tolerance(v: pd.DataFrame, uncertainty_ns: dict[str, int | None] | None) -> np.ndarray:
+    """Each visit's clock bound (ns) from its client's worker; 0 on one host."""
+    if not uncertainty_ns:
+        return np.zeros(len(v), dtype=np.int64)
+    out = [uncertainty_ns.get(worker_of(str(c)), 0) for c in v["client"]]
+    return np.array([UNBOUNDED_NS if b is None else int(b) for b in out], dtype=np.int64)
+
+
+def order_inversions(v: pd.DataFrame, uncertainty_ns: dict[str, int | None] | None = None) -> tuple[int, int]:
+    """(inversions, uncertain ones): buyers granted while an earlier arrival on their lock still waited.
 
     A buyer waits from its intended arrival until its acquire completes (granted, gave up or
     failed); rejected buyers never wait. Buyer B is an inversion when some A with an earlier
-    arrival on B's lock was still waiting when B was granted the lock.
+    arrival on B's lock was still waiting when B was granted the lock. Across workers both
+    comparisons are made with the two clocks' bounds (``uncertainty_ns``, None = not
+    measured): an inversion that clock error alone could explain is counted as uncertain.
     """
     tried = v[v["acquire_type"].notna()]
     if tried.empty:
-        return 0
-    count = 0
+        return 0, 0
+    tol_all = _tolerance(tried, uncertainty_ns)
+    count = uncertain = 0
     for _, rows in tried.groupby("lock", sort=False):
-        rows = rows.sort_values("intended_ns", kind="stable")
+        tol = tol_all[tried.index.get_indexer(rows.index)].astype(np.float64)
+        intended = rows["intended_ns"].to_numpy(dtype=np.float64)
         waiting_until = rows["acquire_ns"].to_numpy(dtype=np.float64)
-        before = np.maximum.accumulate(np.concatenate([[-np.inf], waiting_until[:-1]]))
         granted = (rows["acquire_type"] == "ok").to_numpy(dtype=bool)
-        count += int((granted & (before > waiting_until)).sum())
-    return count
+        # certain: A arrived before B even if both clocks err, and still waited at B's grant
+        order = np.argsort(intended + tol, kind="stable")
+        prefix = np.maximum.accumulate(waiting_until[order] - tol[order])
+        k = np.searchsorted((intended + tol)[order], intended - tol, side="left")
+        before = np.where(k > 0, prefix[np.maximum(k - 1, 0)], -np.inf)
+        certain = granted & (before > waiting_until + tol)
+        # possible: some other A could have been before B and still waiting, within the bounds
+        order = np.argsort(intended - tol, kind="stable")
+        best, second, who = _prefix_top2(waiting_until[order] + tol[order], order)
+        k = np.searchsorted((intended - tol)[order], intended + tol, side="left")
+        at = np.maximum(k - 1, 0)
+        # the best earlier waiter other than B itself
+        maybe = np.where(k > 0, np.where(who[at] == np.arange(len(rows)), second[at], best[at]), -np.inf)
+        possible = granted & (maybe > waiting_until - tol)
+        count += int(certain.sum())
+        uncertain += int((possible & ~certain).sum())
+    return count, uncertain
+
+
+def _prefix_top2(values: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Running (largest, second largest, id of the largest) over ``values``."""
+    best = np.empty(len(values))
+    second = np.empty(len(values))
+    who = np.empty(len(values), dtype=np.int64)
+    b1, b2, w = -np.inf, -np.inf, -1
+    for i, (x, ident) in enumerate(zip(values.tolist(), ids.tolist(), strict=True)):
+        if x > b1:
+            b1, b2, w = x, b1, ident
+        elif x > b2:
+            b2 = x
+        best[i], second[i], who[i] = b1, b2, w
+    return best, second, who
+
+
+def _censored_latency_ns(
+    v: pd.DataFrame, patience_s: float | None, end_ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(latency from the intended arrival for every visit, which of them are censored)."""
+    outcome = v["outcome"].to_numpy(dtype=object)
+    intended = v["intended_ns"].to_numpy(dtype=np.int64)
+    left = np.where(
+        v["purchase_ns"].notna().to_numpy(dtype=bool),
+        v["purchase_ns"].fillna(0).to_numpy(dtype=np.int64),
+        v["end_ns"].fillna(end_ns).to_numpy(dtype=np.int64),
+    )
+    censored = np.isin(outcome, CENSORED)
+    seen = np.where(outcome == "unfinished", end_ns, left)
+    latency = np.maximum(seen - intended, 0)
+    if patience_s is not None and patience_s == patience_s:
+        latency = np.where(censored, int(patience_s * 1e9), latency)
+    return latency, censored
 
 
 def arrival_summary(
-    history: pd.DataFrame, final_state: dict[str, Any] | None
+    history: pd.DataFrame, final_state: dict[str, Any] | None, patience_s: float | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """(``arrival_*`` columns of cases.csv, encoded HDR histograms); both empty for a closed-loop case."""
+    """(``arrival_*`` columns of cases.csv, encoded HDR histograms); both empty for a closed-loop case.
+
+    ``patience_s`` is the run's ``--patience``: what a buyer who did not get served is
+    counted at in the every-arrival figures (censored: at least that long).
+    """
     v = visits(history)
     if v.empty:
         return {}, {}
     outcome = v["outcome"].to_numpy(dtype=object)
     served = v[outcome == "served"]
+    every_ns, censored = _censored_latency_ns(v, patience_s, int(history["t_ns"].max()))
     hists = {
         "arrival": _histogram((served["purchase_ns"] - served["intended_ns"]).to_numpy(dtype=np.int64)),
         "arrival_start": _histogram((served["purchase_ns"] - served["start_ns"]).to_numpy(dtype=np.int64)),
         "arrival_lag": _histogram((v["start_ns"] - v["intended_ns"]).to_numpy(dtype=np.int64)),
+        "arrival_all": _histogram(every_ns),
     }
+    lowest_censored_us = float(every_ns[censored].min()) / 1000 if censored.any() else math.inf
+
+    def at_least(p: float) -> bool:
+        # a censored buyer's real wait is at least its figure: any percentile at or above the
+        # lowest censored figure may be higher in truth
+        return bool(p == p and p >= _pct_floor(lowest_censored_us))
+
     span_s = (int(v["intended_ns"].max()) - int(v["intended_ns"].min())) / 1e9
     granted = int((v["acquire_type"] == "ok").sum())
-    inversions = order_inversions(v)
+    clocks = (final_state or {}).get("clock_uncertainty_ns")
+    inversions, uncertain = order_inversions(v, clocks)
+    all_p50, all_p99 = _pct(hists["arrival_all"], 50), _pct(hists["arrival_all"], 99)
     columns: dict[str, Any] = {
         "arrival_count": len(v),
         "arrival_offered_s": (len(v) - 1) / span_s if span_s > 0 else NAN,
@@ -204,6 +294,11 @@ def arrival_summary(
         "arrival_sellout_s": sellout_s(v, final_state),
         "arrival_p50_us": _pct(hists["arrival"], 50),
         "arrival_p99_us": _pct(hists["arrival"], 99),
+        "arrival_all_p50_us": all_p50,
+        "arrival_all_p99_us": all_p99,
+        "arrival_all_p50_censored": at_least(all_p50),
+        "arrival_all_p99_censored": at_least(all_p99),
+        "arrival_censored": int(censored.sum()),
         "arrival_start_p50_us": _pct(hists["arrival_start"], 50),
         "arrival_start_p99_us": _pct(hists["arrival_start"], 99),
         "arrival_schedule_lag_p50_us": _pct(hists["arrival_lag"], 50),
@@ -211,18 +306,15 @@ def arrival_summary(
         "arrival_order_inversions": inversions,
         "arrival_order_inversion_frac": inversions / granted if granted else NAN,
     }
+    if clocks is not None:
+        columns["arrival_order_inversions_uncertain"] = uncertain
     return columns, {name: encode_histogram(h) for name, h in hists.items()}
 
 
-def schedule_lag_bound(row: dict[str, Any]) -> None:
-    """OR the schedule-lag condition into ``generator_bound`` / ``generator_bound_reason`` of a row.
-
-    Run it after whatever else decided ``generator_bound``: it only ever adds a reason.
-    """
-    lag = row.get("arrival_schedule_lag_p99_us")
-    if lag is None or lag != lag or lag <= SCHEDULE_LAG_BOUND_US:
-        return
-    reason = f"schedule lag p99 {lag / 1000:.1f} ms > 1 ms"
-    before = row.get("generator_bound_reason") or ""
-    row["generator_bound"] = True
-    row["generator_bound_reason"] = f"{before}; {reason}" if before else reason
+def _pct_floor(us: float) -> float:
+    """The lowest value HDR reports for a recording of ``us`` (its bucket's lower edge, 3 digits)."""
+    if not math.isfinite(us):
+        return math.inf
+    hist = new_histogram()
+    hist.record_value(int(min(max(us, HIST_LOWEST_US), HIST_HIGHEST_US)))
+    return float(hist.get_value_at_percentile(50)) * (1 - 1e-3)

@@ -14,7 +14,8 @@ checkers ran, a ``valid`` verdict becomes ``unknown`` when
 
 ``invalid`` stays ``invalid``: a witnessed violation is evidence by itself. Every
 ``unknown`` verdict gets a ``verdict_reason``; reasons from this rule start with
-:data:`NO_EVIDENCE`, and ``bench run`` exits 1 naming those cases.
+:data:`NO_EVIDENCE`. ``bench run`` exits 1 naming every ``unknown`` case, whatever made
+it unknown (uncertain overlaps, a lost worker's open hold, missing evidence).
 """
 
 from __future__ import annotations
@@ -110,15 +111,20 @@ def server_died(row: dict[str, Any], servers: list[str]) -> None:
         row["verdict_reason"] = f"{NO_EVIDENCE}server {', '.join(servers)} died during the case"
 
 
-def checker_reason(results: list[Any]) -> str:
-    """The details of the checkers that could not decide (for an ``unknown`` verdict)."""
-    return "; ".join(f"{r.name}: {r.detail}" for r in results if r.status == "unknown")
+def checker_reason(results: list[Any], status: str = "unknown") -> str:
+    """The details of the checkers behind a verdict: the undecided ones for ``unknown``, the
+    failed ones for ``invalid`` (e.g. "fencing-order: fencing tokens out of grant order: 3
+    grants"), "" for ``valid``."""
+    if status not in ("unknown", "invalid"):
+        return ""
+    return "; ".join(f"{r.name}: {r.detail}" for r in results if r.status == status)
 
 
 def lacking(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows whose verdict is unknown for lack of evidence (the run exits 1 on them)."""
-    return [
-        r
-        for r in rows
-        if r.get("verdict") == "unknown" and str(r.get("verdict_reason") or "").startswith(NO_EVIDENCE)
-    ]
+    """Rows whose verdict is unknown, for whatever reason (the run exits 1 naming them).
+
+    Lack of evidence, an incomplete recording, overlaps shorter than the clocks' bound, a
+    lost worker's open hold: each leaves the question "is this lock safe here?" unanswered,
+    and a run that cannot answer it must not look like a pass.
+    """
+    return [r for r in rows if r.get("verdict") == "unknown"]

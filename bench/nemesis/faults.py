@@ -11,9 +11,17 @@ the holder is told and keeps the lock while the fault runs) or a time like ``3s`
 the load starts.
 
 Event-triggered faults use the resource server as a mailbox: bench sets an ``armed``
-key, the first holder that sees it claims it and pushes its id to a ``signal`` list,
+key (its value: bench's ``time.monotonic_ns()`` when it armed), the first holder whose
+lease was granted after that moment claims it and pushes its id to a ``signal`` list,
 bench's fault thread pops it (BLPOP) and strikes. Faults therefore happen while a lock
 is held on purpose, not by luck.
+
+A fault strikes again and again, as Jepsen's nemesis does (``--strikes N``): strike, heal
+(the restarted server, the killed member back, the failed-over master back as a replica,
+the partition healed), then let the service grant ``grants_between`` purchases (counted
+on the resource's order ledgers) before arming again. Because a claim needs a lease
+granted after the arming, every strike after the first falls on a grant the service
+made after the previous heal. Every strike's window is kept (:attr:`FaultThread.windows`).
 """
 
 from __future__ import annotations
@@ -46,12 +54,24 @@ KINDS: dict[str, tuple[tuple[str, ...], str | dict[str, str] | None]] = {
     "partition-client": (_SERVERS, None),
 }
 
-#: How long a signalling holder keeps its lock while the fault runs (seconds).
+#: After a strike's action is done, how long its holder keeps the lock before bench tells it the
+#: fault is over (seconds): long enough for the service to hand the lock to someone else
+#: if it lost it (a waiter polls every 10 ms; an election follows a leader's death).
+GRACE_S = {
+    "restart": 0.5,
+    "failover": 0.5,
+    "kill-member": 1.0,
+    "kill-leader": 4.0,
+    **dict.fromkeys(partitions.KINDS, 0.0),
+}
+
+#: How long a signalling holder keeps its lock at most while the fault runs (seconds); bench
+#: normally releases it sooner (GRACE_S after the strike).
 #: failover: a Sentinel election that fails is retried after twice the failover timeout (6 s);
 #: one took 8.2 s on the shared machine, and a holder that had let go by then proved nothing.
 HOLD_FOR = {
     "restart": 2.0,
-    "failover": 12.0,
+    "failover": 12.0,  # a cap: bench releases the holder 0.5 s after the promotion (GRACE_S)
     "kill-member": 3.0,
     "kill-leader": 6.0,
     **dict.fromkeys(partitions.KINDS, partitions.HOLD_S),
@@ -133,16 +153,26 @@ class FaultThread(threading.Thread):
         resource_url: str,
         deadline_s: float,
         ground: partitions.PartitionGround | None = None,
+        strikes: int = 1,
+        grants_between: int = 0,
     ) -> None:
         super().__init__(name=f"fault-{spec.kind}", daemon=True)
         self.spec = spec
         self.server = server
         self.ground = ground
-        #: client id of the holder that claimed the fault (None for a timed fault)
+        #: strikes asked for, and purchases the service must grant between two of them
+        self.strikes = strikes if spec.at_seconds is None else 1
+        self.grants_between = grants_between
+        #: client id of the holder that claimed the latest strike (None for a timed fault)
         self.holder: str | None = None
+        #: client id of the holder of every strike, in order
+        self.holders: list[str | None] = []
+        #: every strike's window, in order
+        self.windows: list[FaultWindow] = []
+        #: why striking stopped before ``strikes`` (None: all struck, or the case ended first)
+        self.stopped_early: str | None = None
         self.resource = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
         self.deadline_s = deadline_s
-        self.window: FaultWindow | None = None
         self.error: str | None = None
         self._cancel = threading.Event()
 
@@ -162,7 +192,7 @@ class FaultThread(threading.Thread):
         """Arm the fault and wait until a holder claims it (True) or the case ends (False)."""
         if not self._load_started():
             return False
-        self.resource.set("lockbench:res:armed", "1")
+        self.resource.set("lockbench:res:armed", str(time.monotonic_ns()))
         end = time.monotonic() + self.deadline_s
         while not self._cancel.is_set() and time.monotonic() < end:
             popped = self.resource.blpop(["lockbench:res:signal"], timeout=1)
@@ -177,14 +207,80 @@ class FaultThread(threading.Thread):
         return self._load_started() and not self._cancel.wait(seconds)
 
     def start(self) -> None:
-        self.resource.delete("lockbench:res:started", "lockbench:res:armed", "lockbench:res:signal")
+        self.resource.delete(
+            "lockbench:res:started", "lockbench:res:armed", "lockbench:res:signal", "lockbench:res:healed"
+        )
         super().start()
+
+    def _release_holder(self) -> None:
+        """Tell the strike's holder the fault is over, after the kind's grace period."""
+        if self.spec.at_seconds is None and not self._cancel.wait(GRACE_S.get(self.spec.kind, 0.5)):
+            self.resource.rpush("lockbench:res:healed", "1")
+
+    @property
+    def window(self) -> FaultWindow | None:
+        """The first strike's window (None: the fault never struck)."""
+        return self.windows[0] if self.windows else None
 
     def run(self) -> None:
         try:
-            self.window = self._strike()
+            for i in range(self.strikes):
+                if i and not (self._heal() and self._paced()):
+                    break
+                window = self._strike()
+                if window is None:
+                    break
+                self._release_holder()
+                self.windows.append(window)
+                self.holders.append(self.holder)
+                if self._cancel.is_set():
+                    break
+            if self.windows:
+                self._heal_topology()  # the case ends whole: a server dead now died on its own
         except Exception as exc:  # noqa: BLE001 - reported in the case row, the run goes on
             self.error = f"{type(exc).__name__}: {exc}"
+
+    def _heal_topology(self) -> None:
+        """Bring back what a strike took down (a restart and a partition heal themselves)."""
+        if self.spec.kind in ("kill-member", "kill-leader", "failover") and hasattr(self.server, "heal"):
+            self.server.heal()
+
+    def _heal(self) -> bool:
+        """Heal before the next strike; False once the case is over."""
+        self._heal_topology()
+        return not self._cancel.is_set()
+
+    def _ledger_length(self) -> int:
+        keys = list(self.resource.scan_iter(match="lockbench:res:orders:*", count=1000))
+        if not keys:
+            return 0
+        pipe = self.resource.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+        return sum(pipe.execute())
+
+    def _paced(self) -> bool:
+        """Wait until the service granted ``grants_between`` purchases since the heal (False: it did not).
+
+        A service that grants nothing for 10 s after a heal is not struck again: its history
+        already shows the outage, and striking a lock nobody can take proves nothing more.
+        """
+        if self.grants_between <= 0:
+            return True
+        start = self._ledger_length()
+        idle_until = time.monotonic() + 10.0
+        last = start
+        while not self._cancel.is_set():
+            now = self._ledger_length()
+            if now - start >= self.grants_between:
+                return True
+            if now != last:
+                last, idle_until = now, time.monotonic() + 10.0
+            elif time.monotonic() > idle_until:
+                self.stopped_early = f"no purchase for 10 s after strike {len(self.windows)}'s heal"
+                return False
+            self._cancel.wait(0.05)
+        return False
 
     def _strike(self) -> FaultWindow | None:
         spec = self.spec

@@ -135,7 +135,11 @@ def strike(
 
 
 def after_heal_columns(
-    history: pd.DataFrame, start_ns: int, heal_ns: int, holder: str | None
+    history: pd.DataFrame,
+    start_ns: int,
+    heal_ns: int,
+    holder: str | None,
+    uncertainty_ns: dict[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """The partition columns of one case.
 
@@ -146,10 +150,28 @@ def after_heal_columns(
     ``holder_release`` / ``holder_release_after_cut_ms``: what the holder's release said
     after its work (``owned``, ``not owned``: the lock was gone, ``unknown``, ``failed``)
     and when: the moment the holder learned, as the workload checks nothing in between.
+
+    The cut and the heal are timed on bench's clock, grants on their workers' clocks shifted
+    onto the master's: with ``uncertainty_ns`` (per worker bound, None = not measured) a
+    grant within its worker's bound of the cut or the heal may lie on either side, and
+    ``partition_clock_reason`` says which figure could not be decided ("" when none).
     """
     ok = history[(history["op"] == "acquire") & (history["type"] == "ok")]
+    bound = _bounds(ok["client"], uncertainty_ns)
     after = ok.loc[ok["t_ns"] >= heal_ns, "t_ns"]
     during = ok[(ok["t_ns"] >= start_ns) & (ok["t_ns"] < heal_ns) & (ok["client"] != (holder or ""))]
+    unsure: list[str] = []
+    if len(during):
+        first = during["t_ns"].idxmin()
+        t, b = int(during.loc[first, "t_ns"]), int(bound.loc[first])
+        if t - b < start_ns or t + b >= heal_ns:
+            unsure.append(
+                "takeover_after_cut_ms (the first takeover lies within its clock bound of the cut or heal)"
+            )
+    if len(after):
+        first = after.idxmin()
+        if int(after.loc[first]) - int(bound.loc[first]) < heal_ns:
+            unsure.append("recovery_after_heal_ms (the first grant lies within its clock bound of the heal)")
     release = history[
         (history["client"] == (holder or ""))
         & (history["op"] == "release")
@@ -164,9 +186,27 @@ def after_heal_columns(
             learned = "owned" if r["value"] is not pd.NA and r["value"] == 1 else "not owned"
         else:
             learned = "unknown" if r["type"] == "info" else "failed"
+    clock = {"partition_clock_reason": "undecided by the clocks: " + "; ".join(unsure)} if unsure else {}
+    if uncertainty_ns is not None and not unsure:
+        clock = {"partition_clock_reason": ""}
     return {
         "recovery_after_heal_ms": (int(after.min()) - heal_ns) / 1e6 if len(after) else None,
         "takeover_after_cut_ms": (int(during["t_ns"].min()) - start_ns) / 1e6 if len(during) else None,
         "holder_release": learned,
         "holder_release_after_cut_ms": when,
+        **clock,
     }
+
+
+def _bounds(clients: pd.Series, uncertainty_ns: dict[str, int | None] | None) -> pd.Series:
+    """Each grant's clock bound (ns) from its client's worker (``<worker>/`` prefix); 0 on one host."""
+    if not uncertainty_ns:
+        return pd.Series(0, index=clients.index, dtype="int64")
+    unbounded = 1 << 60  # no estimate: any side of the cut
+
+    def one(client: str) -> int:
+        worker = client.rsplit("/", 1)[0] if "/" in client else ""
+        b = uncertainty_ns.get(worker, 0)
+        return unbounded if b is None else int(b)
+
+    return clients.astype(str).map(one).astype("int64")

@@ -10,9 +10,11 @@ partition faults, say) are new rows here, with their expected outcomes in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.measure.strikes import DEFAULT_TARGET, EvidenceTarget
 from workloads.checks.stop_rules import StopRule
 
 #: Backends with a lock server that a fault can restart (file locks have none).
@@ -43,6 +45,52 @@ class Scenario:
     impls: tuple[str, ...] | None = None
     exclude: tuple[str, ...] = ()
     single_server: bool = False
+    #: what strikes (bench/measure/strikes.py): "server" (a fault thread), "pause", "crash",
+    #: "long-hold" (every hold outlives the lease), or "" (the control: nothing strikes)
+    strike: str = ""
+    #: seconds one strike may take, heal and the grants after it included (sizes the case's cap)
+    per_strike_s: float = 5.0
+    #: at most this many strikes in one case; more come from further trials of the case
+    max_strikes: int = 1000
+    #: False where every acquisition is itself a strike (long-cs): the target has no n then
+    counts_grants: bool = True
+    #: needs network namespaces (root): partitions
+    needs_root: bool = False
+    #: ``--lock-params`` per backend (e.g. a shorter ZooKeeper session for partitions)
+    lock_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def target(self, level: EvidenceTarget) -> EvidenceTarget:
+        """The evidence this scenario's survived cell needs at ``level``."""
+        return level if self.counts_grants else EvidenceTarget(level.strikes, 0)
+
+    def trials(self, level: EvidenceTarget) -> int:
+        """Cases (trials) the scenario needs to bring ``level.strikes`` strikes."""
+        if not self.strike:
+            return 1
+        return math.ceil(level.strikes / min(level.strikes, self.max_strikes))
+
+    def at(self, level: EvidenceTarget) -> Scenario:
+        """This scenario sized for ``level``: strikes per case, grants between them, stop rule, cap."""
+        if not self.strike:
+            return self
+        trials = self.trials(level)
+        k = math.ceil(level.strikes / trials)
+        n = math.ceil(self.target(level).acquisitions / trials)
+        gap = math.ceil(n / k) if n else 0
+        settings = {**self.settings, "duration": self.settings.get("duration", 10.0) + k * self.per_strike_s}
+        options = dict(self.options)
+        stop = replace(self.stop, count=k, after_first=n)
+        if self.strike == "server":
+            settings.update(strikes=k, grants_between=gap)
+        elif self.strike == "pause" and n:
+            # pause often enough for k pauses within the n grants (world: only worker 0 of 2 pauses),
+            # and no more often: a lock that holds through a pause serves nobody meanwhile
+            every = math.ceil(n / k / (2 if options.get("pause_kind") == "world" else 1))
+            options["pause_every"] = max(int(options.get("pause_every", 1)), every)
+        elif self.strike == "crash":
+            options.update(crashes=k, crash_gap=gap)
+            settings["processes"] = max(int(settings.get("processes", 2)), k + 1)
+        return replace(self, settings=settings, options=options, stop=stop)
 
     def applies_to(self, impl_id: str, backend: str, servers: int) -> bool:
         if self.backends is not None and backend not in self.backends:
@@ -56,8 +104,18 @@ class Scenario:
 USERS = 6
 #: After a server fault: acquisitions that show the lock works again, or how long to wait for them.
 AFTER_FAULT = {"acquisitions": 5, "or_after_s": 5.0}
+#: Where a partition means something (benchmarks/partition_matrix.py chose these): a single
+#: server has no leader and no minority, so only the client cut applies to it; RedLock has no leader.
+_CLUSTERED = ("redis.redlock", "zookeeper.sequential", "etcd.lease")
+_PARTITION_CLIENT = (
+    "redis.set-nx-px-lua", "postgres.advisory", "postgres.for-update", "postgres.unique-insert",
+    "memcached.add", *_CLUSTERED,
+)  # fmt: skip
+#: Server-fault scenarios: what they share.
+_SERVER = {"strike": "server"}
 
-SCENARIOS: dict[str, Scenario] = {
+#: The scenarios as written (one strike each); :func:`scenarios_at` sizes them for an evidence level.
+BASE_SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario(
@@ -70,6 +128,9 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="long-cs",
+            strike="long-hold",
+            per_strike_s=1.4,
+            counts_grants=False,
             workload="long-cs",
             # Every critical section (1.1-1.3 s) outlasts the 0.5 s lease, and the 1 s that
             # locks with whole-second expiry round it up to: the event comes with every hold.
@@ -80,6 +141,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="lease-expiry-task",
+            strike="pause",
+            per_strike_s=1.5,
             workload="lease-expiry",
             summary="a holder's task pauses 2 s under a 1 s lease (its process, watchdogs included, runs on)",
             stop=StopRule("pause", acquisitions=5, or_after_s=2.5),
@@ -88,6 +151,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="lease-expiry-world",
+            strike="pause",
+            per_strike_s=3.5,
             workload="lease-expiry",
             summary="a holder's whole process stops 2 s under a 1 s lease (a GC pause: watchdogs stop too)",
             stop=StopRule("pause", acquisitions=5, or_after_s=2.5),
@@ -98,18 +163,26 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="crash",
+            strike="crash",
+            per_strike_s=4.0,
+            max_strikes=5,
             workload="crash",
-            # A lock counts as stuck 3 s after its holder died (3x the 1 s lease). Waiters
-            # give up after 1 s, so the history goes on past the bound even when nobody
-            # gets the lock, and the checker can tell "stuck" from "not yet".
+            # A lock counts as stuck when nobody got it within 3x the time its own timeout needs
+            # to free a dead holder (at least 3 s). Waiters give up after 1 s, so the history goes
+            # on past the bound even when nobody gets the lock: "stuck" is told from "not yet".
             summary="a holder's process is killed (SIGKILL) inside its critical section; 1 s lease",
             fencing=False,
             stop=StopRule("crash", acquisitions=5, or_after_s=4.5),
             settings={"ttl": 1.0, "duration": 15.0, "processes": 2, "acquire_timeout": 1.0},
-            options={"crash_after": 10, "stuck_bound": 3.0, "cs": "5ms"},
+            # the stuck bound comes from each lock's own timeout (bench.run.command.with_recovery_bound);
+            # ZooKeeper's session is 3 s here, as the leases are 1 s, so a strike costs seconds
+            options={"crash_after": 10, "cs": "5ms"},
+            lock_params={"zookeeper": {"session_timeout": 3}},
         ),
         Scenario(
             name="restart",
+            **_SERVER,
+            per_strike_s=5.0,
             workload="flash-sale",
             summary="the lock server is killed (SIGKILL) and restarted while a lock is held",
             fault="restart@held",
@@ -119,6 +192,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="failover",
+            **_SERVER,
+            per_strike_s=8.0,
             workload="flash-sale",
             summary="Redis master killed with the holder's lock not yet replicated; Sentinel promotes the replica",
             fault="failover@held",
@@ -131,6 +206,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="kill-member",
+            **_SERVER,
+            per_strike_s=8.0,
             workload="flash-sale",
             summary="one member of a 3-node ensemble is killed while a lock is held",
             fault="kill-member@held",
@@ -140,12 +217,55 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="kill-leader",
+            **_SERVER,
+            per_strike_s=12.0,
             workload="flash-sale",
             summary="the leader of a 3-node ensemble is killed while a lock is held",
             fault="kill-leader@held",
             stop=StopRule("fault", **AFTER_FAULT),
             settings={"duration": 25.0},
             backends=("zookeeper", "etcd"),
+        ),
+        *(
+            Scenario(
+                name=kind,
+                workload="flash-sale",
+                summary=summary,
+                fault=f"{kind}@held",
+                stop=StopRule("fault", **AFTER_FAULT),
+                # each strike: the cut lasts 8 s (bench/nemesis/partitions.py), longer than the 2 s
+                # leases and 3 s ZooKeeper sessions here, so the other side can move on before the heal
+                settings={"duration": 20.0, "ttl": 2.0, "processes": 2},
+                lock_params={"zookeeper": {"session_timeout": 3}},
+                impls=impls,
+                **_SERVER,
+                per_strike_s=12.0,
+                max_strikes=5,
+                needs_root=True,
+            )
+            for kind, summary, impls in (
+                (
+                    "partition-client",
+                    "the holder's client host is cut off from every lock server for 8 s (the resource stays "
+                    "reachable); 2 s leases, 3 s ZooKeeper sessions",
+                    _PARTITION_CLIENT,
+                ),
+                (
+                    "partition-leader",
+                    "the leader (Redis: Sentinel's master) and the holder's client are cut off from the rest",
+                    ("redis.set-nx-px-lua", "zookeeper.sequential", "etcd.lease"),
+                ),
+                (
+                    "partition-node",
+                    "one server node (a follower; RedLock: one of 5 masters) is cut off from everyone",
+                    _CLUSTERED,
+                ),
+                (
+                    "partition-majority",
+                    "a minority of the server nodes and the holder's client are cut off from the majority",
+                    _CLUSTERED,
+                ),
+            )
         ),
         Scenario(
             name="clock-skew",
@@ -157,6 +277,15 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+def scenarios_at(level: EvidenceTarget) -> dict[str, Scenario]:
+    """Every scenario sized for ``level``: strikes per case, trials, stop rules, caps."""
+    return {name: scenario.at(level) for name, scenario in BASE_SCENARIOS.items()}
+
+
+#: The scenarios at the default evidence level (``--evidence standard``).
+SCENARIOS: dict[str, Scenario] = scenarios_at(DEFAULT_TARGET)
 
 
 def scenario_names() -> list[str]:

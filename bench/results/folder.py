@@ -7,6 +7,8 @@ interrupted run leaves the finished cases readable, with ``status`` saying it st
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -18,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from bench.errors import UserError
+
 SCHEMA_VERSION = 1
 
 
@@ -27,21 +31,74 @@ def new_run_id(now: datetime | None = None) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write to ``.<name>.tmp`` and rename; the temporary file never outlives a failed write."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
+    """A table as CSV or parquet, written like :func:`atomic_write_text`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    if path.suffix == ".csv":
-        frame.to_csv(tmp, index=False)
-    else:
-        frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        if path.suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        else:
+            frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc), or None when there is none.
+
+    A pid with its start time names one process for good: a pid alone may have been reused.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_alive(pid: Any, start: Any = None) -> bool:
+    """Is the process that wrote ``pid`` (and ``start``, when recorded) still running?"""
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return False
+    now = process_start(pid)
+    if now is None:
+        return False
+    return start is None or now == start
+
+
+class ResultsWriteError(UserError):
+    """The results folder could not be written (a full disk, a lost mount): what was kept and how to go on.
+
+    A UserError: one line on stderr, no traceback; the folder is left consistent (no
+    temporary files, run.json not ``running``) before it is raised.
+    """
+
+
+def _write_error(folder: Path, what: str, exc: OSError, kept: int) -> ResultsWriteError:
+    why = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+    return ResultsWriteError(
+        f"could not write {what} in {folder}: {why}; kept the {kept} finished case(s) written before "
+        f"(run.json status incomplete); free space, then render them with: bench report {folder}"
+    )
 
 
 class RunFolder:
@@ -61,15 +118,50 @@ class RunFolder:
             "schema": SCHEMA_VERSION,
             "run_id": self.run_id,
             "status": "running",
+            # who is writing: a later bench marks the folder interrupted once this process is gone
+            "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()),
             **meta,
             "cases": [],
         }
         self.rows: list[dict[str, Any]] = []
         self.columns: list[str] | None = None
+        self.broken: ResultsWriteError | None = None
+        self._written = 0  # rows in cases.csv on disk
         self._write_meta()
 
     def _write_meta(self) -> None:
-        atomic_write_text(self.path / "run.json", json.dumps(self.meta, indent=2, default=str))
+        if self.broken is not None:
+            raise self.broken
+        try:
+            atomic_write_text(self.path / "run.json", json.dumps(self.meta, indent=2, default=str))
+        except OSError as exc:
+            raise self._fail("run.json", exc) from None
+
+    def _fail(self, what: str, exc: OSError) -> ResultsWriteError:
+        """Leave the folder consistent after a failed write, and say what was kept.
+
+        Every temporary file goes; run.json lists only the cases whose rows are in
+        cases.csv and says ``incomplete``, written compactly in place when there is no
+        room for a second copy (a truncated file frees its blocks first).
+        """
+        for tmp in self.path.rglob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        kept = self._written
+        self.rows = self.rows[:kept]
+        self.meta["cases"] = [str(r["case"]) for r in self.rows]
+        self.meta["status"] = "incomplete"
+        self.meta["finished_at"] = datetime.now(UTC).isoformat()
+        error = _write_error(self.path, what, exc, kept)
+        self.meta.setdefault("failures", []).append(str(error))
+        text = json.dumps(self.meta, default=str)
+        try:
+            atomic_write_text(self.path / "run.json", text)
+        except OSError:
+            with contextlib.suppress(OSError), open(self.path / "run.json", "w", encoding="utf-8") as fh:
+                fh.write(text)
+        self.broken = error
+        return error
 
     def add_case(
         self,
@@ -79,27 +171,38 @@ class RunFolder:
         extra: dict[str, Any],
         log_text: str | None = None,
     ) -> None:
-        """Store one finished case: its histograms, its history, its log, its row, then the metadata."""
+        """Store one finished case: its histograms, its history, its log, its row, then the metadata.
+
+        A failed write (a full disk) raises :class:`ResultsWriteError` after :meth:`_fail`
+        left the folder consistent with the cases written before.
+        """
+        if self.broken is not None:
+            raise self.broken
         case = row["case"]
-        if log_text is not None:
-            (self.path / "logs").mkdir(exist_ok=True)
-            atomic_write_text(self.path / "logs" / f"{case}.log", log_text)
-        atomic_write_text(
-            self.path / "hist" / f"{case}.json",
-            json.dumps({"unit": "us", "histograms": histograms, **extra}),
-        )
-        if history_file is not None and history_file.exists():
-            dest = self.path / "history" / f"{case}.parquet"
-            shutil.copyfile(history_file, dest.with_name(f".{dest.name}.tmp"))
-            os.replace(dest.with_name(f".{dest.name}.tmp"), dest)
-        self.rows.append(row)
-        frame = pd.DataFrame(self.rows)
-        if self.columns:
-            frame = frame[
-                [c for c in self.columns if c in frame] + [c for c in frame if c not in self.columns]
-            ]
-        atomic_write_frame(self.path / "cases.csv", frame)
-        atomic_write_frame(self.path / "cases.parquet", frame)
+        what = f"case {case}"
+        try:
+            if log_text is not None:
+                (self.path / "logs").mkdir(exist_ok=True)
+                atomic_write_text(self.path / "logs" / f"{case}.log", log_text)
+            atomic_write_text(
+                self.path / "hist" / f"{case}.json",
+                json.dumps({"unit": "us", "histograms": histograms, **extra}),
+            )
+            if history_file is not None and history_file.exists():
+                dest = self.path / "history" / f"{case}.parquet"
+                shutil.copyfile(history_file, dest.with_name(f".{dest.name}.tmp"))
+                os.replace(dest.with_name(f".{dest.name}.tmp"), dest)
+            self.rows.append(row)
+            frame = pd.DataFrame(self.rows)
+            if self.columns:
+                frame = frame[
+                    [c for c in self.columns if c in frame] + [c for c in frame if c not in self.columns]
+                ]
+            atomic_write_frame(self.path / "cases.csv", frame)
+            self._written = len(self.rows)
+            atomic_write_frame(self.path / "cases.parquet", frame)
+        except OSError as exc:
+            raise self._fail(what, exc) from None
         self.meta["cases"].append(case)
         self._write_meta()
 
@@ -108,13 +211,60 @@ class RunFolder:
         self._write_meta()
 
     def finish(self, status: str) -> None:
-        """status: complete, incomplete (interrupted) or failed."""
+        """status: complete, incomplete (interrupted) or failed; after a failed write, nothing more."""
+        if self.broken is not None:
+            return  # _fail already wrote what could be written
         if not self.rows:
             # a readable, empty table so report and gate can still say what happened
             atomic_write_text(self.path / "cases.csv", "case\n")
         self.meta["status"] = status
         self.meta["finished_at"] = datetime.now(UTC).isoformat()
         self._write_meta()
+
+
+#: run.json ``status`` of a run whose bench process died without finishing (kill -9, power loss).
+INTERRUPTED = "interrupted"
+
+
+def mark_if_dead(folder: Path) -> bool:
+    """Mark a folder left ``running`` by a bench process that is gone as ``interrupted``.
+
+    Only when run.json records the writer (``pid``, ``pid_start``) and that process is no
+    longer running: a run in progress, or a folder from before the pid was recorded, is
+    left alone. Returns True when it marked the folder.
+    """
+    run_json = Path(folder) / "run.json"
+    try:
+        meta = json.loads(run_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(meta, dict) or meta.get("status") != "running" or "pid" not in meta:
+        return False
+    if process_alive(meta.get("pid"), meta.get("pid_start")):
+        return False
+    done = meta.get("cases") if isinstance(meta.get("cases"), list) else []
+    meta["status"] = INTERRUPTED
+    meta["interrupted"] = (
+        f"bench (pid {meta.get('pid')}) died before finishing; {len(done)} finished case(s) are kept. "
+        f"Marked by a later bench at {datetime.now(UTC).isoformat()}"
+    )
+    try:
+        atomic_write_text(run_json, json.dumps(meta, indent=2, default=str))
+    except OSError:
+        return False
+    return True
+
+
+def mark_dead_runs(root: Path) -> list[Path]:
+    """:func:`mark_if_dead` on every run folder under a results root; the folders it marked."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    marked = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and (path / "run.json").is_file() and mark_if_dead(path):
+            marked.append(path)
+    return marked
 
 
 # trials merged per impl x workload ----------------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,14 +17,24 @@ from rich.table import Table
 
 from bench import validate
 from bench.errors import Interrupted, UserError, raise_if_interrupted
-from bench.measure import evidence
+from bench.measure import evidence, fidelity
+from bench.measure.strikes import LEVELS, grants_between, stuck_bound
 from bench.nemesis.faults import parse_fault
 from bench.results import meta
-from bench.results.folder import RunFolder, write_merged_histograms
+from bench.results.folder import ResultsWriteError, RunFolder, write_merged_histograms
 from bench.results.redact import redact_text
 from bench.run.progress import LiveProgress
-from bench.run.runner import Case, RunSettings, ServerDied, endpoints_for_meta, run_plan, with_calibration
+from bench.run.runner import (
+    Case,
+    RunSettings,
+    RunTiming,
+    ServerDied,
+    endpoints_for_meta,
+    run_plan,
+    with_calibration,
+)
 from bench.run.testhost_stack import TestHostStack
+from bench.run.warm import WarmLocust
 from infra.stack import Stack
 from infra.testhosts import TestHostNet
 from lockimpls import registry
@@ -58,9 +70,8 @@ def plan_impls(backends: list[str], impls: list[str]) -> list[tuple[str, str, ty
     out: list[tuple[str, str, type]] = []
     for impl_id in dict.fromkeys(chosen):
         if impl_id not in registry.known_ids(include_test=True) and ":" not in impl_id:
-            raise UserError(
-                f"unknown impl {impl_id!r}; valid: {', '.join(registry.known_ids())} or package.module:Class"
-            )
+            hint = validate.did_you_mean(impl_id, registry.known_ids(include_test=True), "`bench list`")
+            raise UserError(f"unknown impl {impl_id!r}{hint}; or give package.module:Class")
         try:
             cls = registry.resolve(impl_id)
         except LockConfigError as exc:
@@ -125,6 +136,27 @@ _URL_OPTIONS = {
     "redis": "redis_url", "postgres": "pg_dsn", "zookeeper": "zk_hosts", "etcd": "etcd_url",
     "memcached": "memcached_url",
 }  # fmt: skip
+
+
+def with_recovery_bound(case: Case, cls: type, keep_bound: bool = False) -> Case:
+    """A crash case with its stuck bound derived from the lock's own timeout (issue 26).
+
+    The lock says how long its service takes to free a dead holder's lock
+    (``Lock.recovery_after_crash``: lease TTL, session timeout, the connection's close, or
+    never); the case waits ``bench.measure.strikes.stuck_bound`` of that before it calls the
+    lock stuck, unless the user gave ``--stuck-bound`` (``keep_bound``). The expectation goes
+    into the row (``recovery_expected_s``, ``recovery_by``) so the report can say "recovered in
+    10.0 s, the session timeout".
+    """
+    if case.workload.name != "crash":
+        return case
+    expected, by = cls.recovery_after_crash(case.settings.ttl, case.settings.lock_params)
+    options = dict(case.settings.workload_options)
+    if not keep_bound:
+        options["stuck_bound"] = stuck_bound(expected, case.settings.ttl)
+    params = {**case.params, "recovery_expected_s": expected if expected is not None else float("inf"),
+              "recovery_by": by}  # fmt: skip
+    return replace(case, params=params, settings=replace(case.settings, workload_options=options))
 
 
 def _per_workload(info: WorkloadInfo, explicit: set[str], values: dict[str, Any]) -> dict[str, Any]:
@@ -282,16 +314,26 @@ def run_command(
     arrivals: str | None = None,
     patience: float = 2.0,
     max_in_flight: int = 50,
+    strikes: int = 1,
+    evidence: str = "standard",
+    warm: bool | None = None,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
 
     ``explicit`` names the options the user set (flag, environment or config); every other
     option takes each workload's own default (long-cs: a 0.5 s lease ...) where it has one.
+    ``warm`` (None: ``LOCKBENCH_WARM``, default on) starts local cases' Locust from a warm
+    process; runs with --master-bind, --test-hosts or a partition fault always start it cold.
     """
+    if evidence not in LEVELS:
+        raise UserError(f"--evidence must be one of {', '.join(LEVELS)}, got {evidence!r}")
+    warm = _use_warm(warm)
     workloads = list(dict.fromkeys(workloads or ["flash-sale"]))
     for workload in workloads:
         if workload not in WORKLOADS:
-            raise UserError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
+            raise UserError(
+                f"unknown workload {workload!r}{validate.did_you_mean(workload, WORKLOADS, '`bench list`')}"
+            )
     validate.check_numbers(
         {"trials": trials, "retry_interval": retry_interval, "acquire_timeout": acquire_timeout,
          "spawn_rate": spawn_rate, "clock_skew": clock_skew, "skewed_clients": skewed_clients, "slo_us": slo_us}
@@ -310,6 +352,15 @@ def run_command(
         )
         for w in workloads
     }
+    if "crash" in plans:  # --strikes N kills N workers, one after another: N + 1 processes
+        plan = plans["crash"]
+        gap = grants_between(LEVELS[evidence], strikes)
+        plan["workload_options"] = {**plan["workload_options"], "crashes": strikes, "crash_gap": gap}
+        if plan["processes"] < strikes + 1:
+            console.print(
+                f"lockbench: crash with --strikes {strikes} kills {strikes} workers: using --processes {strikes + 1}"
+            )
+            plan["processes"] = strikes + 1
     fault_spec = parse_fault(fault) if fault else None
     partitioned = fault_spec is not None and fault_spec.is_partition
     if partitioned and (test_hosts or master_bind):
@@ -365,6 +416,9 @@ def run_command(
             lock_params=dict(lock_params or {}),
             master_bind=bind,
             expect_workers=expect_workers,
+            strikes=strikes,
+            grants_between=grants_between(LEVELS[evidence], strikes),
+            evidence=LEVELS[evidence],
         )  # fmt: skip
         for w, p in plans.items()
     }
@@ -376,7 +430,8 @@ def run_command(
         "workload": ",".join(workloads), "duration_s": first["duration"], "users": first["users"],
         "spawn_rate": settings[workloads[0]].spawn_rate, "processes": first["processes"], "trials": trials,
         "ttl_s": first["ttl"], "retry_interval_s": retry_interval, "acquire_timeout_s": acquire_timeout,
-        "fencing": first["fencing"], "fault": fault or "", "clock_skew_s": clock_skew,
+        "fencing": first["fencing"], "fault": fault or "", "strikes": strikes, "evidence": evidence,
+        "clock_skew_s": clock_skew,
         "skewed_clients": skewed_clients, **first["workload_options"],
         **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
         **({"master_bind": master_bind, "expect_workers": expect_workers} if bind else {}),
@@ -396,6 +451,8 @@ def run_command(
         for impl_id, backend in runnable[w]
         for mode in fencing_modes(plans[w]["fencing"], impl_classes[impl_id], impl_id, console, quiet=t > 0)
     ]  # fmt: skip
+    keep_bound = "stuck_bound" in (explicit or set())
+    cases = [with_recovery_bound(c, impl_classes[c.impl], keep_bound) for c in cases]
     if bind is None and not test_hosts:
         # each impl's solo hold, measured next to its cases (local runs: remote workers serve
         # only the cases they were started for)
@@ -419,7 +476,8 @@ def run_command(
                     s.master_bind, s.expect_workers, s.processes = hosted.master_bind, test_hosts, 1
             yield stack
 
-    run = _Execution(cases, console)
+    # warm: local cases only (remote workers and test hosts start their own Locust)
+    run = _Execution(cases, console, warm=warm and bind is None and not test_hosts and not partitioned)
     try:
         return run.execute(
             needed, open_stack=open_stack,
@@ -434,6 +492,22 @@ def run_command(
         raise Interrupted(run.interrupted_message()) from None
 
 
+def _use_warm(warm: bool | None) -> bool:
+    """``warm`` as given, else ``LOCKBENCH_WARM`` (1/0, true/false, yes/no, on/off; default on).
+
+    Why an environment variable: a cold run is for comparing against a warm one
+    (tests/test_run_timing.py), not something a user needs a flag for.
+    """
+    if warm is not None:
+        return warm
+    value = os.environ.get("LOCKBENCH_WARM", "1").strip().lower()
+    if value in ("1", "true", "yes", "on", ""):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise UserError(f"LOCKBENCH_WARM must be 1 or 0 (true/false, yes/no, on/off), got {value!r}")
+
+
 class _Execution:
     """One ``bench run`` from servers up to the report, and what to say if Ctrl-C stops it.
 
@@ -441,9 +515,12 @@ class _Execution:
     short, wherever the KeyboardInterrupt lands (server start, a case, rendering).
     """
 
-    def __init__(self, cases: list[Case], console: Console) -> None:
+    def __init__(self, cases: list[Case], console: Console, warm: bool = False) -> None:
         self.cases = cases
         self.console = console
+        #: start local cases' Locust from a warm process (bench/run/warm.py)
+        self.warm = warm
+        self.timing = RunTiming()
         self.folder: RunFolder | None = None
         self.stage = "starting servers"
 
@@ -471,8 +548,16 @@ class _Execution:
         slo_us: float | None,
     ) -> int:
         console = self.console
+        timing = self.timing
+        timing.phases["bench_start"] = time.monotonic() - timing.t0
         console.print(f"lockbench: starting servers for {', '.join(needed)} + resource")
-        with open_stack() as stack:
+        with contextlib.ExitStack() as up:
+            # the warm Locust imports while the servers start; run_plan waits for it before the floors
+            warm = up.enter_context(WarmLocust()) if self.warm else None
+            if warm is not None:
+                warm.spawn()
+            with timing.phase("server_start"):
+                stack = up.enter_context(open_stack())
             meta_fields.update(extra_meta())
             meta_fields["versions"] = {"servers": stack.versions, "libraries": meta.library_versions()}
             meta_fields["endpoints"] = endpoints_for_meta(stack)
@@ -488,6 +573,7 @@ class _Execution:
                     failures = run_plan(
                         self.cases, stack, folder, progress=live.case_started, on_tick=live.tick,
                         on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
+                        warm=warm, timing=timing,
                     )  # fmt: skip
                 if failures:
                     status = "complete-with-failures"
@@ -501,7 +587,10 @@ class _Execution:
                 folder.finish("incomplete")
                 raise
             folder.finish(status)
+            stopping = time.monotonic()
+        timing.phases["server_stop"] += time.monotonic() - stopping  # servers and the warm Locust down
         self.stage = "rendering"  # every case is in the folder; what is left is the summary and report
+        rendering = time.monotonic()
         _write_trial_summaries(folder, console)
         _summary(folder, console)
         report_path = folder.path / "report.html"
@@ -513,6 +602,7 @@ class _Execution:
             folder.note("report", "report.html")
         elif not render:
             folder.note("report", "not requested (--no-report): bench report <folder> makes it")
+        timing.phases["render"] += time.monotonic() - rendering
         print(report_path if render and folder.rows else folder.path)
         lacking = evidence.lacking(folder.rows)
         if lacking:
@@ -522,6 +612,13 @@ class _Execution:
                 f"lockbench: case {first['case']} has no verdict: {first['verdict_reason']}{more}",
                 soft_wrap=True,
             )
+        advice = fidelity.processes_needed(folder.rows, os.cpu_count() or 1)
+        if advice is not None:  # what would make the bound figures the lock's
+            console.print(fidelity.scale_out_line(advice), soft_wrap=True, highlight=False, markup=False)
+        # the last line: the run's wall time and how much of it was load (run.json timing has the parts)
+        with contextlib.suppress(ResultsWriteError):
+            folder.note("timing", timing.as_json())
+        console.print(timing.last_line(), soft_wrap=True, highlight=False, markup=False)
         if status == "incomplete":
             return 1
         return 1 if failures or lacking else 0
@@ -555,6 +652,10 @@ def _is_true(value: Any) -> bool:
 def _safety(row: dict[str, Any]) -> str:
     """The verdict as a person reads it, with the damage counted when the lock failed."""
     verdict = str(row.get("verdict", ""))
+    stuck = _number(row.get("stuck_locks")) not in ("-", "0")
+    if verdict == "valid" and stuck:
+        bound = _number(row.get("stuck_bound_s"))
+        return f"valid, STUCK: none got the lock within {bound} s of its holder's death"
     if verdict != "invalid":
         return verdict
     damage = [
@@ -574,8 +675,11 @@ def _fidelity(row: dict[str, Any]) -> str:
     inflation = row.get("hold_inflation")
     if isinstance(inflation, (int, float)) and inflation == inflation:
         parts.append(f"{inflation:.1f}x")
-    if _is_true(row.get("generator_bound")):
+    bound = row.get("generator_bound")
+    if _is_true(bound):
         parts.append("bound")
+    elif "generator_bound" in row and str(bound).lower() not in ("false", "0"):
+        parts.append("unmeasured")  # None / NaN: not measured, which is never a "no"
     return " ".join(parts)
 
 
@@ -611,7 +715,8 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
         table.add_row(*cells, safety, style=style)
     if fidelity:
         notes.append(
-            "hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck"
+            "hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck;"
+            " unmeasured: no loop-lag or solo figures, so whether it was is not known"
         )
     return table, notes
 

@@ -9,6 +9,7 @@ second; the runner polls it and calls :meth:`LiveProgress.tick`. Without a termi
 from __future__ import annotations
 
 import time
+from collections import deque
 from types import TracebackType
 from typing import Any
 
@@ -17,6 +18,12 @@ from rich.status import Status
 
 #: Seconds a case takes beyond its load (Locust start, checkers, writing) until one is measured.
 FIRST_GUESS_OVERHEAD_S = 4.0
+
+#: Seconds of samples the live rate is averaged over. Locust's master counts a worker's
+#: acquisitions when the worker reports (every 3 s), so per-second differences jump
+#: 0, 276, 0, 808 for a case that averages 292/s: a window longer than one report
+#: interval shows the rate, not the reporting rhythm.
+RATE_WINDOW_S = 5.0
 
 
 def _clock(seconds: float) -> str:
@@ -28,7 +35,7 @@ class LiveProgress:
     """A one-line live status under the per-case lines (rich), with an ETA for the whole run.
 
     Why a class: the ETA needs what earlier cases cost beyond their load time, and the
-    rate needs the previous sample.
+    rate needs the samples of the last few seconds.
     """
 
     def __init__(self, console: Console, cases: list[Any]) -> None:
@@ -38,7 +45,8 @@ class LiveProgress:
         self.case_index = -1
         self.case_t0 = self.started
         self.overheads: list[float] = []
-        self.last: tuple[float, int] | None = None
+        #: (t, acquisitions) samples of the current case within the last RATE_WINDOW_S
+        self.samples: deque[tuple[float, int]] = deque()
         self.rate = 0.0
         self.status: Status | None = None
 
@@ -60,7 +68,8 @@ class LiveProgress:
         if self.case_index >= 0:
             load = self.cases[self.case_index].settings.duration
             self.overheads.append(max(0.0, now - self.case_t0 - load))
-        self.case_index, self.case_t0, self.last, self.rate = index, now, None, 0.0
+        self.case_index, self.case_t0, self.rate = index, now, 0.0
+        self.samples.clear()
         trial = f" (trial {case.trial + 1})" if case.params.get("trials", 1) > 1 else ""
         if getattr(case, "solo", False):
             trial = " solo calibration"
@@ -84,10 +93,21 @@ class LiveProgress:
     def tick(self, sample: dict[str, Any]) -> None:
         """A sample from the case's progress.json: ``{"t": seconds, "acquisitions": n, "errors": n}``."""
         t, n = float(sample.get("t", time.monotonic())), int(sample.get("acquisitions", 0))
-        if self.last is not None and t > self.last[0]:
-            self.rate = (n - self.last[1]) / (t - self.last[0])
-        self.last = (t, n)
+        self.rate = self.smoothed(t, n)
         self._show(int(sample.get("errors", 0)))
+
+    def smoothed(self, t: float, n: int) -> float:
+        """Acquisitions/s over the last :data:`RATE_WINDOW_S` of samples, ``n`` acquisitions at ``t``.
+
+        The oldest sample kept is the last one at or before ``t - RATE_WINDOW_S``, so the
+        rate always spans at least one worker report once the case has run that long.
+        """
+        if not self.samples or t > self.samples[-1][0]:  # else a repeated sample: the file was not rewritten
+            self.samples.append((t, n))
+            while len(self.samples) > 2 and self.samples[1][0] <= t - RATE_WINDOW_S:
+                self.samples.popleft()
+        (t0, n0), (t1, n1) = self.samples[0], self.samples[-1]
+        return max(0.0, (n1 - n0) / (t1 - t0)) if t1 > t0 else 0.0
 
     def text(self, errors: int = 0) -> str:
         now = time.monotonic()

@@ -10,6 +10,7 @@ interrupted run keeps every finished case.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,16 @@ from typing import Any
 import pandas as pd
 
 from bench.errors import raise_if_interrupted
-from bench.measure import analysis, arrival_metrics, evidence, fidelity
+from bench.measure import analysis, arrival_metrics, evidence, fidelity, strikes
 from bench.measure.evidence import checker_reason
 from bench.measure.floors import floors as measure_floors
+from bench.measure.strikes import EvidenceTarget
 from bench.nemesis import partitions
 from bench.nemesis.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
-from bench.results.folder import RunFolder
+from bench.results.folder import RunFolder, process_start
 from bench.results.redact import redact_text, redact_url
 from bench.run.reset import reset_lock_state
+from bench.run.warm import WarmLocust, WarmLocustError
 from infra import server_stats
 from infra.ports import free_port
 from infra.process import die_with_parent
@@ -76,6 +79,12 @@ class RunSettings:
     expect_workers: int = 0
     #: seconds a master waits for its workers before the case fails
     workers_wait_s: float = 120.0
+    #: how often a server fault strikes in one case (bench/nemesis/faults.py), and the purchases
+    #: the service must grant between two strikes
+    strikes: int = 1
+    grants_between: int = 0
+    #: what a survived fault case needs to be shown as survived (bench/measure/strikes.py)
+    evidence: EvidenceTarget = field(default_factory=EvidenceTarget)
 
 
 @dataclass
@@ -238,7 +247,11 @@ def _run_locust(
             deadline = time.monotonic() + timeout
             while True:
                 try:
-                    return proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                    code = proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                    # a worker Locust forked (--processes) that outlived its master: stop it too
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    return code
                 except subprocess.TimeoutExpired:
                     raise_if_interrupted()
                     if time.monotonic() >= deadline:
@@ -315,6 +328,18 @@ def _run_locust_on_hosts(
                     proc.wait(5)
 
 
+def dead_servers_text(stack: Stack, dead: list[str]) -> str:
+    """``the resource server (redis redis://127.0.0.1:4242/0)``: which server died, in words."""
+    parts = []
+    for name in dead:
+        server = stack.servers.get(name)
+        kind = type(server).__name__.removesuffix("Server").lower() if server is not None else "server"
+        url = redact_url(str(getattr(server, "url", ""))) if server is not None else ""
+        role = "the resource server" if name == "resource" else f"the lock server {name}"
+        parts.append(f"{role} ({kind}{' ' + url if url else ''})")
+    return ", ".join(parts)
+
+
 def _log_tail(path: Path, lines: int = 4) -> str:
     try:
         text = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
@@ -347,8 +372,10 @@ def run_case(
     """Run one case in Locust and return its judged, summarised outcome.
 
     ``launch(argv, log_path, timeout)`` starts Locust and returns its exit code; default a
-    cold ``python -m locust`` subprocess (``bench matrix`` passes a warm one, bench/run/warm.py).
+    cold ``python -m locust`` subprocess (``bench run`` and ``bench matrix`` pass a warm one,
+    bench/run/warm.py).
     """
+    begun_ns = time.monotonic_ns()
     settings = case.settings
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
@@ -372,8 +399,9 @@ def run_case(
             lock_servers = [s for k, s in stack.servers.items() if k.startswith(f"{case.backend}-lock")]
             ground = partitions.PartitionGround(stack.hosts, lock_servers)
         fault = FaultThread(
-            case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground
-        )
+            case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground,
+            strikes=settings.strikes, grants_between=settings.grants_between,
+        )  # fmt: skip
     if fault is not None:
         fault.start()
     launched_ns = time.monotonic_ns()
@@ -395,6 +423,12 @@ def run_case(
     commands = server_stats.delta(before, server_stats.snapshot(case.backend, lock_urls))
     server_cpu = server_stats.cpu_delta(cpu_before, server_stats.cpu_snapshot(case.backend, lock_urls, pids))
     rec_path = out / "recording.json"
+    dead = stack.dead()
+    if dead and not rec_path.exists():
+        # say what failed: a dead server, not Locust's exit code and a fragment of its table
+        raise ServerDied(
+            f"{dead_servers_text(stack, dead)} died during {case.case_id}; finished cases are kept"
+        )
     if not rec_path.exists():
         raise CaseFailed(
             f"{case.case_id}: Locust exited with code {code} and no recording: {_log_tail(log_path)}"
@@ -402,7 +436,14 @@ def run_case(
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
     if fault is not None:
-        recording["fault"] = {"spec": case.fault.label, "error": fault.error, "holder": fault.holder}
+        recording["fault"] = {
+            "spec": case.fault.label, "error": fault.error, "holder": fault.holder, "strikes_asked": fault.strikes,
+            "stopped_early": fault.stopped_early,
+            "windows": [
+                {"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail, "holder": h}
+                for w, h in zip(fault.windows, fault.holders, strict=True)
+            ],
+        }  # fmt: skip
         if fault.window is not None:
             w = fault.window
             recording["fault"].update({"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail})
@@ -413,7 +454,7 @@ def run_case(
                 recording["partition"] = partitions.after_heal_columns(
                     history, w.start_ns, w.end_ns, fault.holder
                 )
-            history = with_fault_window(history, w)
+            history = with_fault_windows(history, fault.windows)
             history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
     if server_cpu is not None:
@@ -422,6 +463,7 @@ def run_case(
     result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
     # where a case's wall time goes: Locust start-up (launch -> test start), load, shut-down
     result["timing"] = {
+        "begun_ns": begun_ns,
         "launched_ns": launched_ns,
         "test_start_ns": recording.get("t_start_ns"),
         "test_stop_ns": recording.get("t_stop_ns"),
@@ -433,17 +475,24 @@ def run_case(
 
 def with_fault_window(history: pd.DataFrame, window: FaultWindow) -> pd.DataFrame:
     """The history plus the fault as an invoke/ok pair of op ``fault`` by client ``bench``."""
+    return with_fault_windows(history, [window])
+
+
+def with_fault_windows(history: pd.DataFrame, windows: list[FaultWindow]) -> pd.DataFrame:
+    """The history plus every strike as an invoke/ok pair of op ``fault`` by client ``bench`` (seq = strike)."""
+    if not windows:
+        return history
     rows = pd.DataFrame(
         {
-            "client": ["bench", "bench"],
-            "seq": [0, 0],
-            "op": ["fault", "fault"],
-            "type": ["invoke", "ok"],
-            "lock": [window.kind, window.kind],
-            "t_ns": [window.start_ns, window.end_ns],
-            "token": pd.array([None, None], dtype="Int64"),
-            "value": pd.array([None, None], dtype="Int64"),
-            "error": [window.detail, window.detail],
+            "client": ["bench"] * (2 * len(windows)),
+            "seq": [i for i in range(len(windows)) for _ in (0, 1)],
+            "op": ["fault"] * (2 * len(windows)),
+            "type": ["invoke", "ok"] * len(windows),
+            "lock": [w.kind for w in windows for _ in (0, 1)],
+            "t_ns": [t for w in windows for t in (w.start_ns, w.end_ns)],
+            "token": pd.array([None] * (2 * len(windows)), dtype="Int64"),
+            "value": pd.array([None] * (2 * len(windows)), dtype="Int64"),
+            "error": [w.detail for w in windows for _ in (0, 1)],
         }
     )
     merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
@@ -469,31 +518,72 @@ def judge(
     row["scenario"] = case.scenario
     row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")
     row["fault"] = case.fault.label if case.fault else ""
-    arrival_columns, arrival_hists = arrival_metrics.arrival_summary(history, recording.get("final_state"))
+    arrival_columns, arrival_hists = arrival_metrics.arrival_summary(
+        history, recording.get("final_state"), settings.workload_options.get("patience")
+    )
     row.update(arrival_columns)
-    # The lock may fail (overlaps) while the data stays right (fencing refused the stale writes).
-    damage = [row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted")]
+    # The lock may fail (overlaps) while the data stays right (fencing refused the stale writes);
+    # tokens out of grant order void that claim: the resource trusted an order that was not there.
+    damage = [
+        row.get(k)
+        for k in ("oversold_units", "lost_updates", "stale_writes_accepted", "fencing_order_violations",
+                  "legit_writes_refused")
+    ]  # fmt: skip
     row["data_safe"] = not any(v and v == v for v in damage)
     fault_info = recording.get("fault") or {}
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
-    row.update(recording.get("partition") or {})
+    # how much of its fault the case saw, and whether a "survived" is earned (bench/measure/strikes.py)
+    fault_case = case.fault is not None or case.workload.name in strikes.FAULT_WORKLOADS
+    if fault_case:
+        times = strikes.strike_times(history, case.workload.name, settings.ttl, case.fault is not None)
+        row.update(strikes.columns(history, times))
+        if case.fault is not None and case.fault.at_seconds is None:
+            row.update(strikes.recovery_columns(history))
+    if case.workload.name == "crash":
+        row["stuck_bound_s"] = settings.workload_options.get("stuck_bound")
+    for key in ("recovery_expected_s", "recovery_by"):
+        if key in case.params:
+            row[key] = case.params[key]
+    if recording.get("partition") is not None and fault_info.get("start_ns") is not None:
+        # judged again with the workers' clock bounds: a grant within them of the cut or heal is undecided
+        row.update(
+            partitions.after_heal_columns(
+                history, fault_info["start_ns"], fault_info["end_ns"], fault_info.get("holder"),
+                (recording.get("final_state") or {}).get("clock_uncertainty_ns"),
+            )
+        )  # fmt: skip
     row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
-    row["verdict_reason"] = checker_reason(verdict.results) if row["verdict"] == "unknown" else ""
+    row["verdict_reason"] = checker_reason(verdict.results, row["verdict"])
     # a verdict needs evidence (bench/measure/evidence.py): enough acquisitions, not mostly server errors
     evidence.apply(
         row, history, fault_injected=case.fault is not None, recording_complete=recording.get("complete", True),
         recording_problems=recording.get("problems", []), duration_s=settings.duration,
         spawn_s=settings.users / settings.spawn_rate if settings.spawn_rate else None,
     )  # fmt: skip
+    if fault_case:
+        row["evidence"] = strikes.grade(row, settings.evidence, fault_case=True)
+        row["evidence_target"] = settings.evidence.text()
+        row["evidence_target_k"] = settings.evidence.strikes
+        row["evidence_target_n"] = settings.evidence.acquisitions
+        if row["evidence"] == "not-struck":
+            what = case.fault.label if case.fault else f"the {case.workload.name} event"
+            why = fault_info.get("error") or fault_info.get("stopped_early") or "no holder claimed it in time"
+            row["verdict"] = "unknown"
+            row["verdict_reason"] = f"{what} did not strike ({why}): not tested"
     shares = [
         w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
     ]
     row["harness_cpu_max"] = max(shares) if shares else None
-    commands = recording.get("server_commands") or {}
+    commands = recording.get("server_commands")
+    commands = {} if commands is None else commands
     acquisitions = row.get("acquisitions") or 0
+    # a failed read or a counter reset (server restart) leaves no count: n/a with its reason, never a number
+    row["server_cmds_reason"] = getattr(commands, "error", "")
     row["server_cmds_per_acquire"] = (
-        sum(commands.values()) / acquisitions if commands and acquisitions else None
+        sum(commands.values()) / acquisitions
+        if commands and acquisitions and not row["server_cmds_reason"]
+        else None
     )
     # Does the row describe the lock or the load generator? (bench/measure/fidelity.py)
     row.update(
@@ -531,6 +621,149 @@ def judge(
     }
 
 
+#: A case's phases in run.json ``timing``, in the order a case goes through them: clearing lock
+#: state and snapshots, Locust's start (launch to its first user), the load window, Locust's
+#: shut-down, reading and judging the recording, writing the case into the results folder.
+CASE_PHASES = ("prepare", "locust_start", "load", "locust_stop", "judge", "write")
+#: The run's phases: bench's own start (imports, option checks), servers up, waiting for the warm
+#: Locust's imports, floors, solo calibrations (whole), the cases' phases summed, servers down,
+#: summary and report.html. ``other`` is what is left of the wall time (progress, gaps).
+RUN_PHASES = ("bench_start", "server_start", "warm_start", "floors", "calibration", *CASE_PHASES,
+              "server_stop", "render")  # fmt: skip
+#: Longest plausible gap between this process's start and the run's start: beyond it the
+#: process start read from /proc is not trusted (a time namespace) and the run starts now.
+_MAX_BENCH_START_S = 120.0
+
+
+def _process_started() -> float:
+    """When this process started, on the monotonic clock: bench's imports belong to the run's wall time."""
+    now = time.monotonic()
+    ticks = process_start(os.getpid())
+    if ticks is None:
+        return now
+    age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    return now - age if 0 <= age <= _MAX_BENCH_START_S else now
+
+
+def case_phases(timing: dict[str, Any], begun_ns: int, written_ns: int) -> dict[str, float]:
+    """One attempt's phases in seconds (``timing`` from :func:`run_case`); ``write`` is the rest of its wall."""
+    launched, exited, ended = timing["launched_ns"], timing["exited_ns"], timing["ended_ns"]
+    start, stop = timing.get("test_start_ns"), timing.get("test_stop_ns")
+    if start is None or stop is None:  # Locust never started its test: all of it was start-up
+        start = stop = exited
+    parts = {
+        "prepare": launched - timing["begun_ns"],
+        "locust_start": start - launched,
+        "load": stop - start,
+        "locust_stop": exited - stop,
+        "judge": ended - exited,
+        "write": written_ns - ended,
+    }
+    parts["prepare"] += timing["begun_ns"] - begun_ns  # an earlier attempt's tail, if any
+    return {k: v / 1e9 for k, v in parts.items()}
+
+
+class RunTiming:
+    """Where a run's wall time goes: run.json ``timing`` and the console's last line.
+
+    Why: the first report's wait is mostly not load (issue 25: 170 s for 80 s of load);
+    named phases show which part to cut, and every later change can be checked against
+    them. Monotonic clock throughout; the wall time starts when the bench process did.
+    """
+
+    def __init__(self) -> None:
+        self.t0 = _process_started()
+        self.phases: dict[str, float] = dict.fromkeys(RUN_PHASES, 0.0)
+        self.cases: dict[str, dict[str, Any]] = {}
+        #: how the cases' Locust started: warm, cold, or warm then cold (and why)
+        self.launcher = "cold"
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the block's wall time to phase ``name``."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] += time.monotonic() - start
+
+    def add_case(self, case: Case, attempts: list[dict[str, Any]], begun_ns: int, written_ns: int) -> None:
+        """File a case (or a solo calibration with its retries) that ran from ``begun_ns`` to ``written_ns``."""
+        wall = (written_ns - begun_ns) / 1e9
+        entry: dict[str, Any] = {"wall_s": round(wall, 4), "solo": case.solo, "attempts": len(attempts)}
+        if attempts:
+            sums = dict.fromkeys(CASE_PHASES, 0.0)
+            for i, t in enumerate(attempts):
+                end = attempts[i + 1]["begun_ns"] if i + 1 < len(attempts) else written_ns
+                start = begun_ns if i == 0 else t["begun_ns"]
+                for k, v in case_phases(t, start, end).items():
+                    sums[k] += v
+            entry.update({f"{k}_s": round(v, 4) for k, v in sums.items()})
+        else:
+            entry["failed"] = True
+        self.cases[case.case_id] = entry
+        if case.solo:
+            self.phases["calibration"] += wall
+        elif attempts:
+            for k in CASE_PHASES:
+                self.phases[k] += entry[f"{k}_s"]
+
+    def as_json(self) -> dict[str, Any]:
+        """run.json ``timing``: the run's wall time, its phases, ``overhead_share`` = wall / load, the cases."""
+        wall = time.monotonic() - self.t0
+        load = self.phases["load"]
+        out: dict[str, Any] = {"wall_s": round(wall, 3), "load_s": round(load, 3)}
+        out["overhead_s"] = round(wall - load, 3)
+        out["overhead_share"] = round(wall / load, 3) if load > 0 else None
+        out["launcher"] = self.launcher
+        out.update({f"{k}_s": round(v, 3) for k, v in self.phases.items()})
+        out["other_s"] = round(max(0.0, wall - sum(self.phases.values())), 3)
+        out["cases"] = self.cases
+        return out
+
+    def last_line(self) -> str:
+        """The console's last line: the run's wall time and its overhead share."""
+        t = self.as_json()
+        wall = t["wall_s"]
+        text = f"{int(wall // 60)}m {wall % 60:04.1f}s" if wall >= 60 else f"{wall:.1f}s"
+        share = f"{t['overhead_share']:.2f}" if t["overhead_share"] is not None else "n/a (no load)"
+        return (
+            f"lockbench: wall time {text} for {t['load_s']:.1f}s of load: overhead share (wall / load) "
+            f"{share}; where the time went: run.json timing"
+        )
+
+
+class Launcher:
+    """Starts a case's Locust from a warm process, cold once the warm one broke (``run_case``'s ``launch``).
+
+    Why: a cold ``python -m locust`` spends seconds importing before its first user; the
+    warm child runs the same argv, so what is measured does not change (bench/run/warm.py).
+    """
+
+    def __init__(self, warm: WarmLocust, timing: RunTiming) -> None:
+        self.warm: WarmLocust | None = warm
+        self.timing = timing
+        timing.launcher = "warm"
+
+    def __call__(
+        self,
+        argv: list[str],
+        log_path: Path,
+        timeout: float,
+        on_tick: Callable[[dict[str, Any]], None] | None = None,
+    ) -> int:
+        if self.warm is not None:
+            tick = on_tick
+            poll = (lambda: _poll_progress(log_path.parent / PROGRESS_FILE, tick)) if tick else None
+            try:
+                return self.warm.run(argv, log_path, timeout, poll)
+            except WarmLocustError as exc:
+                self.warm.close()
+                self.warm = None
+                self.timing.launcher = f"warm, then cold: {exc}"
+        return _run_locust(argv, log_path, timeout, on_tick)
+
+
 def run_plan(
     cases: list[Case],
     stack: Stack,
@@ -538,15 +771,32 @@ def run_plan(
     progress: Callable[[Case, int, int], None] | None = None,
     on_failure: Callable[[Case, str], None] | None = None,
     on_tick: Callable[[dict[str, Any]], None] | None = None,
+    warm: WarmLocust | None = None,
+    timing: RunTiming | None = None,
 ) -> list[str]:
     """Run every case into ``folder``; returns the list of failed case messages.
 
     Floors are measured first; solo calibration cases (``case.solo``) go into run.json's
     ``calibration``, never into the case table, and calibrate the cases after them.
+    ``warm`` (spawned by the caller, local cases only) starts every case's and every
+    calibration's Locust; it is waited for before the floors, so its imports never share
+    the CPU with a measurement. Cases run one after another, each judged and written
+    before the next starts: nothing of bench's runs during a load window. ``timing``
+    collects where the time went (run.json ``timing``).
     """
     failures: list[str] = []
+    timing = timing if timing is not None else RunTiming()
+    launcher: Launcher | None = None
+    if warm is not None:
+        with timing.phase("warm_start"):
+            try:
+                warm.wait_ready()
+                launcher = Launcher(warm, timing)
+            except WarmLocustError as exc:
+                timing.launcher = f"cold: {exc}"
     backends = list(dict.fromkeys(c.backend for c in cases))
-    calibration = new_calibration(measure_floors(stack.urls, backends))
+    with timing.phase("floors"):
+        calibration = new_calibration(measure_floors(stack.urls, backends))
     folder.note("calibration", calibration)
     solos: dict[tuple[str, str, str], fidelity.Solo] = {}
     with tempfile.TemporaryDirectory(prefix="lockbench-cases-") as tmp:
@@ -554,13 +804,17 @@ def run_plan(
             raise_if_interrupted()
             if progress:
                 progress(case, i, len(cases))
+            begun_ns = time.monotonic_ns()
+            attempts: list[dict[str, Any]] = []
             if case.solo:
                 # not a case: a failed calibration leaves its impl's cases on the CPU fallback
-                solo = calibrate_solo(case, stack, Path(tmp), calibration)
+                solo = calibrate_solo(case, stack, Path(tmp), calibration, launcher, attempts)
                 if solo is not None:
                     solos[case.calibration_key] = solo
                 elif on_failure:
                     on_failure(case, calibration["errors"][-1])
+                timing.add_case(case, attempts, begun_ns, time.monotonic_ns())
+                folder.meta["timing"] = timing.as_json()  # so far: written with the calibration
                 folder.note("calibration", calibration)
                 _stop_if_a_server_died(stack, case)
                 continue
@@ -568,9 +822,13 @@ def run_plan(
             if solo is None and case.workload.name in fidelity.CALIBRATED_WORKLOADS:
                 same_steps = [s for k, s in solos.items() if k[1:] == case.calibration_key[1:]]
                 solo = fidelity.pooled(same_steps)
+            launch = functools.partial(launcher, on_tick=on_tick) if launcher is not None else None
             try:
-                result = run_case(case, stack, Path(tmp), solo, on_tick, last_case=i == len(cases) - 1)
+                result = run_case(
+                    case, stack, Path(tmp), solo, on_tick, launch=launch, last_case=i == len(cases) - 1
+                )
             except CaseFailed as exc:
+                timing.add_case(case, attempts, begun_ns, time.monotonic_ns())
                 failures.append(str(exc))
                 if on_failure:
                     on_failure(case, str(exc))
@@ -586,6 +844,8 @@ def run_plan(
                 result["extra"],
                 result.get("log"),
             )
+            timing.add_case(case, [result["timing"]], begun_ns, time.monotonic_ns())
+            folder.meta["timing"] = timing.as_json()  # so far: written with the calibration
             folder.note("calibration", calibration)
             if result["extra"].get("clock_offsets"):
                 # the latest measurement per worker; every case keeps its own in hist/<case>.json
@@ -593,7 +853,7 @@ def run_plan(
                 folder.note("clock_offsets", offsets)
             if dead:
                 raise ServerDied(
-                    f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept"
+                    f"{dead_servers_text(stack, dead)} died during {case.case_id}; finished cases are kept"
                 )
     return failures
 
@@ -605,19 +865,29 @@ def _stop_if_a_server_died(stack: Stack, case: Case) -> None:
 
 
 def calibrate_solo(
-    case: Case, stack: Stack, scratch: Path, calibration: dict[str, Any]
+    case: Case,
+    stack: Stack,
+    scratch: Path,
+    calibration: dict[str, Any],
+    launch: Callable[[list[str], Path, float], int] | None = None,
+    timings: list[dict[str, Any]] | None = None,
 ) -> fidelity.Solo | None:
     """Run a solo calibration, once more and twice as long when it got too few acquisitions.
 
     On a busy machine Locust's start-up can eat most of a short window (measured with a
     load average of 12 on 2 cores: 0 and 38 acquisitions in 3 s where about 500 are
     usual), and a p50 of a handful of holds is noise. The result goes into ``calibration``.
+    ``launch`` as in :func:`run_case` (``bench run`` passes its warm launcher, so a
+    calibration costs its seconds of load and no Locust start-up); each attempt's
+    ``timing`` is appended to ``timings``.
     """
     solo, result, problem = None, None, ""
     longer = replace(case, settings=replace(case.settings, duration=2 * case.settings.duration))
     for attempt in (case, longer):
         try:
-            result = run_case(attempt, stack, scratch)
+            result = run_case(attempt, stack, scratch, launch=launch)
+            if timings is not None:
+                timings.append(result["timing"])
         except CaseFailed as exc:
             problem = str(exc)
             continue

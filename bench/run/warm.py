@@ -9,6 +9,7 @@ the warm process is a subprocess, spoken to over pipes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -16,10 +17,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bench.errors import raise_if_interrupted
 from infra.process import die_with_parent
 
 #: How long the warm process may take to import everything before it is given up on.
@@ -31,7 +34,7 @@ class WarmLocustError(Exception):
 
 
 class WarmLocust:
-    """One warm Locust process, for one thread of cases at a time (a matrix lane).
+    """One warm Locust process, for one thread of cases at a time (a matrix lane, a ``bench run``).
 
     Why a context manager: the warm process must end with the lane, whatever ends it.
     """
@@ -39,20 +42,44 @@ class WarmLocust:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
+        self._ready = False
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def spawn(self) -> None:
+        """Start the warm process's imports without waiting for them (idempotent).
+
+        Why apart from :meth:`wait_ready`: ``bench run`` spawns it before its servers start,
+        so the imports overlap the server start-up, and waits for it before the floors are
+        measured, so no import competes for the CPU with anything measured.
+        """
+        if self.proc is not None and self.proc.poll() is None:
+            return
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(
+        self.proc = subprocess.Popen(
             [sys.executable, "-m", "workloads.harness.warm_locust"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0,
             start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
-        self.proc = proc
         self._buffer = b""
-        if self._read(READY_TIMEOUT_S).get("ready") is not True:
+        self._ready = False
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Block until the spawned process has imported everything; WarmLocustError if it cannot."""
+        if self._ready:
+            return
+        try:
+            ready = self._read(timeout).get("ready") is True
+        except (TimeoutError, ValueError):
+            ready = False
+        if not ready:
             self.close()
             raise WarmLocustError("the warm Locust process did not start")
-        return proc
+        self._ready = True
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.spawn()
+        self.wait_ready()
+        assert self.proc is not None
+        return self.proc
 
     def _read(self, timeout: float) -> dict[str, Any]:
         proc = self.proc
@@ -71,15 +98,29 @@ class WarmLocust:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
 
-    def run(self, argv: list[str], log_path: Path, timeout: float) -> int:
-        """Run ``python -m locust`` argv (``argv[3:]`` are Locust's arguments); return its exit code."""
-        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
-        assert proc.stdin is not None
-        proc.stdin.write((json.dumps({"argv": argv[3:], "log": str(log_path)}) + "\n").encode())
+    def run(
+        self, argv: list[str], log_path: Path, timeout: float, poll: Callable[[], None] | None = None
+    ) -> int:
+        """Run ``python -m locust`` argv (``argv[3:]`` are Locust's arguments); return its exit code.
+
+        ``poll`` is called about once a second while the case runs (``bench run``'s live
+        progress), as the cold launcher does; a swallowed Ctrl-C is noticed at the same pace.
+        """
+        alive = self.proc is not None and self.proc.poll() is None
+        proc = self.proc if alive and self._ready else self._start()
+        assert proc is not None and proc.stdin is not None
+        try:
+            proc.stdin.write((json.dumps({"argv": argv[3:], "log": str(log_path)}) + "\n").encode())
+        except (BrokenPipeError, OSError) as exc:
+            raise WarmLocustError(f"the warm Locust process is gone: {exc}") from None
         pid = int(self._read(30)["pid"])
         deadline = time.monotonic() + timeout
         try:
-            return int(self._read(max(0.1, deadline - time.monotonic()))["exit"])
+            code = self._wait_exit(deadline, poll)
+            # Locust's own workers share the case's process group: none may outlive their master
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            return code
         except BaseException:
             # Ctrl-C, timeout or a broken pipe: stop the case's Locust (and its workers) for good
             for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -93,7 +134,21 @@ class WarmLocust:
                     continue
             raise
 
+    def _wait_exit(self, deadline: float, poll: Callable[[], None] | None) -> int:
+        """The case's exit code, read in slices of a second so ``poll`` and Ctrl-C get their turn."""
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return int(self._read(max(0.1, min(1.0, left)))["exit"])
+            except TimeoutError:
+                raise_if_interrupted()
+                if left <= 1.0:
+                    raise
+                if poll is not None:
+                    poll()
+
     def close(self) -> None:
+        self._ready = False
         proc, self.proc = self.proc, None
         if proc is None:
             return

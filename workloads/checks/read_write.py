@@ -19,7 +19,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.checks.core import CheckResult, Status, Verdict, check_unknown, check_witness, holds
+from workloads.checks.core import (
+    UNBOUNDED_NS,
+    CheckResult,
+    Status,
+    Verdict,
+    bounds_of,
+    check_unknown,
+    check_witness,
+    clock_uncertainty,
+    holds,
+    worker_of,
+)
 
 MODE_WRITE = 0
 MODE_READ = 1
@@ -73,7 +84,53 @@ def _open_at_starts(group: np.ndarray, start: np.ndarray, end: np.ndarray, of: n
     return np.searchsorted(s_sorted, key, side="right") - np.searchsorted(e_sorted, key, side="right")
 
 
-def check_rw_overlaps(history: pd.DataFrame) -> CheckResult:
+def _conflicts(h: pd.DataFrame, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(conflicting holds, holders open at each start, readers open at each start) for ends ``end``."""
+    lock_codes, _ = pd.factorize(h["lock"])
+    client_codes, clients = pd.factorize(h["client"])
+    pair = lock_codes.astype(np.int64) * (len(clients) + 1) + client_codes
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    read = h["read"].to_numpy(dtype=bool)
+    write = ~read
+    every = np.ones(len(h), dtype=bool)
+    others_any = _open_at_starts(lock_codes, start, end, every) - _open_at_starts(pair, start, end, every)
+    others_write = _open_at_starts(lock_codes, start, end, write) - _open_at_starts(pair, start, end, write)
+    conflict = np.where(write, others_any > 0, others_write > 0)
+    return (
+        conflict,
+        _open_at_starts(lock_codes, start, end, every),
+        _open_at_starts(lock_codes, start, end, read),
+    )
+
+
+def _certain_conflicts(
+    h: pd.DataFrame, end: np.ndarray, flagged: np.ndarray, uncertainty_ns: dict[str, int | None]
+) -> np.ndarray:
+    """Flagged holds whose conflict with another worker's hold exceeds the two clocks' bounds."""
+    lock = np.asarray(h["lock"].astype(str), dtype=object)
+    client = np.asarray(h["client"].astype(str), dtype=object)
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    read = h["read"].to_numpy(dtype=bool)
+    worker = np.array([worker_of(c) for c in client], dtype=object)
+    bound = bounds_of(worker, uncertainty_ns)
+    certain = np.zeros(len(h), dtype=bool)
+    for i in np.flatnonzero(flagged):
+        j = np.flatnonzero((lock == lock[i]) & (client != client[i]) & (start <= start[i]) & (end > start[i]))
+        if not read[i]:
+            pass  # a writer conflicts with anyone
+        else:
+            j = j[~read[j]]
+        if not len(j):
+            continue
+        overlap = np.minimum(end[j], end[i]) - start[i]
+        tolerance = np.where(worker[j] == worker[i], 0, np.minimum(bound[j] + bound[i], UNBOUNDED_NS))
+        certain[i] = bool((overlap > tolerance).any())
+    return certain
+
+
+def check_rw_overlaps(
+    history: pd.DataFrame, uncertainty_ns: dict[str, int | None] | None = None
+) -> CheckResult:
     """Reader/writer exclusion as the clients saw it.
 
     A hold conflicts when it begins while another client holds the same lock in a
@@ -81,40 +138,50 @@ def check_rw_overlaps(history: pd.DataFrame) -> CheckResult:
     hold. ``overlapping_holds`` counts conflicting holds (each overlap is counted once,
     on the hold that began second); ``max_concurrent_readers`` is the most readers seen
     holding one lock at once (above 1 shows that readers really shared it).
+
+    As in :func:`workloads.checks.core.check_overlaps`: a conflict between two workers
+    within their clocks' bounds (``uncertainty_ns``, None = not measured) is
+    ``uncertain_overlaps``, and a hold that began after a lost worker's never-released
+    hold was last seen is ``open_ended_overlaps``; both make the result unknown.
     """
     h = rw_holds(history) if history is not None and not history.empty else pd.DataFrame()
-    zero = {
+    zero: dict[str, int | float] = {
         "overlapping_holds": 0,
         "max_concurrent_holders": 0,
         "max_concurrent_readers": 0,
         "read_acquisitions": 0,
         "write_acquisitions": 0,
     }
+    if uncertainty_ns is not None:
+        zero["uncertain_overlaps"] = 0
     if h.empty:
         return CheckResult("rw-overlaps", "valid", zero, "no holds")
-    lock_codes, _ = pd.factorize(h["lock"])
-    client_codes, clients = pd.factorize(h["client"])
-    pair = lock_codes.astype(np.int64) * (len(clients) + 1) + client_codes
-    start = h["start_ns"].to_numpy(dtype=np.int64)
-    end = h["end_ns"].to_numpy(dtype=np.int64)
     read = h["read"].to_numpy(dtype=bool)
     write = ~read
-    every = np.ones(len(h), dtype=bool)
-
-    others_any = _open_at_starts(lock_codes, start, end, every) - _open_at_starts(pair, start, end, every)
-    others_write = _open_at_starts(lock_codes, start, end, write) - _open_at_starts(pair, start, end, write)
-    conflict = np.where(write, others_any > 0, others_write > 0)
+    seen = h["seen_ns"].to_numpy(dtype=np.int64)
+    flagged, holders_at, readers_at = _conflicts(h, seen)
+    flagged_any, _, _ = _conflicts(h, h["end_ns"].to_numpy(dtype=np.int64))
+    open_ended = int((flagged_any & ~flagged).sum())
+    if uncertainty_ns and flagged.any():
+        conflict = flagged & _certain_conflicts(h, seen, flagged, uncertainty_ns)
+    else:
+        conflict = flagged
     n_conflicts = int(conflict.sum())
-    holders = int(_open_at_starts(lock_codes, start, end, every).max())
-    readers = int(_open_at_starts(lock_codes, start, end, read)[read].max()) if read.any() else 0
-    counters = {
+    uncertain = int(flagged.sum()) - n_conflicts
+    holders = int(holders_at.max())
+    readers = int(readers_at[read].max()) if read.any() else 0
+    counters: dict[str, int | float] = {
         "overlapping_holds": n_conflicts,
         "max_concurrent_holders": holders,
         "max_concurrent_readers": readers,
         "read_acquisitions": int(read.sum()),
         "write_acquisitions": int(write.sum()),
     }
-    status: Status = "invalid" if n_conflicts else "valid"
+    if uncertainty_ns is not None:
+        counters["uncertain_overlaps"] = uncertain
+    if open_ended:
+        counters["open_ended_overlaps"] = open_ended
+    status: Status = "invalid" if n_conflicts else "unknown" if uncertain or open_ended else "valid"
     if n_conflicts:
         bad_w = int((conflict & write).sum())
         detail = (
@@ -125,6 +192,15 @@ def check_rw_overlaps(history: pd.DataFrame) -> CheckResult:
         detail = (
             f"{int(read.sum())} read and {int(write.sum())} write holds; writers always alone, "
             f"up to {readers} readers at once"
+        )
+    if uncertain:
+        detail += (
+            f"; {uncertain} conflicts shorter than the clock uncertainty between their hosts (cannot tell)"
+        )
+    if open_ended:
+        detail += (
+            f"; {open_ended} holds began after a never-released hold whose worker's recording ended "
+            "(open, not a conflict: cannot tell)"
         )
     return CheckResult("rw-overlaps", status, counters, detail)
 
@@ -185,7 +261,7 @@ def check_read_mostly(history: pd.DataFrame, final_state: dict[str, Any] | None)
     lat = CheckResult("rw-latency", "valid", latency, "acquire latency by mode (from the history)")
     return Verdict.combine(
         [
-            check_rw_overlaps(history),
+            check_rw_overlaps(history, clock_uncertainty(final_state)),
             check_witness(history),
             check_rw_data(final_state),
             check_unknown(history),

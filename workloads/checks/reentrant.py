@@ -8,7 +8,11 @@ added here:
 - :func:`check_nesting`: nested acquires happened, and none of them failed (a reentrant
   lock that refuses its own holder would deadlock real code);
 - :func:`check_free_at_end`: after every client's outermost release the lock is free, as
-  a probe acquire made at the end of the run found it.
+  a probe acquire made at the end of the run found it;
+- :func:`check_reentrant_tokens`: a nested grant keeps its outer hold's fencing token.
+
+Clock bounds of remote workers apply as in flash-sale (``clock_uncertainty_ns`` of the
+final state): an overlap within them is uncertain, never a violation.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ from workloads.checks.core import (
     CheckResult,
     Status,
     Verdict,
+    check_fencing,
+    check_fencing_order,
     check_overlaps,
     check_stock,
     check_unknown,
     check_witness,
+    clock_uncertainty,
+    fenced,
     holds,
     indeterminate_purchases,
 )
@@ -114,16 +122,58 @@ def check_free_at_end(
     return CheckResult("free-at-end", "valid", counters, f"{len(locks)} locks free after the last release")
 
 
-def check_reentrant(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
-    """The reentrant workload's verdict: exclusion across nesting, resource, nesting, free at end."""
-    h = holds(history)
-    return Verdict.combine(
-        [
-            check_overlaps(history, h),
-            check_witness(history),
-            check_stock(final_state, indeterminate_purchases(history)),
-            check_nesting(history, h),
-            check_free_at_end(history, final_state, h),
-            check_unknown(history),
-        ]
+def check_reentrant_tokens(hold_frame: pd.DataFrame) -> CheckResult:
+    """A reentrant hold keeps its token: a nested grant's token equals its outer hold's.
+
+    A lock that hands its own holder a new token on reentry makes the resource refuse the
+    outer hold's next write (or accept an older one): ``reentrant_token_changes`` counts
+    nested grants whose token differs from the enclosing outermost hold's (invalid).
+    """
+    h = hold_frame
+    if h.empty or not h["token"].notna().any() or not (h["depth"] > 1).any():
+        return CheckResult(
+            "reentrant-tokens", "valid", {"reentrant_token_changes": 0}, "no nested token to compare"
+        )
+    ordered = h.sort_values("start_ns", kind="stable")
+    outer = ordered[ordered["depth"] == 1][["client", "lock", "start_ns", "token"]]
+    inner = ordered[ordered["depth"] > 1][["client", "lock", "start_ns", "token"]]
+    key = ["client", "lock"]
+    matched = pd.merge_asof(
+        inner.astype({"client": str, "lock": str}),
+        outer.astype({"client": str, "lock": str}).rename(columns={"token": "outer_token"}),
+        on="start_ns",
+        by=key,
+        direction="backward",
     )
+    both = matched["token"].notna() & matched["outer_token"].notna()
+    changed = int((both & (matched["token"] != matched["outer_token"])).sum())
+    status: Status = "invalid" if changed else "valid"
+    detail = (
+        f"{changed} nested grants came with a token other than their outer hold's"
+        if changed
+        else f"{int(both.sum())} nested grants kept their outer hold's token"
+    )
+    return CheckResult("reentrant-tokens", status, {"reentrant_token_changes": changed}, detail)
+
+
+def check_reentrant(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
+    """The reentrant workload's verdict: exclusion across nesting, resource, nesting, free at end.
+
+    With tokens, also the fencing checks of flash-sale and :func:`check_reentrant_tokens`.
+    """
+    h = holds(history)
+    bounds = clock_uncertainty(final_state)
+    results = [
+        check_overlaps(history, h, uncertainty_ns=bounds),
+        check_witness(history, h),
+        check_stock(final_state, indeterminate_purchases(history)),
+        check_nesting(history, h),
+        check_free_at_end(history, final_state, h),
+    ]
+    if fenced(final_state):
+        results += [
+            check_fencing(final_state, history, h, bounds),
+            check_fencing_order(history, h, bounds),
+            check_reentrant_tokens(h),
+        ]
+    return Verdict.combine([*results, check_unknown(history)])

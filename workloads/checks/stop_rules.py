@@ -22,7 +22,11 @@ KINDS = ("start", "long-hold", *MARKERS)
 @dataclass(frozen=True)
 class StopRule:
     """Stop once ``count`` events of ``event`` happened and then ``acquisitions`` more
-    acquisitions succeeded, or ``or_after_s`` seconds passed since that event.
+    acquisitions succeeded, or no acquisition came for ``or_after_s`` seconds after that
+    event (the lock stalled: a stuck lock gives no more evidence by waiting).
+
+    ``after_first``: also wait until that many acquisitions followed the *first* event (the
+    evidence a survived fault case needs: grants after a strike, bench/measure/strikes.py).
 
     ``event`` is ``start`` (the test start), ``pause`` / ``crash`` / ``fault`` (the
     workload's markers) or ``long-hold`` (a hold longer than ``long_hold_s`` ended).
@@ -33,6 +37,7 @@ class StopRule:
     acquisitions: int = 0
     or_after_s: float | None = None
     long_hold_s: float = 0.0
+    after_first: int = 0
 
     def __post_init__(self) -> None:
         if self.event not in KINDS:
@@ -62,6 +67,10 @@ class EvidenceWatch:
         self._acquired: dict[tuple[str, str], int] = {}
         self._pending_acquires: list[int] = []
         self.hits = 0
+        self.first_ns: int | None = start_ns if rule.event == "start" else None
+        self.last_acquire_ns = 0
+        self.after_first = 0
+        self._before_first: list[int] = []
 
     def feed(self, events: list[Any]) -> None:
         """Look at the events appended since the last call (``events`` is the whole list)."""
@@ -72,6 +81,11 @@ class EvidenceWatch:
         for client, _seq, op, type_, lock, t_ns, *_ in new:
             if op == "acquire" and type_ == "ok":
                 self._acquired[(client, lock)] = t_ns
+                self.last_acquire_ns = max(self.last_acquire_ns, t_ns)
+                if self.first_ns is None:
+                    self._before_first.append(t_ns)
+                elif t_ns > self.first_ns:
+                    self.after_first += 1
                 if self.trigger_ns is None:
                     self._pending_acquires.append(t_ns)
                 elif t_ns > self.trigger_ns:
@@ -90,6 +104,10 @@ class EvidenceWatch:
 
     def _count_hit(self, t_ns: int) -> None:
         self.hits += 1
+        if self.first_ns is None:
+            self.first_ns = t_ns
+            self.after_first = sum(1 for t in self._before_first if t > t_ns)
+            self._before_first.clear()
         if self.hits >= self.rule.count:
             self.trigger_ns = t_ns
             # workers' chunks arrive out of order: acquisitions seen before the marker may follow it
@@ -100,7 +118,8 @@ class EvidenceWatch:
         """True once the event happened and either enough acquisitions or enough time followed."""
         if self.trigger_ns is None:
             return False
-        if self.after >= self.rule.acquisitions:
+        if self.after >= self.rule.acquisitions and self.after_first >= self.rule.after_first:
             return True
         waited = self.rule.or_after_s
-        return waited is not None and (now_ns - self.trigger_ns) / 1e9 >= waited
+        since = max(self.trigger_ns, self.last_acquire_ns)
+        return waited is not None and (now_ns - since) / 1e9 >= waited

@@ -33,6 +33,12 @@ from dataclasses import dataclass
 from workloads.harness.distributions import SpecError, parse_duration
 
 KINDS = ("constant", "poisson", "spike")
+#: Most arrivals per second a spec may ask for (a peak, for a spike): far beyond what one
+#: machine's Locust processes can start, so a larger number can only be a typo, and one
+#: that saturates every worker process (``constant:1e999`` is infinite).
+MAX_RATE = 100_000.0
+#: Longest ramp or decay of a spike, in seconds.
+MAX_SPAN_S = 3_600.0
 GRAMMAR = "constant:R, poisson:R or spike:PEAK@RAMP[:DECAY] (e.g. constant:200, poisson:500/s, spike:5000@1s)"
 
 
@@ -105,9 +111,10 @@ class ArrivalSpec:
 
 def _rate(text: str, spec: str) -> float:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:/s)?\s*", text)
-    if not m or float(m.group(1)) <= 0:
+    if not m or not 0 < float(m.group(1)) <= MAX_RATE:
         raise SpecError(
-            f"bad rate {text!r} in --arrivals {spec!r}: a positive number per second; use {GRAMMAR}"
+            f"bad rate {text!r} in --arrivals {spec!r}: a number per second above 0, at most "
+            f"{MAX_RATE:,.0f}; use {GRAMMAR}"
         )
     return float(m.group(1))
 
@@ -116,8 +123,8 @@ def _span(text: str, spec: str) -> float:
     if not re.search(r"(us|ms|s)\s*$", text):
         raise SpecError(f"{text!r} in --arrivals {spec!r} needs a unit (ms or s), e.g. spike:5000@1s")
     value = parse_duration(text)
-    if value <= 0:
-        raise SpecError(f"{text!r} in --arrivals {spec!r} must be longer than 0")
+    if not 0 < value <= MAX_SPAN_S:
+        raise SpecError(f"{text!r} in --arrivals {spec!r} must be longer than 0 and at most {MAX_SPAN_S:g}s")
     return value
 
 

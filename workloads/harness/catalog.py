@@ -115,7 +115,13 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         module_file="crash.py",
         summary="flash-sale where worker 0 is killed (SIGKILL) while it holds a lock",
         checker="workloads.checks.core:check_crash",
-        options={**_FLASH_SALE_OPTIONS, "crash_after": "--crash-after", "stuck_bound": "--stuck-bound"},
+        options={
+            **_FLASH_SALE_OPTIONS,
+            "crash_after": "--crash-after",
+            "stuck_bound": "--stuck-bound",
+            "crashes": "--crashes",
+            "crash_gap": "--crash-gap",
+        },  # fmt: skip
         defaults={"ttl": 1.0, "cs": "5ms", "duration": 10.0, "users": 10, "processes": 2},
     ),
 }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 #: Round trips per worker and measurement (at the start and at the end of a case).
 ROUNDS = 24
@@ -57,18 +58,33 @@ def estimate(samples: Iterable[Sample]) -> Estimate | None:
     return Estimate(best.offset_ns, (best.rtt_ns + 1) // 2, best.rtt_ns, len(good))
 
 
-def combine(start: Estimate, end: Estimate | None) -> dict[str, int]:
+def combine(start: Estimate, end: Estimate | None) -> dict[str, Any]:
     """The offset applied to a whole case and how far off it can be at any moment of it.
 
     Events are shifted by the start estimate. At the start that is off by at most its own
     bound; at the end by the drift seen since (end minus start) plus the end's bound. With
     a steady drift in between, no moment is worse than the worse end.
+
+    Without an end estimate (the worker stopped answering after the load) the drift is not
+    known, so neither is the bound: ``uncertainty_ns`` and ``drift_ns`` are None and
+    ``reason`` says why. Treating the drift as 0 would claim a precision nobody measured.
     """
     if end is None:
-        return {"offset_ns": start.offset_ns, "uncertainty_ns": start.uncertainty_ns, "drift_ns": 0}
+        return {
+            "offset_ns": start.offset_ns,
+            "uncertainty_ns": None,
+            "drift_ns": None,
+            "start_uncertainty_ns": start.uncertainty_ns,
+            "reason": "the end-of-run clock measurement failed: drift unknown, so is the bound",
+        }
     drift = end.offset_ns - start.offset_ns
     return {
         "offset_ns": start.offset_ns,
         "uncertainty_ns": max(start.uncertainty_ns, abs(drift) + end.uncertainty_ns),
         "drift_ns": drift,
     }
+
+
+def unmeasured(reason: str) -> dict[str, Any]:
+    """The entry of a worker whose offset was never estimated: no offset applied, no bound known."""
+    return {"offset_ns": None, "uncertainty_ns": None, "drift_ns": None, "reason": reason}

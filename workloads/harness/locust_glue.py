@@ -37,11 +37,14 @@ from gevent import monkey
 from locust import events
 from locust import runners as locust_runners
 from locust.runners import STATE_MISSING, LocalRunner, MasterRunner, WorkerRunner
+from locust.user.task import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from lockimpls.base import DEFAULT_RETRY_INTERVAL, LockOptions
 from lockimpls.registry import resolve
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
 from workloads.harness import clock_offsets
+from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
+from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.recording import HIST_NAMES, Recorder
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
@@ -203,6 +206,32 @@ def use_workload(workload: Any) -> None:
 
 
 # --- worker side -------------------------------------------------------------------------
+_FORKER = [0]
+
+
+def _die_with_parent() -> None:
+    """A Locust worker dies (SIGKILL) with the process that started it: no orphan outlives bench.
+
+    Locust's ``--processes`` workers are forked by the master, which bench kills with its
+    own parent-death signal; without this they would run on, busy, for a minute or more.
+    It runs right after the fork (``os.register_at_fork`` below: before the worker even
+    connects) and again at ``init`` for workers started as ``locust --worker``. A forked
+    worker whose master died before the call leaves at once.
+    """
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if _FORKER[0] and os.getppid() != _FORKER[0]:
+        os._exit(1)
+
+
+os.register_at_fork(before=lambda: _FORKER.__setitem__(0, os.getpid()), after_in_child=_die_with_parent)
+
+
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     # gevent's loop caches "now" and has not run since it was created, before seconds of
@@ -213,6 +242,7 @@ def _on_init(environment: Any, **_: Any) -> None:
         apply_urls_file(environment.parsed_options)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
+        _die_with_parent()
         runner.register_message("lockbench_flush", _on_flush_request)
         runner.register_message("lockbench_ping", _on_ping)
         if getattr(environment.parsed_options, "lockbench_stop", ""):
@@ -277,16 +307,19 @@ def _cpu_share() -> float | None:
 
 
 #: Keys of a worker's totals that are measurements, not counts the master must match.
-MEASURED_TOTALS = ("cpu_share", "cpu_s")
+MEASURED_TOTALS = ("cpu_share", "cpu_s", *LOOP_LAG_KEYS)
 
 
-def _cpu_totals() -> dict[str, float | None]:
+def _cpu_totals() -> dict[str, Any]:
     """This process's CPU since test start: share of one core and seconds (bench divides by acquisitions)."""
     cpu_s = None if STATE.cpu_start is None else _cpu_seconds() - STATE.cpu_start[0]
-    return {"cpu_share": _cpu_share(), "cpu_s": cpu_s}
+    # and how late its gevent loop ran (workloads/harness/loop_lag.py): bench judges fidelity by it
+    return {"cpu_share": _cpu_share(), "cpu_s": cpu_s, **LOOP_LAG.figures()}
 
 
 def _send_final(environment: Any, crashed: bool = False) -> None:
+    why = "the process was killed mid-operation" if crashed else "its user was stopped mid-operation"
+    RECORDER.close_open(time.monotonic_ns(), why)
     chunk = _drain()
     chunk["crashed"] = crashed
     chunk["totals"] = {**RECORDER.totals, **_cpu_totals()}
@@ -343,11 +376,11 @@ def _on_worker_report(client_id: str, data: dict) -> None:
 
 def _to_master_clock(node_id: str, chunk: dict) -> None:
     """Shift a remote worker's events onto this clock and give its clients that worker's id."""
-    peer = STATE.peers.get(node_id)
     start = STATE.clock_start.get(node_id)
-    if peer is None or start is None:
-        return  # no estimate: the events stay as they are and the problems say so
-    prefix, offset = peer["worker_id"] + "/", start.offset_ns
+    # no estimate: its times stay on its own clock, but its clients still carry its worker id,
+    # so the checkers know whose clock they were read on (an unknown bound: see _clock_report)
+    prefix = _worker_name(node_id).replace("/", "_") + "/"
+    offset = start.offset_ns if start is not None else 0
     for event in chunk.get("events", []):
         event[0] = prefix + event[0]
         event[5] -= offset
@@ -413,12 +446,35 @@ def _on_final(environment: Any, msg: Any, **_: Any) -> None:
 @events.test_stopping.add_listener
 def _on_test_stopping(environment: Any, **_: Any) -> None:
     STATE.stopping = True
+    _let_waiting_users_finish(environment)
+
+
+def _let_waiting_users_finish(environment: Any) -> None:
+    """Stop users between tasks instead of killing them, so no operation is cut in half.
+
+    Locust kills a user it finds waiting (``LOCUST_STATE_WAITING``) and lets a running one
+    finish its task; it decides in a greenlet spawned for later. By the time that runs, a
+    user that was running may be waiting, and a kill is delivered on a later turn of
+    gevent's loop still: a user whose ``wait_time`` is 0 is back in its next task by then,
+    and the kill lands inside an acquire (an acquire invoke without completion, seen under
+    load). Marking every started user as stopping now makes Locust only wait for them; each
+    leaves at the end of its current task or wait. Only with a stop timeout: without one
+    Locust kills everyone at once, and past it, those still busy.
+    """
+    runner = environment.runner
+    if runner is None or isinstance(runner, MasterRunner) or not environment.stop_timeout:
+        return
+    for greenlet in list(getattr(runner, "user_greenlets", ())):
+        user = greenlet.args[0] if greenlet.args else None
+        if user is not None and getattr(user, "_state", None) in (LOCUST_STATE_RUNNING, LOCUST_STATE_WAITING):
+            user._state = LOCUST_STATE_STOPPING
 
 
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.t_start_ns = time.monotonic_ns()
     STATE.cpu_start = (_cpu_seconds(), STATE.t_start_ns)
+    LOOP_LAG.start()  # every Locust process, worker or not: its loop lag over this case
     STATE.sent_final = False
     if isinstance(environment.runner, WorkerRunner):
         return
@@ -532,9 +588,10 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
                         f"{_worker_name(worker)}: {key} recorded {value}, received {got.get(key, 0)}"
                     )
         if STATE.align:
+            # a missing estimate is not a missing recording: the checkers treat that worker's
+            # times as unaligned (unknown wherever they decide), and the problems say why
             offsets, clock_problems = _clock_report(runner, workers - lost)
             problems += clock_problems
-            complete = complete and not clock_problems
     elif not isinstance(runner, LocalRunner):
         return
     _write_output(environment, complete, problems, offsets)
@@ -547,10 +604,11 @@ def _clock_report(runner: Any, workers: set[str]) -> tuple[dict[str, dict[str, A
     problems: list[str] = []
     for node in sorted(workers):
         start = STATE.clock_start.get(node)
+        name = _worker_name(node).replace("/", "_")
         if start is None:
-            problems.append(
-                f"worker {_worker_name(node)}: no clock offset measured, its times cannot be aligned"
-            )
+            why = "no clock offset measured at the start: its times cannot be aligned"
+            problems.append(f"worker {name}: {why}")
+            offsets[name] = {**clock_offsets.unmeasured(why), "host": STATE.peers.get(node, {}).get("host")}
             continue
         peer = STATE.peers[node]
         offsets[peer["worker_id"]] = {
@@ -566,9 +624,13 @@ def _write_output(
 ) -> None:
     opts = environment.parsed_options
     workload = STATE.workload
+    # every invoke gets exactly one completion: what is still open (a lost worker's last
+    # operations, a user killed past the stop timeout) ends as info, outcome unknown
+    RECORDER.close_open(time.monotonic_ns(), "no completion arrived before the case ended")
     final_state = workload.final_state(opts) if workload is not None else {}
     if offsets:
-        # the checkers need each client's clock bound to tell an overlap from clock error
+        # the checkers need each client's clock bound to tell an overlap from clock error;
+        # None: not measured (no estimate, or the end-of-run measurement failed)
         final_state = {
             **final_state,
             "clock_uncertainty_ns": {w: o["uncertainty_ns"] for w, o in offsets.items()},

@@ -29,6 +29,13 @@ HIST_DIGITS = 3
 
 HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
 
+#: ``error`` of an ``info`` completion the harness wrote for an invoke that never got one (its
+#: user was stopped mid-operation, its worker was lost): the outcome is unknown, and the event
+#: says nothing about when the operation ended. Checkers recognise it by this prefix.
+UNFINISHED = "unfinished: "
+#: ``error`` prefix of an operation interrupted inside :class:`RecordedLock` (Locust killed the user).
+INTERRUPTED = "interrupted: "
+
 
 def new_histogram() -> HdrHistogram:
     """An empty histogram with lockbench's range: 1 us .. 1 h, 3 significant digits."""
@@ -44,6 +51,10 @@ def decode_histogram(text: str) -> HdrHistogram:
     if text:
         hist.decode_and_add(text.encode("ascii") if isinstance(text, str) else text)
     return hist
+
+
+def _interrupted(exc: BaseException) -> str:
+    return f"{INTERRUPTED}{type(exc).__name__}: {exc}"[:200]
 
 
 def _clamp_us(ns: int) -> int:
@@ -65,6 +76,8 @@ class Recorder:
         self.totals = {"events": 0, **{name: 0 for name in HIST_NAMES}}
         self.lock_stats: dict[str, int] = {}
         self._client_ids = itertools.count()
+        #: (client, seq) -> (op, lock) of every invoke still without its completion
+        self.open_invokes: dict[tuple[str, int], tuple[str, str]] = {}
 
     def new_client_id(self) -> str:
         return f"{os.getpid()}-u{next(self._client_ids)}"
@@ -92,6 +105,22 @@ class Recorder:
     ) -> None:
         self.events.append((client, seq, op, type_, lock, t_ns, token, value, error))
         self.totals["events"] += 1
+        if type_ == "invoke":
+            self.open_invokes[(client, seq)] = (op, lock)
+        elif self.open_invokes:
+            self.open_invokes.pop((client, seq), None)
+
+    def close_open(self, t_ns: int, why: str) -> int:
+        """Complete every invoke still open as ``info`` (unknown outcome) at ``t_ns``; how many.
+
+        Every invoke must have exactly one completion: an operation cut off (a user Locust
+        killed past its stop timeout, a lost worker, a crash) may or may not have taken
+        effect, which is exactly what ``info`` says. ``error`` starts with :data:`UNFINISHED`.
+        """
+        pending = list(self.open_invokes.items())
+        for (client, seq), (op, lock) in pending:
+            self.event(client, seq, op, "info", lock, t_ns, error=f"{UNFINISHED}{why}"[:200])
+        return len(pending)
 
     # transport -----------------------------------------------------------------------
     def drain(self) -> dict[str, Any]:
@@ -120,6 +149,12 @@ class Recorder:
         events = chunk.get("events", [])
         self.events.extend(tuple(e) for e in events)
         self.totals["events"] += len(events)
+        open_ = self.open_invokes
+        for e in events:
+            if e[3] == "invoke":
+                open_[(e[0], e[1])] = (e[2], e[4])
+            elif open_:
+                open_.pop((e[0], e[1]), None)
 
     # output ------------------------------------------------------------------------
     def history_frame(self) -> pd.DataFrame:
@@ -187,6 +222,11 @@ class RecordedLock:
                 self.client, seq, "acquire", type_, name, t1, error=f"{type(exc).__name__}: {exc}"[:200]
             )
             return None, type(exc).__name__
+        except BaseException as exc:
+            # a client library's own error, or the user killed mid-acquire (GreenletExit):
+            # the lock may have been granted, so the outcome is unknown; the caller sees it too
+            rec.event(self.client, seq, "acquire", "info", name, time.monotonic_ns(), error=_interrupted(exc))
+            raise
         t1 = time.monotonic_ns()
         rec.event(self.client, seq, "acquire", "ok", name, t1, token=lease.token)
         rec.record("acquire_ok", t1 - t0)
@@ -210,6 +250,9 @@ class RecordedLock:
                 self.client, seq, "release", "info", name, t1, error=f"{type(exc).__name__}: {exc}"[:200]
             )
             return None
+        except BaseException as exc:
+            rec.event(self.client, seq, "release", "info", name, time.monotonic_ns(), error=_interrupted(exc))
+            raise
         t1 = time.monotonic_ns()
         rec.event(self.client, seq, "release", "ok", name, t1, value=int(bool(owned)))
         rec.record("release", t1 - t0)

@@ -16,12 +16,19 @@ import redis
 
 from lockimpls.redis_conn import DirectCommands
 
-#: KEYS: stock, orders, fence-max, stale-counter; ARGV: token, enforce(0/1), [new stock, order]
+#: KEYS: stock, orders, fence-max, stale-counter, stale-log; ARGV: token, enforce(0/1),
+#: then for a read [client], for a write [new stock, order "<client>:<qty>"]. Every stale
+#: access is also logged as "<r|w>|<token>|<client>" (capped at STALE_LOG_MAX entries), so
+#: the checkers can tell which holder was refused: a refused holder that overlapped nobody
+#: means the tokens, not the holder, were wrong.
 FENCED_READ = """
 local max = tonumber(redis.call('GET', KEYS[3]) or '-1')
 local token = tonumber(ARGV[1])
 if token < max then
   redis.call('INCR', KEYS[4])
+  if KEYS[5] and redis.call('LLEN', KEYS[5]) < 10000 then
+    redis.call('RPUSH', KEYS[5], 'r|' .. ARGV[1] .. '|' .. (ARGV[3] or ''))
+  end
   if ARGV[2] == '1' then return -1 end
 else
   redis.call('SET', KEYS[3], token)
@@ -34,6 +41,9 @@ local max = tonumber(redis.call('GET', KEYS[3]) or '-1')
 local token = tonumber(ARGV[1])
 if token < max then
   redis.call('INCR', KEYS[4])
+  if KEYS[5] and redis.call('LLEN', KEYS[5]) < 10000 then
+    redis.call('RPUSH', KEYS[5], 'w|' .. ARGV[1] .. '|' .. (string.match(ARGV[4], '^(.*):') or ''))
+  end
   if ARGV[2] == '1' then return 0 end
 else
   redis.call('SET', KEYS[3], token)
@@ -44,6 +54,8 @@ return 1
 """
 
 FENCING_MODES = ("off", "observe", "enforce")
+#: Most stale accesses the log keeps per item (the scripts' 10000); counters count them all.
+STALE_LOG_MAX = 10_000
 
 
 class StaleToken(Exception):
@@ -77,9 +89,12 @@ class FlashSaleResource:
         for item in items:
             pipe.set(self._k("stock", item), stock)
             pipe.set(self._k("initial", item), stock)
-            kinds = ("orders", "witness", "fence", "stale_reads", "stale_writes")
+            kinds = ("orders", "witness", "fence", "stale_reads", "stale_writes", "stale_log")
             pipe.delete(*(self._k(kind, item) for kind in kinds))
-        pipe.delete(f"{self.ns}:signal", f"{self.ns}:armed")
+        pipe.delete(
+            f"{self.ns}:signal", f"{self.ns}:armed", f"{self.ns}:healed",
+            f"{self.ns}:crash:next", f"{self.ns}:crash:ledger",
+        )  # fmt: skip
         pipe.set(f"{self.ns}:started", 1)  # a fault waiting for the load may arm now
         pipe.execute()
 
@@ -89,14 +104,15 @@ class FlashSaleResource:
             self._k("orders", item),
             self._k("fence", item),
             self._k(counter, item),
+            self._k("stale_log", item),
         ]
 
-    def read_stock(self, item: str, token: int | None = None, enforce: bool = False) -> int:
+    def read_stock(self, item: str, token: int | None = None, enforce: bool = False, client: str = "") -> int:
         """The stock; with a token, a fenced read (raises StaleToken when enforced and stale)."""
         if token is None:
             return int(self._direct.execute("GET", self._k("stock", item)) or 0)
         keys = self._fence_keys(item, "stale_reads")
-        value = int(self._direct.evalsha(self._read, keys, [token, int(enforce)]))
+        value = int(self._direct.evalsha(self._read, keys, [token, int(enforce), client]))
         if value < 0:
             raise StaleToken(f"read of {item} with token {token} refused")
         return value
@@ -124,7 +140,30 @@ class FlashSaleResource:
     # fault coordination (bench's fault thread <-> holders) ------------------------------
     def armed(self) -> bool:
         """True when a fault waits for a holder's signal (see bench.nemesis.faults)."""
-        return self._direct.execute("GET", f"{self.ns}:armed") is not None
+        return self.armed_at() is not None
+
+    def armed_at(self) -> int | None:
+        """bench's ``time.monotonic_ns()`` when it armed the waiting fault; None when none waits.
+
+        A holder claims a fault only with a lease granted after that moment, so a repeated
+        fault strikes a grant the service made after its previous heal.
+        """
+        value = self._direct.execute("GET", f"{self.ns}:armed")
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            return 0  # an older bench armed with "1": any holder may claim it
+
+    def wait_healed(self, timeout: float) -> bool:
+        """Block (cooperatively under gevent) until bench says the fault is over, at most ``timeout`` s.
+
+        The holder of a strike keeps its lock until then, so it holds through the whole
+        fault and no longer: a repeated fault spends no time on a fixed hold.
+        """
+        popped = self.client.blpop([f"{self.ns}:healed"], timeout=max(1, min(int(timeout + 0.999), 9)))
+        return popped is not None
 
     def signal_held(self, client: str) -> bool:
         """Claim the armed fault for this holder (only one claims it); True when claimed."""
@@ -136,6 +175,7 @@ class FlashSaleResource:
     def final_state(self, items: list[str], mode: str = "off") -> dict:
         items_state = {}
         stale_reads = stale_writes = 0
+        stale_log: list[list] = []
         for item in items:
             orders = self.client.lrange(self._k("orders", item), 0, -1)
             units = sum(int(o.rsplit(b":", 1)[1]) for o in orders)
@@ -147,7 +187,14 @@ class FlashSaleResource:
             }
             stale_reads += int(self.client.get(self._k("stale_reads", item)) or 0)
             stale_writes += int(self.client.get(self._k("stale_writes", item)) or 0)
+            for entry in self.client.lrange(self._k("stale_log", item), 0, -1):
+                kind, token, client = entry.decode().split("|", 2)
+                stale_log.append([item, int(token), client, kind])
         state: dict = {"items": items_state, "fencing": {"mode": mode}}
         if mode != "off":
-            state["fencing"].update({"stale_reads": stale_reads, "stale_writes": stale_writes})
+            # ``refused``: every stale access the resource logged (item, token, client, r|w);
+            # in enforce mode each was refused
+            state["fencing"].update(
+                {"stale_reads": stale_reads, "stale_writes": stale_writes, "refused": stale_log}
+            )
         return state

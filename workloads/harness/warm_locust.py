@@ -43,11 +43,30 @@ def _preload() -> None:
             continue
 
 
-def _child(argv: list[str], log: str) -> NoReturn:
+def _die_with_parent(parent: int) -> None:
+    """This process (or a case's child) is SIGKILLed when its parent dies, even by ``kill -9``.
+
+    The warm process gets it from bench (``preexec_fn``), each case's Locust from the warm
+    process here, and Locust's own workers from ``locust_glue``: a chain with no orphan.
+    A child whose parent died before the call leaves at once.
+    """
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child(argv: list[str], log: str, parent: int) -> NoReturn:
     """Become ``python -m locust <argv>`` with output to ``log``; never returns."""
     code = 1
     try:
         os.setsid()
+        _die_with_parent(parent)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -80,9 +99,10 @@ def serve() -> None:
         if not line.strip():
             continue
         request = json.loads(line)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(request["argv"], request["log"])
+            _child(request["argv"], request["log"], parent)
         _answer({"pid": pid})
         _, status = os.waitpid(pid, 0)
         _answer({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})

@@ -1,0 +1,208 @@
+"""How much a fault case saw of its fault, and whether a "survived" is earned. Pure, no I/O.
+
+"Survived" is a claim about evidence (Jepsen's habit: a test that did not exercise the
+fault proved nothing). Two numbers carry it:
+
+* ``strikes`` k: how often the fault struck (server-fault windows; pauses; crashes; holds
+  that outlasted the lease). No violation in k independent strikes bounds the per-strike
+  failure probability below 3/k at 95% (the rule of three).
+* ``acquisitions_after_strike`` n: grants that followed a strike before the next one, i.e.
+  every successful acquire after the first strike. No violation in n of them bounds the
+  per-acquisition race rate below 3/n at 95%.
+
+A case is ``earned`` when both reach the target (:class:`EvidenceTarget`, default k >= 10
+and n >= 1,000; docs/guide.md says why), ``thin`` when it held with less, ``not-struck``
+when its fault never struck (the case proved nothing: its verdict becomes ``unknown``),
+and ``failed`` when a violation was seen: one witnessed violation stays a violation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workloads.checks.core import holds
+
+#: Workloads that fault by themselves (a client stalls, dies or outlives its lease).
+FAULT_WORKLOADS = ("long-cs", "lease-expiry", "crash")
+#: Workloads whose own events are the strikes: event kind -> the history (op, type) marking it.
+WORKLOAD_STRIKES = {"lease-expiry": ("pause", "ok"), "crash": ("crash", "info")}
+#: Workloads where every hold longer than the lease is a strike.
+LONG_HOLD_WORKLOADS = ("long-cs",)
+#: Evidence grades, from best to worst, as cases.csv column ``evidence`` holds them.
+GRADES = ("earned", "thin", "not-struck", "unknown", "failed", "")
+
+
+@dataclass(frozen=True)
+class EvidenceTarget:
+    """What a survived fault case needs before it is shown as survived (green).
+
+    ``acquisitions`` 0 means "every acquisition is itself a strike" (long-cs, where every
+    critical section outlasts the lease): k then bounds both rates and n adds nothing.
+    """
+
+    strikes: int = 10
+    acquisitions: int = 1000
+
+    def text(self) -> str:
+        n = f" and n >= {self.acquisitions:,}" if self.acquisitions else ""
+        return f"k >= {self.strikes}{n}"
+
+
+#: ``--evidence`` levels: what each bounds (rule of three, 95%).
+LEVELS: dict[str, EvidenceTarget] = {
+    "quick": EvidenceTarget(3, 300),
+    "standard": EvidenceTarget(10, 1000),
+    "thorough": EvidenceTarget(30, 3000),
+}
+DEFAULT_TARGET = LEVELS["standard"]
+
+
+def grants_between(target: EvidenceTarget, strikes: int) -> int:
+    """Purchases the service grants between two strikes so that k strikes bring n acquisitions after."""
+    if strikes <= 1 or not target.acquisitions:
+        return 0
+    return math.ceil(target.acquisitions / strikes)
+
+
+def strike_times(history: pd.DataFrame, workload: str, ttl_s: float | None, server_fault: bool) -> np.ndarray:
+    """Start times (history ns) of every strike the case saw, sorted."""
+    if history is None or history.empty:
+        return np.array([], dtype=np.int64)
+    if server_fault:
+        rows = history[(history["op"] == "fault") & (history["type"] == "invoke")]
+        return np.sort(rows["t_ns"].to_numpy(dtype=np.int64))
+    marker = WORKLOAD_STRIKES.get(workload)
+    if marker is not None:
+        rows = history[(history["op"] == marker[0]) & (history["type"] == marker[1])]
+        return np.sort(rows["t_ns"].to_numpy(dtype=np.int64))
+    if workload in LONG_HOLD_WORKLOADS and ttl_s:
+        h = holds(history)
+        long = h[(h["end_ns"] - h["start_ns"]) > ttl_s * 1e9]
+        return np.sort(long["start_ns"].to_numpy(dtype=np.int64))
+    return np.array([], dtype=np.int64)
+
+
+def _acquisitions_after(history: pd.DataFrame, t_ns: int) -> int:
+    ok = (history["op"] == "acquire") & (history["type"] == "ok") & (history["t_ns"] > t_ns)
+    return int(ok.sum())
+
+
+def columns(history: pd.DataFrame, strikes_ns: np.ndarray) -> dict[str, Any]:
+    """cases.csv columns: strikes, acquisitions_after_strike, and the two 95% bounds they give."""
+    k = len(strikes_ns)
+    n = _acquisitions_after(history, int(strikes_ns[0])) if k else 0
+    return {
+        "strikes": k,
+        "acquisitions_after_strike": n,
+        "strike_failure_bound": 3 / k if k else None,
+        "race_rate_bound": 3 / n if n else None,
+    }
+
+
+def _int(row: dict[str, Any], key: str) -> int:
+    value = row.get(key)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0
+    return int(value) if math.isfinite(value) else 0
+
+
+def grade(row: dict[str, Any], target: EvidenceTarget, fault_case: bool) -> str:
+    """``earned`` / ``thin`` / ``not-struck`` / ``failed`` for a fault case; "" for a case without one."""
+    if not fault_case:
+        return ""
+    if row.get("verdict") == "invalid":
+        return "failed"
+    k, n = _int(row, "strikes"), _int(row, "acquisitions_after_strike")
+    if k == 0:
+        return "not-struck"
+    if row.get("verdict") == "unknown":
+        return "unknown"
+    if k >= target.strikes and n >= target.acquisitions:
+        return "earned"
+    return "thin"
+
+
+def grade_cell(rows: list[dict[str, Any]], target: EvidenceTarget) -> tuple[str, int, int]:
+    """A matrix cell's grade over its cases (trials): the evidence adds up, one violation fails it.
+
+    Returns (grade, k, n) with k and n summed over the cases that struck.
+    """
+    if not rows:
+        return "", 0, 0
+    if any(r.get("verdict") == "invalid" for r in rows):
+        return (
+            "failed",
+            sum(_int(r, "strikes") for r in rows),
+            sum(_int(r, "acquisitions_after_strike") for r in rows),
+        )
+    struck = [r for r in rows if _int(r, "strikes") > 0 and r.get("verdict") != "unknown"]
+    k = sum(_int(r, "strikes") for r in struck)
+    n = sum(_int(r, "acquisitions_after_strike") for r in struck)
+    if not struck:
+        if any(_int(r, "strikes") > 0 for r in rows):
+            return "unknown", 0, 0
+        return "not-struck", 0, 0
+    if k >= target.strikes and n >= target.acquisitions:
+        return "earned", k, n
+    return "thin", k, n
+
+
+def bound_text(k: int, n: int) -> str:
+    """ "k strikes, n grants after: failure per strike < 3/k, race per grant < 3/n (95%)"."""
+    parts = [f"{k} strike{'s' if k != 1 else ''}", f"{n:,} grants after"]
+    bounds = []
+    if k:
+        bounds.append(f"per-strike failure < {3 / k:.2g}")
+    if n:
+        bounds.append(f"per-grant race < {3 / n:.2g}")
+    return ", ".join(parts) + (f" ({'; '.join(bounds)}, 95%)" if bounds else "")
+
+
+#: A crashed holder's lock counts as stuck when nobody gets it within this many times the time the
+#: lock's own timeout needs to free it (its lease TTL, session timeout ...), and never sooner than
+#: MIN_STUCK_S: the bound follows the lock, so a 10 s session is not called stuck at 3 s.
+STUCK_FACTOR = 3.0
+MIN_STUCK_S = 3.0
+
+
+def stuck_bound(expected_s: float | None, ttl_s: float) -> float:
+    """The stuck bound for a lock whose own timeout frees a dead holder after ``expected_s`` (None: never)."""
+    base = expected_s if expected_s is not None else ttl_s
+    return max(MIN_STUCK_S, STUCK_FACTOR * float(base))
+
+
+def recovery_columns(history: pd.DataFrame) -> dict[str, Any]:
+    """Recovery after each server-fault strike: the strike's holder let go -> the next grant to anyone.
+
+    That is how long the service could not serve once the lock was free again, per strike
+    (p50 and max over strikes, milliseconds); ``unrecovered_strikes`` counts strikes after
+    which nobody got the lock before the history ended.
+    """
+    if history is None or history.empty:
+        return {}
+    released = history[(history["op"] == "fault-hold") & (history["type"] == "ok")]["t_ns"].to_numpy(np.int64)
+    if len(released) == 0:
+        return {}
+    grants = np.sort(
+        history[(history["op"] == "acquire") & (history["type"] == "ok")]["t_ns"].to_numpy(np.int64)
+    )
+    waits: list[float] = []
+    unrecovered = 0
+    for t in np.sort(released):
+        i = int(np.searchsorted(grants, t, side="right"))
+        if i < len(grants):
+            waits.append((grants[i] - t) / 1e6)
+        else:
+            unrecovered += 1
+    return {
+        "recovery_ms_p50": float(np.median(waits)) if waits else float("nan"),
+        "recovery_ms_max": float(max(waits)) if waits else float("nan"),
+        "unrecovered_strikes": unrecovered,
+    }

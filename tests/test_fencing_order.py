@@ -1,0 +1,157 @@
+"""Fencing tokens in grant order (issue 21): the checker on known histories, then real plug-in locks.
+
+The rule (Hazelcast FencedLock as Jepsen checks it; SyncGuard's contract tests): per lock,
+each grant's token is strictly above every earlier grant's, and a reentrant hold keeps its
+token. A write the resource refused from a holder that overlapped nobody means the tokens
+are wrong, not that fencing worked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.helpers import bench
+from tests.test_checkers import history
+from workloads.checks.core import check_fencing, check_fencing_order, check_flash_sale, holds
+from workloads.checks.reentrant import check_reentrant_tokens
+
+FENCE_LOCKS = "tests.fence_locks"
+
+
+def grants(*spec: tuple[str, int, int, int], lock: str = "L") -> pd.DataFrame:
+    """Holds as (client, start, end, token): acquire ok at start with the token, release invoke at end."""
+    ev = []
+    for n, (client, start, end, token) in enumerate(spec):
+        ev += [
+            (client, 2 * n, "acquire", "ok", lock, start, token),
+            (client, 2 * n + 1, "release", "invoke", lock, end),
+        ]
+    return history(*ev)
+
+
+def test_increasing_tokens_are_valid() -> None:
+    r = check_fencing_order(grants(("a", 100, 200, 1), ("b", 300, 400, 2), ("a", 500, 600, 7)))
+    assert r.status == "valid" and r.counters == {"fencing_order_violations": 0}
+
+
+def test_a_token_below_an_earlier_grant_is_invalid() -> None:
+    # random tokens: 50 after 90, and 60 is below 90 too (every earlier grant, not just the last)
+    r = check_fencing_order(grants(("a", 100, 200, 90), ("b", 300, 400, 50), ("c", 500, 600, 60)))
+    assert r.status == "invalid" and r.counters["fencing_order_violations"] == 2
+    assert r.detail.startswith("fencing tokens out of grant order: 2 grants")
+
+
+def test_a_repeated_token_is_invalid() -> None:
+    r = check_fencing_order(grants(("a", 100, 200, 5), ("b", 300, 400, 5)))
+    assert r.counters["fencing_order_violations"] == 1
+
+
+def test_overlapping_holds_are_not_ordered_by_this_checker() -> None:
+    # b was granted while a still held (a lease expired): which grant came first is the lock's
+    # business; the overlap checker judges it. c came after both and is above both.
+    r = check_fencing_order(grants(("a", 100, 400, 9), ("b", 300, 500, 3), ("c", 600, 700, 10)))
+    assert r.status == "valid"
+
+
+def test_grants_on_different_locks_are_ordered_separately() -> None:
+    ev = pd.concat([grants(("a", 100, 200, 9), lock="L1"), grants(("b", 300, 400, 1), lock="L2")])
+    assert check_fencing_order(ev.sort_values("t_ns").reset_index(drop=True)).status == "valid"
+
+
+def test_order_across_hosts_within_the_clock_bound_cannot_be_told() -> None:
+    # h2's grant began 5 ns after h1's release: within the 10 + 10 ns bound, it may have been first
+    ev = grants(("h1/1-u0", 100, 200, 9), ("h2/2-u0", 205, 300, 3))
+    r = check_fencing_order(ev, uncertainty_ns={"h1": 10, "h2": 10})
+    assert r.status == "unknown" and r.counters["uncertain_fencing_order"] == 1
+    far = grants(("h1/1-u0", 100, 200, 9), ("h2/2-u0", 500, 600, 3))
+    assert check_fencing_order(far, uncertainty_ns={"h1": 10, "h2": 10}).status == "invalid"
+    # a worker without an offset estimate: its timestamps decide, so the case cannot be judged
+    r = check_fencing_order(far, uncertainty_ns={"h1": 10, "h2": None})
+    assert r.status == "unknown" and r.counters["fencing_order_violations"] == 0
+
+
+def test_a_reentrant_hold_keeps_its_token() -> None:
+    ev = history(
+        ("a", 0, "acquire", "ok", "L", 100, 4),
+        ("a", 1, "acquire", "ok", "L", 110, 4),
+        ("a", 2, "release", "invoke", "L", 120),
+        ("a", 3, "release", "invoke", "L", 200),
+        ("b", 0, "acquire", "ok", "L", 300, 5),
+        ("b", 1, "acquire", "ok", "L", 310, 6),  # a new token on reentry
+        ("b", 2, "release", "invoke", "L", 320),
+        ("b", 3, "release", "invoke", "L", 400),
+    )
+    r = check_reentrant_tokens(holds(ev))
+    assert r.status == "invalid" and r.counters == {"reentrant_token_changes": 1}
+    assert check_reentrant_tokens(holds(ev[ev["client"] == "a"])).status == "valid"
+    assert check_fencing_order(ev).status == "valid"  # outer grants 4 then 5: in order
+
+
+def _enforced(refused: list[list]) -> dict:
+    return {
+        "items": {"item-0": {"initial": 10, "stock": 10, "orders_units": 0, "orders_count": 0}},
+        "fencing": {"mode": "enforce", "stale_writes": len(refused), "stale_reads": 0, "refused": refused},
+    }
+
+
+def test_a_refused_write_of_a_holder_alone_is_fencing_broken() -> None:
+    ev = grants(("1-u0", 100, 200, 9), ("1-u1", 300, 400, 5), lock="flash-sale:item-0")
+    r = check_fencing(_enforced([["item-0", 5, "1-u1", "w"]]), ev, holds(ev))
+    assert r.status == "invalid" and r.counters["legit_writes_refused"] == 1
+    assert "fencing is broken" in r.detail
+
+
+def test_a_refused_write_of_a_stale_holder_is_fencing_working() -> None:
+    # 1-u0's lease ran out while it worked; 1-u1 got the lock (token 10); 1-u0's late write is refused
+    ev = grants(("1-u0", 100, 400, 9), ("1-u1", 300, 500, 10), lock="flash-sale:item-0")
+    r = check_fencing(_enforced([["item-0", 9, "1-u0", "w"]]), ev, holds(ev))
+    assert r.status == "valid" and r.counters["legit_writes_refused"] == 0
+    assert r.counters["stale_writes_refused"] == 1
+
+
+def test_refusals_from_the_history_when_the_resource_kept_no_log() -> None:
+    ev = pd.concat(
+        [
+            grants(("1-u0", 100, 200, 9), ("1-u1", 300, 400, 5), lock="flash-sale:item-0"),
+            history(("1-u1", 9, "purchase", "fail", "flash-sale:item-0", 350, None, None, "stale")),
+        ]
+    ).sort_values("t_ns", kind="stable")
+    state = _enforced([])
+    del state["fencing"]["refused"]
+    assert check_fencing(state, ev, holds(ev)).counters["legit_writes_refused"] == 1
+
+
+def test_flash_sale_verdict_with_tokens_out_of_order_is_invalid_with_the_reason() -> None:
+    ev = grants(("1-u0", 100, 200, 9), ("1-u1", 300, 400, 5), lock="flash-sale:item-0")
+    v = check_flash_sale(ev, _enforced([]))
+    assert v.status == "invalid" and v.counters["fencing_order_violations"] == 1
+    assert any(r.detail.startswith("fencing tokens out of grant order: 1 grants") for r in v.results)
+
+
+# real plug-in locks under --fencing enforce -------------------------------------------------------
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_plug_in_token_sources_under_fencing_enforce(tmp_path: Path) -> None:
+    """Random and backwards tokens are invalid; a counter from INCR stays valid (same lock otherwise)."""
+    results = tmp_path / "results"
+    impls = [f"{FENCE_LOCKS}:{c}" for c in ("CounterTokenLock", "RandomTokenLock", "BackwardsTokenLock")]
+    r = bench("run", *[a for i in impls for a in ("--impl", i)], "--fencing", "enforce", "--duration", "3",
+              "--users", "6", "--cs", "1ms", "--no-report", "--results-dir", str(results))  # fmt: skip
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1, r.stderr[-3000:]
+    rows = pd.read_csv(runs[0] / "cases.csv").set_index("impl")
+    counter, rand, back = (rows.loc[i] for i in impls)
+    assert counter["verdict"] == "valid", counter.get("verdict_reason")
+    assert counter["fencing_order_violations"] == 0 and counter["legit_writes_refused"] == 0
+    for row in (rand, back):
+        assert row["verdict"] == "invalid"
+        assert row["overlapping_holds"] == 0  # the lock itself held
+        assert row["fencing_order_violations"] > 0
+        assert "fencing tokens out of grant order" in str(row["verdict_reason"])
+    assert back["legit_writes_refused"] > 0  # every write after the first grant is refused
+    assert bool(rand["data_safe"]) is False and bool(back["data_safe"]) is False
