@@ -45,6 +45,7 @@ GRID_CSS = """
 #safety-grid { font-size: 0.78em; width: 100%; table-layout: fixed; }
 #safety-grid th, #safety-grid td { padding: 2px 4px; }
 #safety-grid tbody th { text-align: left; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+#safety-grid thead th:first-child { width: 14em; }
 #safety-grid td { text-align: center; line-height: 1.15; }
 #safety-grid td small { display: block; font-size: 0.88em; color: inherit; opacity: 0.85; }
 #safety-grid td.good { background: #b9e6b9; color: #0f4a0f; }

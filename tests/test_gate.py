@@ -685,3 +685,17 @@ def test_report_of_a_baseline_goes_under_comparisons_not_into_the_baseline(tmp_p
     assert Path(r.stdout.strip()).parent.parent == results / "comparisons"
     out = tmp_path / "mine.html"
     assert cli("report", baselines / "ci", "--out", out).returncode == 0 and out.exists()
+
+
+def test_a_slower_recovery_is_a_regression_on_recovery_max(tmp_path: Path) -> None:
+    """Recovery is a figure the gate takes (issue 26): lower is better, fault cases only."""
+    base = write_run(tmp_path, "a", {"redis.x": {"recovery_ms_max": noisy(1000)}})
+    slower = write_run(tmp_path, "b", {"redis.x": {"recovery_ms_max": noisy(3000, seed=2)}})
+    same = write_run(tmp_path, "c", {"redis.x": {"recovery_ms_max": noisy(1000, seed=3)}})
+    r = gate(base, slower, "--rule", "recovery.max:+20%")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = {row.metric: row for row in run_gate(base, slower, ["recovery.max:+20%"]).rows}
+    assert rows["recovery.max"].verdict == "REGRESSION" and rows["recovery.max"].change == pytest.approx(
+        2, abs=0.2
+    )
+    assert gate(base, same, "--rule", "recovery.max:+20%").returncode == 0

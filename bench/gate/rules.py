@@ -2,11 +2,12 @@
 
     rule       := metric ":" threshold | "violations:0"
     metric     := "throughput" | "throughput.ops" | FAMILY "." PCT | "utilization" | "fairness"
-                | "round-trips" | ARRIVAL
+                | "round-trips" | ARRIVAL | RECOVERY
     FAMILY     := "acquire" | "release" | "hold" | "handoff" | "arrival" | "arrival-served"
                 | "arrival-start"
     PCT        := "p50" | "p90" | "p99" | "p999" | "max"   (the others: p50, p99)
     ARRIVAL    := "arrival.served" | "arrival.gave-up" | "arrival.inversions" | "arrival.sellout"
+    RECOVERY   := "recovery.max" | "recovery.p50"   (ms; fault cases only)
 
 ``arrival.*`` metrics exist for open-model cases (``--arrivals``): ``arrival.p99`` is the
 intended arrival -> leaving latency over every arrival (a buyer who gave up or was turned
@@ -83,6 +84,10 @@ METRICS: dict[str, MetricInfo] = {
     "arrival.gave-up": MetricInfo("arrival_gave_up", +1, "buyers", optional=True),
     "arrival.inversions": MetricInfo("arrival_order_inversion_frac", +1, "", optional=True),
     "arrival.sellout": MetricInfo("arrival_sellout_s", +1, "s", optional=True),
+    # recovery after a fault (a crashed holder's lock freed, a server fault's holder let go ->
+    # the next grant), worst strike: fault cases only; a slower recovery is a liveness regression
+    "recovery.max": MetricInfo("recovery_ms_max", +1, "ms", optional=True),
+    "recovery.p50": MetricInfo("recovery_ms_p50", +1, "ms", optional=True),
 }
 
 SAFETY = "violations"

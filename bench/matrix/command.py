@@ -196,6 +196,11 @@ def _sized_for_recovery(cls: type, case: MatrixCase) -> MatrixCase:
     return replace(sized, settings=settings)
 
 
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def _can_make_hosts() -> bool:
     try:
         check_available()
@@ -271,11 +276,16 @@ def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
 class _Shared:
     """What lanes running in threads share: the results folder, the tallies, the stop flag."""
 
-    def __init__(self, folder: RunFolder, console: Console, total: int) -> None:
+    def __init__(self, folder: RunFolder, console: Console, total: int, caps_s: float = 0.0) -> None:
         self.folder = folder
         self.console = console
         self.total = total
         self.done = 0
+        #: the cases' caps (their durations) added up, and those of the finished ones: the time left
+        #: is the elapsed time scaled by the share of caps still to run
+        self.caps_s = caps_s
+        self.caps_done_s = 0.0
+        self.started = time.monotonic()
         self.failures: list[str] = []
         self.timings: dict[str, dict[str, Any]] = {}
         self.endpoints: dict[str, Any] = {}
@@ -307,14 +317,24 @@ class _Shared:
                 row, result["histograms"], result["history_file"], result["extra"], result.get("log")
             )
             self.done += 1
+            self.caps_done_s += case.settings.duration
             if self.cancel.is_set():
                 return  # interrupted: the one line about the folder is all that is printed
             flag = "  CONTRADICTS THE CATALOG" if row["contradicts_catalog"] else ""
             self.console.print(
                 f"[{self.done}/{self.total}] {lane.name}: {case.impl} x {case.scenario}: "
-                f"{row['observed_outcome']} (expected {row['expected_outcome'] or 'n/a'}){flag}",
+                f"{row['observed_outcome']} (expected {row['expected_outcome'] or 'n/a'}){flag} · "
+                f"{self.time_left()}",
                 markup=False,
             )
+
+    def time_left(self) -> str:
+        """``3m10s elapsed, about 9m left``: elapsed time scaled by the caps still to run."""
+        elapsed = time.monotonic() - self.started
+        text = f"{_clock(elapsed)} elapsed"
+        if self.caps_done_s > 0 and self.caps_s > self.caps_done_s:
+            text += f", about {_clock(elapsed * (self.caps_s - self.caps_done_s) / self.caps_done_s)} left"
+        return text
 
     def fail(self, message: str) -> None:
         with self._lock:
@@ -507,7 +527,8 @@ def matrix_command(
     lanes = plan_lanes(cases, fixed)
     if resource_url:
         parallel = 1  # every lane would share the user's resource server
-    used = list(dict.fromkeys(c.matrix_scenario for c in cases))
+    planned = {c.matrix_scenario for c in cases} | {n["scenario"] for n in not_run}
+    used = [name for name in sized if name in planned]  # the scenario table's order: the grid's columns
     params = {
         "scenarios": {
             name: {
@@ -542,7 +563,7 @@ def matrix_command(
         f"{parallel} side by side; results in {folder.path}",
         markup=False,
     )
-    shared = _Shared(folder, console, len(cases))
+    shared = _Shared(folder, console, len(cases), sum(c.settings.duration for c in cases))
     status = "complete"
     t0 = time.monotonic()
     try:
@@ -568,7 +589,7 @@ def matrix_command(
     contradictions = print_summary(folder.rows, console, not_run)
     folder.note("contradictions", contradictions)
     if folder.rows:
-        atomic_write_text(folder.path / "matrix.md", markdown_table(folder.rows))
+        atomic_write_text(folder.path / "matrix.md", markdown_table(folder.rows, not_run))
     timing = folder.meta["matrix"]
     console.print(
         f"lockbench: matrix wall time {timing['wall_s']:.0f} s; Locust start-up took "

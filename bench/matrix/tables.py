@@ -48,30 +48,32 @@ def _axes(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return scenarios, sorted(seen_i, key=lambda i: (order.get(i, len(order)), seen_i.index(i)))
 
 
-def _md_cell(row: dict[str, Any]) -> str:
-    seen = str(row.get("observed_outcome"))
-    text = {"survives": "ok", "violates": "**violates**", "stuck": "**stuck**"}.get(seen, "?")
-    if seen == "violates" and row.get("fencing") == "enforce" and bool(row.get("data_safe")):
-        text += ", data safe"
-    recovery = row.get("recovery_ms_p50")
-    if row.get("matrix_scenario") == "crash" and seen == "survives" and recovery == recovery and recovery:
-        text += f" ({float(recovery) / 1000:.1f} s)"
-    return text + (" (!)" if row.get("contradicts_catalog") else "")
+_MD_WORD = {
+    "good": "survived", "thin": "thin", "bad": "**FAILED**", "warn": "**failed**, data safe",
+    "stuck": "**stuck**", "unknown": "?", "nottested": "not tested",
+}  # fmt: skip
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The matrix as a Markdown table: impl x scenario, "unfenced / fenced" where both ran.
+def markdown_table(rows: list[dict[str, Any]], not_run: list[dict[str, str]] | None = None) -> str:
+    """The grid as a Markdown table: impl x scenario, the cell's word and its evidence (k strikes, n grants).
 
-    ok = the checkers found nothing; crash cells give the recovery p50; (!) = contradicts
-    the catalog; ? = unknown (the event never came, or the recording is incomplete).
+    survived = no violation on the target evidence; thin = no violation on less; **FAILED** = two
+    holders at once or damaged data; **failed**, data safe = fencing kept the data right; **stuck**
+    = nobody got the lock within its bound after a crash (liveness); ? = unknown; (!) = contradicts
+    the catalog; n/a = the scenario does not apply.
     """
-    scenarios, impls = _axes(rows)
-    cells: dict[tuple[str, str], list[str]] = {}
-    for r in sorted(rows, key=lambda r: r.get("fencing") == "enforce"):
-        cells.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(_md_cell(r))
+    scenarios, impls, cells = grid(rows, not_run)
     lines = ["| impl | " + " | ".join(scenarios) + " |", "|---" * (len(scenarios) + 1) + "|"]
     for impl in impls:
-        row = [" / ".join(cells.get((impl, s), ["n/a"])) for s in scenarios]
+        row = []
+        for s in scenarios:
+            c = cells.get((impl, s))
+            if c is None:
+                row.append("n/a")
+                continue
+            text = c.word if c.cls == "nottested" else _MD_WORD.get(c.cls, c.cls)
+            detail = f" ({c.detail})" if c.detail and c.cls != "nottested" else ""
+            row.append(text + detail + (" (!)" if c.contradicts else ""))
         lines.append(f"| {impl} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

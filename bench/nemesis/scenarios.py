@@ -104,7 +104,7 @@ class Scenario:
 USERS = 6
 #: After a server fault: acquisitions that show the lock works again, or how long to wait for them.
 AFTER_FAULT = {"acquisitions": 5, "or_after_s": 5.0}
-#: Where a partition means something (benchmarks/partition_matrix.py chose these): a single
+#: Where a partition means something (the round-2 partition script chose these): a single
 #: server has no leader and no minority, so only the client cut applies to it; RedLock has no leader.
 _CLUSTERED = ("redis.redlock", "zookeeper.sequential", "etcd.lease")
 _PARTITION_CLIENT = (
