@@ -95,6 +95,8 @@ if [ -n "$uv" ]; then
 else
   echo "lockbench: installing $what into .venv (Locust, redis-py, psycopg, kazoo, pandas," \
     "plotly ...): about a minute the first time, quiet while pip works; later runs skip this" >&2
+  # a .venv made by uv has no pip of its own
+  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
   # errors only: pip's -q still lets the build backend's warnings through; a failure keeps every
   # line from its first error on, and the import check below names it
@@ -103,6 +105,9 @@ else
   .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec" >"$log" 2>&1 || code=$?
   if [ "$code" != 0 ]; then
     if grep -qi error "$log"; then sed -n '/[Ee][Rr][Rr][Oo][Rr]/,$p' "$log" >&2; else tail -n 20 "$log" >&2; fi
+    rm -f "$log"
+    echo "lockbench: pip install failed" >&2
+    exit 2
   fi
   rm -f "$log"
 fi

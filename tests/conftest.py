@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from infra.redis_server import RedisServer
+
+#: This test session's own `bench infra up` state: a bench run started by a test must never reuse
+#: servers a user (or another test session) keeps up with `bench infra up` (tests own what they check).
+os.environ["LOCKBENCH_INFRA_DIR"] = tempfile.mkdtemp(prefix="lockbench-test-infra-")
+atexit.register(shutil.rmtree, os.environ["LOCKBENCH_INFRA_DIR"], True)
 
 ARTIFACTS = Path(
     os.environ.get("LOCKBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")

@@ -191,30 +191,32 @@ def test_zookeeper_sequential_recovers_after_the_session_timeout(tmp_path: Path)
 
 def test_watchdog_saves_long_work_but_not_a_stop_the_world_pause(tmp_path: Path) -> None:
     """redis.reentrant renews its lease while the process runs; a world pause stops the renewals."""
-    common = ["--impl", "redis.reentrant", "--ttl", "0.3", "--fencing", "off", "--results-dir"]
+    # a 1 s lease renewed every third of it: a renewal must be late by 0.6 s to break, which a busy
+    # machine (tests run side by side) does not do; a 1.2 s critical section outlives the lease
+    common = ["--impl", "redis.reentrant", "--ttl", "1.0", "--fencing", "off", "--results-dir"]
     long_cs, _ = run_cases(
         tmp_path / "a",
         "--workload",
         "long-cs",
         "--cs",
-        "600ms",
+        "1200ms",
         "--users",
         "4",
         "--duration",
-        "4",
+        "8",
         *common[:-1],
     )
     assert long_cs.loc["redis.reentrant__long-cs", "overlapping_holds"] == 0
     assert long_cs.loc["redis.reentrant__long-cs", "verdict"] == "valid"
     task, _ = run_cases(
-        tmp_path / "b", "--workload", "lease-expiry", "--pause-kind", "task", "--pause", "1.0",
-        "--pause-every", "5", "--duration", "5", *common[:-1],
+        tmp_path / "b", "--workload", "lease-expiry", "--pause-kind", "task", "--pause", "2.5",
+        "--pause-every", "5", "--duration", "6", *common[:-1],
     )  # fmt: skip
     assert task.loc["redis.reentrant__lease-expiry", "pauses"] >= 1
     assert task.loc["redis.reentrant__lease-expiry", "overlapping_holds"] == 0
     world, _ = run_cases(
-        tmp_path / "c", "--workload", "lease-expiry", "--pause-kind", "world", "--pause", "1.0",
-        "--pause-every", "5", "--duration", "5", *common[:-1],
+        tmp_path / "c", "--workload", "lease-expiry", "--pause-kind", "world", "--pause", "2.5",
+        "--pause-every", "5", "--duration", "6", *common[:-1],
     )  # fmt: skip
     assert world.loc["redis.reentrant__lease-expiry", "pauses"] >= 1
     assert world.loc["redis.reentrant__lease-expiry", "overlapping_holds"] > 0

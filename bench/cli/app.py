@@ -129,7 +129,13 @@ def run(
         int, _opt("crash_after", "crash: worker 0 dies at its n-th critical section", metavar="N")
     ] = 20,
     stuck_bound: Annotated[
-        float, _opt("stuck_bound", "crash: seconds after which a lock counts as stuck", metavar="SECONDS")
+        float,
+        _opt(
+            "stuck_bound",
+            "crash: seconds without a grant after which a lock counts as stuck (when not given: 3x the "
+            "lock's own timeout, its lease, session timeout or connection, at least 3 s)",
+            metavar="SECONDS",
+        ),
     ] = 5.0,
     redis_url: o.RedisUrl = [],  # noqa: B006
     pg_dsn: o.PgDsn = None,
