@@ -123,6 +123,7 @@ def test_unknown_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_matrix_runs_the_catalog_into_one_folder_and_one_report(tmp_path: Path) -> None:
     r = bench("matrix", "--impl", "redis.setnx-del", "--impl", "redis.set-nx-px-lua", "--evidence", "quick",
+              "--strikes", "2",
               "--scenario", "crash", "--scenario", "long-cs", "--results-dir", str(tmp_path))  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     runs = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -147,8 +148,9 @@ def test_matrix_runs_the_catalog_into_one_folder_and_one_report(tmp_path: Path) 
     recovered = cases.loc[("redis.set-nx-px-lua", "crash")]
     assert recovered["verdict"] == "valid" and recovered["expected_outcome"] == "survives"
     assert recovered["acquisitions_after_event"] >= 1
-    # quick evidence: 3 crashes in one case (3 Locust processes die, a fourth carries on)
-    assert recovered["strikes"] == 3 and recovered["evidence_target"] == "k >= 3 and n >= 300"
+    # two strikes asked, graded against quick evidence (k >= 3): 2 crashes in one case, thin
+    assert recovered["strikes"] == 2 and recovered["evidence_target"] == "k >= 3 and n >= 300"
+    assert recovered["evidence"] == "thin"
     assert recovered["recovery_by"] == "the lease TTL" and recovered["recovery_ms_p50"] > 0
     assert not cases["contradicts_catalog"].any()
     assert "contradict the catalog" not in r.stderr
