@@ -29,20 +29,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Contended hold p50 / solo hold p50 above which a case is generator-bound. Measured on
-#: the shared 2-core machine (docs/architecture.md, "Fidelity"): where the generator is
-#: clearly not the limit (one client per Locust process, or one client against its own
-#: calibration) the ratio stayed within 0.44-2.00; polling locks with 50 clients in one
-#: process reached 2.3-23.6 (main) and 6.1-14.0 (this branch, --processes 1).
-#: PROVISIONAL: the lead re-derives it on a quiet machine (docs/architecture.md, "Fidelity").
+#: Contended hold p50 / solo hold p50 above which a case is generator-bound. Quiet machine
+#: (2026-12-01, load average 0.3-1.6): the default Redis run's nine unbound impls 1.03-1.29,
+#: redis.redlock 1.45; bound cases 2.39-2.90 (flash-sale at 500 users) and 2.50
+#: (redis.pottery-redlock at 50, its loop late 56% of the time). 2.0 lies in the gap.
 INFLATION_THRESHOLD = 2.0
 
 #: Share of a case's time one Locust process's loop may run more than 1 ms late
 #: (``loop_lag_late_share``, workloads/harness/loop_lag.py LATE_LIMIT_US) before the case is
-#: generator-bound. PROVISIONAL, chosen on a shared 2-core machine (load average 1-5) between
-#: a 1-client flash-sale run and lock-pairs at 200 users (redis.set-nx-px-lua and
-#: postgres.advisory); the lead re-derives it on a quiet machine.
-LATE_SHARE_LIMIT = 0.05
+#: generator-bound. Quiet machine (2026-12-01, load average 0.3-1.6): the default Redis run
+#: 0.024-0.043 for nine impls and 0.071 for redis.redlock (5-master fan-out, hold inflation
+#: 1.45); bound: flash-sale at 500 users 0.54-0.62, lock-pairs at 200 users 0.75-0.77,
+#: redis.pottery-redlock at 50 users 0.56. 0.15 sits in the gap, 2x above redlock.
+LATE_SHARE_LIMIT = 0.15
 
 #: Kept for run.json's record of the rule: CPU share no longer decides (see the module doc).
 CPU_BOUND_SHARE = 0.9
@@ -272,9 +271,8 @@ def solo_from(row: dict[str, Any]) -> Solo | None:
 
 
 #: Share of one core a Locust process may use and still keep its loop on time: the sizing
-#: target of :func:`processes_needed`. PROVISIONAL: a gevent loop near a whole core queues
-#: its clients; the lead re-derives it on a quiet machine from loop_lag_late_share against
-#: the workers' cpu_share.
+#: target of :func:`processes_needed`. Quiet machine (2026-12-01): processes at 0.35-0.59 of
+#: a core kept their loop late under 7% of the time; at 0.68-0.84 it was late 54-77%.
 PROCESS_CPU_TARGET = 0.5
 
 
