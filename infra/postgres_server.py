@@ -29,6 +29,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -277,11 +278,29 @@ class PostgresServer:
             self._initialised = False
 
     def restart(self) -> None:
-        """Kill (SIGKILL) and start again on the same port: committed rows survive, sessions do not."""
+        """Kill (SIGKILL) and start again on the same port: committed rows survive, sessions do not.
+
+        The whole process group dies, backends included; the new postmaster starts only once the
+        last of them is gone (a backend still attached to the old shared memory makes it refuse
+        to start, which a loaded machine showed in the matrix's repeated restarts), and gets one
+        more try a second later if it exits at start all the same.
+        """
+        pgid = self.process.popen.pid if self.process.popen is not None else None
         self.process.kill()
         if self.process.popen is not None:
             self.process.popen.wait(5)
-        self.process.start(self._ready, timeout=30)
+        deadline = time.monotonic() + 10
+        while pgid is not None and time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        try:
+            self.process.start(self._ready, timeout=30)
+        except InfraError:
+            time.sleep(1.0)
+            self.process.start(self._ready, timeout=30)
 
     def version(self) -> str:
         out = subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout
