@@ -586,6 +586,17 @@ def matrix_command(
             f"interrupted; finished cases in {folder.path} ({len(folder.rows)} of {len(cases)} finished; "
             f"render them with: bench report {folder.path})"
         )
+    # planned cases that never ran (a lane stopped after a server died) are "not run", never n/a
+    ran = {str(r.get("case")) for r in folder.rows}
+    reason = "; ".join(shared.failures) or "its lane stopped"
+    for c in cases:
+        if c.case_id not in ran and not any(
+            n["impl"] == c.impl and n["scenario"] == c.matrix_scenario for n in not_run
+        ):
+            not_run.append(
+                {"impl": c.impl, "scenario": c.matrix_scenario, "word": "not run", "reason": reason}
+            )
+    folder.meta["params"]["not_run"] = not_run
     contradictions = print_summary(folder.rows, console, not_run)
     folder.note("contradictions", contradictions)
     if folder.rows:

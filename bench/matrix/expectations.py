@@ -233,7 +233,12 @@ _PARTITIONS: dict[str, dict[str, Expectation]] = {
     },
     "redis.redlock": {
         "partition-client": _e(V, _CUT_LEASE),
-        "partition-node": _e(S, "one master of 5 cut: every grant still needs 3 of them"),
+        "partition-node": _e(
+            V,
+            "one master of 5 cut does not break the quorum, but the holder works 7 s through the cut on a "
+            "2 s lease that RedLock never renews: the lease ends and a waiter wins 3 masters (matrix "
+            "2026-12-01: violates; the cut itself is not the cause)",
+        ),
         "partition-majority": _e(
             V, "the holder keeps 2 masters; once its keys expire on the other 3, a waiter wins them"
         ),
@@ -242,7 +247,10 @@ _PARTITIONS: dict[str, dict[str, Expectation]] = {
         impl: {
             "partition-client": _e(V, "the cut-off client's session expires (3 s) and its node goes"),
             "partition-leader": _e(
-                V, "the old leader loses quorum; the holder's session expires on the majority side"
+                "",
+                "the old leader loses quorum and drops its clients; whether the majority expires the holder's "
+                "session before the holder's own client gives it up depends on timing: the catalog cannot "
+                "say (matrix 2026-12-01, quick evidence: survived 5 strikes, fenced and unfenced)",
             ),
             "partition-node": _e(
                 S, "a follower cut off: its clients move to another member within the session"
