@@ -48,13 +48,13 @@ GRID_CSS = """
 #safety-grid thead th:first-child { width: 14em; }
 #safety-grid td { text-align: center; line-height: 1.15; }
 #safety-grid td small { display: block; font-size: 0.88em; color: inherit; opacity: 0.85; }
-#safety-grid td.good { background: #b9e6b9; color: #0f4a0f; }
-#safety-grid td.thin { background: #eef7ee; color: #4d6b4d; border: 1px dashed #9cc59c; }
-#safety-grid td.bad { background: #f3b6ae; color: #7a0000; font-weight: bold; }
-#safety-grid td.warn { background: #fbe2a8; color: #6b4a00; }
-#safety-grid td.stuck { background: #e3d3f2; color: #4b2a6b; }
-#safety-grid td.nottested { background: #f4f4f4; color: #888; }
-#safety-grid td.unknown { background: #dcdcdc; color: #333; }
+#safety-grid td.good, .legend span.good { background: #b9e6b9; color: #0f4a0f; }
+#safety-grid td.thin, .legend span.thin { background: #eef7ee; color: #4d6b4d; border: 1px dashed #9cc59c; }
+#safety-grid td.bad, .legend span.bad { background: #f3b6ae; color: #7a0000; font-weight: bold; }
+#safety-grid td.warn, .legend span.warn { background: #fbe2a8; color: #6b4a00; }
+#safety-grid td.stuck, .legend span.stuck { background: #e3d3f2; color: #4b2a6b; }
+#safety-grid td.nottested, .legend span.nottested { background: #f4f4f4; color: #888; }
+#safety-grid td.unknown, .legend span.unknown { background: #dcdcdc; color: #333; }
 #safety-grid td.none { background: #fff; color: #bbb; }
 #safety-grid td.contradicts { outline: 2px solid #c0392b; outline-offset: -2px; }
 .legend span { display: inline-block; padding: 0 5px; margin: 0 4px 2px 0; border-radius: 3px; font-size: 0.85em; }
@@ -254,8 +254,7 @@ def safety_grid_section(run: RunData) -> str:
     for c in cells.values():
         counts[c.cls] = counts.get(c.cls, 0) + 1
     legend = " ".join(
-        f'<span class="{cls}" style="{_legend_style(cls)}" title="{e(CLASSES[cls][1])}">'
-        f"{e(CLASSES[cls][0])}: {counts.get(cls, 0)}</span>"
+        f'<span class="{cls}" title="{e(CLASSES[cls][1])}">{e(CLASSES[cls][0])}: {counts.get(cls, 0)}</span>'
         for cls in ("good", "thin", "bad", "warn", "stuck", "unknown", "nottested")
     )
     level_text = f" ({e(level)})" if level else ""
@@ -273,25 +272,3 @@ def safety_grid_section(run: RunData) -> str:
         f"impl</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{caption}"
         f'<ul class="impl-notes">{notes}</ul>'
     )
-
-
-def _legend_style(cls: str) -> str:
-    colours = {
-        "good": "#b9e6b9",
-        "thin": "#eef7ee",
-        "bad": "#f3b6ae",
-        "warn": "#fbe2a8",
-        "stuck": "#e3d3f2",
-        "unknown": "#dcdcdc",
-        "nottested": "#f4f4f4",
-    }
-    return f"background: {colours[cls]}"
-
-
-def matrix_counts(run: RunData) -> dict[str, int]:
-    """Cells per class (for the closing note and tests)."""
-    _, _, cells = grid_cells(run)
-    counts: dict[str, int] = {}
-    for c in cells.values():
-        counts[c.cls] = counts.get(c.cls, 0) + 1
-    return counts

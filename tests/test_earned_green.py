@@ -72,7 +72,6 @@ def test_one_witnessed_violation_fails_the_cell_whatever_the_evidence() -> None:
         _row(verdict="invalid", overlapping_holds=1),
     ]
     assert cell_for(rows).cls == "bad"
-    assert strikes.grade_cell(rows, STANDARD)[0] == "failed"
 
 
 def test_a_case_grade_follows_its_strikes_and_grants() -> None:

@@ -33,8 +33,6 @@ FAULT_WORKLOADS = ("long-cs", "lease-expiry", "crash")
 WORKLOAD_STRIKES = {"lease-expiry": ("pause", "ok"), "crash": ("crash", "info")}
 #: Workloads where every hold longer than the lease is a strike.
 LONG_HOLD_WORKLOADS = ("long-cs",)
-#: Evidence grades, from best to worst, as cases.csv column ``evidence`` holds them.
-GRADES = ("earned", "thin", "not-struck", "unknown", "failed", "")
 
 
 @dataclass(frozen=True)
@@ -127,42 +125,6 @@ def grade(row: dict[str, Any], target: EvidenceTarget, fault_case: bool) -> str:
     if k >= target.strikes and n >= target.acquisitions:
         return "earned"
     return "thin"
-
-
-def grade_cell(rows: list[dict[str, Any]], target: EvidenceTarget) -> tuple[str, int, int]:
-    """A matrix cell's grade over its cases (trials): the evidence adds up, one violation fails it.
-
-    Returns (grade, k, n) with k and n summed over the cases that struck.
-    """
-    if not rows:
-        return "", 0, 0
-    if any(r.get("verdict") == "invalid" for r in rows):
-        return (
-            "failed",
-            sum(_int(r, "strikes") for r in rows),
-            sum(_int(r, "acquisitions_after_strike") for r in rows),
-        )
-    struck = [r for r in rows if _int(r, "strikes") > 0 and r.get("verdict") != "unknown"]
-    k = sum(_int(r, "strikes") for r in struck)
-    n = sum(_int(r, "acquisitions_after_strike") for r in struck)
-    if not struck:
-        if any(_int(r, "strikes") > 0 for r in rows):
-            return "unknown", 0, 0
-        return "not-struck", 0, 0
-    if k >= target.strikes and n >= target.acquisitions:
-        return "earned", k, n
-    return "thin", k, n
-
-
-def bound_text(k: int, n: int) -> str:
-    """ "k strikes, n grants after: failure per strike < 3/k, race per grant < 3/n (95%)"."""
-    parts = [f"{k} strike{'s' if k != 1 else ''}", f"{n:,} grants after"]
-    bounds = []
-    if k:
-        bounds.append(f"per-strike failure < {3 / k:.2g}")
-    if n:
-        bounds.append(f"per-grant race < {3 / n:.2g}")
-    return ", ".join(parts) + (f" ({'; '.join(bounds)}, 95%)" if bounds else "")
 
 
 #: A crashed holder's lock counts as stuck when nobody gets it within this many times the time the

@@ -473,11 +473,6 @@ def run_case(
     return result
 
 
-def with_fault_window(history: pd.DataFrame, window: FaultWindow) -> pd.DataFrame:
-    """The history plus the fault as an invoke/ok pair of op ``fault`` by client ``bench``."""
-    return with_fault_windows(history, [window])
-
-
 def with_fault_windows(history: pd.DataFrame, windows: list[FaultWindow]) -> pd.DataFrame:
     """The history plus every strike as an invoke/ok pair of op ``fault`` by client ``bench`` (seq = strike)."""
     if not windows:
