@@ -5,11 +5,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from infra.errors import InfraError
 
@@ -32,6 +36,36 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+
+
+_spawn_jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+_spawner_started = threading.Lock()
+_spawner: list[threading.Thread] = []
+
+
+def _serve_spawns() -> None:
+    while True:
+        job, done = _spawn_jobs.get()
+        try:
+            done.set_result(job())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            done.set_exception(exc)
+
+
+def _from_spawner(job: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """Run ``job`` (a fork) in one daemon thread that lives until the process exits.
+
+    A child's parent-death signal fires when its forking thread ends; this thread ends only
+    with the process (after the atexit stop of every server), so the children of any thread
+    die with bench, SIGKILL included, and never with the thread that asked for them.
+    """
+    with _spawner_started:
+        if not _spawner:
+            _spawner.append(threading.Thread(target=_serve_spawns, name="lockbench-spawner", daemon=True))
+            _spawner[0].start()
+    done: Future = Future()
+    _spawn_jobs.put((job, done))
+    return done.result()
 
 
 def _stop_all_at_exit() -> None:
@@ -84,8 +118,9 @@ class ServerProcess:
             raise InfraError(f"{self.name}: starting servers is forbidden here ({FORBID_ENV} is set)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen
-        try:
-            self.popen = subprocess.Popen(
+
+        def spawn() -> subprocess.Popen:
+            return subprocess.Popen(
                 self.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -94,10 +129,14 @@ class ServerProcess:
                 env=self.env,
                 user=self.user,
                 start_new_session=True,
-                # PDEATHSIG follows the *thread* that forks: a server (re)started from a
-                # fault thread would die with that thread, so only the main thread asks.
-                preexec_fn=die_with_parent if not detached and _in_main_thread() else None,
+                preexec_fn=None if detached else die_with_parent,
             )
+
+        try:
+            # PDEATHSIG follows the *thread* that forks: a server started from a matrix lane or
+            # restarted from a fault thread would die with that thread (or, unasked, outlive a
+            # kill -9 of bench), so it is forked by a thread that lives as long as the process
+            self.popen = spawn() if detached or _in_main_thread() else _from_spawner(spawn)
         except OSError as exc:
             raise InfraError(f"cannot start {self.name}: {exc}") from exc
         finally:
