@@ -45,6 +45,7 @@ from workloads.checks.stop_rules import EvidenceWatch, StopRule
 from workloads.harness import clock_offsets
 from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
 from workloads.harness.loop_lag import PROBE as LOOP_LAG
+from workloads.harness.prompt_runner import make_prompt
 from workloads.harness.recording import HIST_NAMES, Recorder
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
@@ -251,6 +252,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     elif isinstance(runner, MasterRunner):
         runner.register_message("lockbench_final", _on_final)
         runner.register_message("lockbench_pong", _on_pong)
+        make_prompt(environment)  # start when the workers are ready, end when they have left
 
 
 def _clock_shift_ns() -> int:
