@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -213,3 +214,26 @@ def test_progress_line_has_rate_elapsed_and_an_eta_for_the_whole_run() -> None:
     progress.case_started(cases[1], 1, 3)
     assert progress.overheads == [pytest.approx(2, abs=0.5)]
     assert progress.eta_s() == pytest.approx(8 + 2 + 4 + 2, abs=0.5)
+
+
+def test_eta_counts_a_solo_calibration_by_what_it_took_not_its_longest_window() -> None:
+    from bench.run.progress import LiveProgress
+    from bench.run.runner import calibration_case
+
+    case = Case(
+        impl="redis.i", backend="redis", workload=WORKLOADS["flash-sale"], settings=RunSettings(duration=8)
+    )
+    plan = [calibration_case(case), case, calibration_case(case), case]
+    lines = Console(file=io.StringIO(), width=200)
+    progress = LiveProgress(lines, plan)
+    progress.case_started(plan[0], 0, 4)
+    progress.case_t0 -= 1.2  # the solo ended on its acquisitions after 1.2 s of its 3 s window
+    progress.case_started(plan[1], 1, 4)
+    assert progress.solo_walls == [pytest.approx(1.2, abs=0.3)] and progress.overheads == []
+    progress.case_t0 -= 10
+    progress.case_started(plan[2], 2, 4)
+    assert progress.overheads == [pytest.approx(2, abs=0.5)]
+    assert progress.eta_s() == pytest.approx(1.2 + 8 + 2, abs=0.6)
+    printed = lines.file.getvalue()
+    assert "solo calibration: 1 user, up to 3s or 500 acquisitions" in printed
+    assert "redis.i x flash-sale: 8s, 50 users" in printed

@@ -18,9 +18,10 @@ from bench.errors import UserError
 from bench.measure import fidelity
 from bench.measure.analysis import percentiles
 from bench.run.command import resolve_processes
-from bench.run.runner import CALIBRATION_S, Case, RunSettings, with_calibration
+from bench.run.runner import CALIBRATION_S, SOLO_ACQUISITIONS, Case, RunSettings, with_calibration
 from tests.helpers import bench
 from tests.test_gate import gate, noisy, write_run
+from workloads.checks.stop_rules import StopRule
 from workloads.harness.catalog import WORKLOADS
 from workloads.harness.recording import new_histogram
 
@@ -117,6 +118,9 @@ def test_each_impl_is_calibrated_once_just_before_its_first_case() -> None:
     ]  # fmt: skip
     solo = plan[0]
     assert (solo.settings.users, solo.settings.processes, solo.settings.duration) == (1, 1, CALIBRATION_S)
+    # it ends as soon as its hold p50 has enough samples, not after its whole duration
+    assert StopRule.from_json(solo.settings.stop_rule) == StopRule("start", acquisitions=SOLO_ACQUISITIONS)
+    assert not plan[1].settings.stop_rule  # the case itself runs its duration
     assert plan[4].settings.duration == 2.0  # never longer than the case
     assert solo.case_id.endswith("__solo") and solo.case_id != plan[1].case_id
 

@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.status import Status
 
+from workloads.checks.stop_rules import StopRule
+
 #: Seconds a case takes beyond its load (Locust start, checkers, writing) until one is measured.
 FIRST_GUESS_OVERHEAD_S = 4.0
 
@@ -45,6 +47,8 @@ class LiveProgress:
         self.case_index = -1
         self.case_t0 = self.started
         self.overheads: list[float] = []
+        #: wall seconds of each finished solo calibration: it ends on its acquisitions, not its duration
+        self.solo_walls: list[float] = []
         #: (t, acquisitions) samples of the current case within the last RATE_WINDOW_S
         self.samples: deque[tuple[float, int]] = deque()
         self.rate = 0.0
@@ -66,29 +70,39 @@ class LiveProgress:
         """Called before each case: prints its line, and books what the previous case cost."""
         now = time.monotonic()
         if self.case_index >= 0:
-            load = self.cases[self.case_index].settings.duration
-            self.overheads.append(max(0.0, now - self.case_t0 - load))
+            previous = self.cases[self.case_index]
+            if getattr(previous, "solo", False):
+                self.solo_walls.append(now - self.case_t0)
+            else:
+                self.overheads.append(max(0.0, now - self.case_t0 - previous.settings.duration))
         self.case_index, self.case_t0, self.rate = index, now, 0.0
         self.samples.clear()
         trial = f" (trial {case.trial + 1})" if case.params.get("trials", 1) > 1 else ""
-        if getattr(case, "solo", False):
-            trial = " solo calibration"
         procs = case.settings.processes
-        self.console.print(
-            f"[{index + 1}/{total}] {case.impl} x {case.scenario}{trial}: "
-            f"{case.settings.duration:g}s, {case.settings.users} users"
-            + (f", {procs} processes" if isinstance(procs, int) and procs > 1 else "")
-        )
+        users = f"{case.settings.users} user{'s' if case.settings.users != 1 else ''}"
+        if getattr(case, "solo", False):
+            rule = StopRule.from_json(case.settings.stop_rule)
+            enough = f" or {rule.acquisitions} acquisitions" if rule is not None and rule.acquisitions else ""
+            what = f" solo calibration: {users}, up to {case.settings.duration:g}s{enough}"
+        else:
+            what = f"{trial}: {case.settings.duration:g}s, {users}"
+            what += f", {procs} processes" if isinstance(procs, int) and procs > 1 else ""
+        self.console.print(f"[{index + 1}/{total}] {case.impl} x {case.scenario}{what}")
         self._show()
 
     def eta_s(self, now: float | None = None) -> float:
         """Seconds until the whole run ends: the load still to run plus each case's measured overhead."""
         now = time.monotonic() if now is None else now
         overhead = sum(self.overheads) / len(self.overheads) if self.overheads else FIRST_GUESS_OVERHEAD_S
+
+        def wall(case: Any) -> float:
+            if getattr(case, "solo", False) and self.solo_walls:
+                return sum(self.solo_walls) / len(self.solo_walls)
+            return case.settings.duration + overhead
+
         current = self.cases[self.case_index] if self.case_index >= 0 else None
-        left_now = max(0.0, current.settings.duration + overhead - (now - self.case_t0)) if current else 0.0
-        later = self.cases[self.case_index + 1 :]
-        return left_now + sum(c.settings.duration + overhead for c in later)
+        left_now = max(0.0, wall(current) - (now - self.case_t0)) if current else 0.0
+        return left_now + sum(wall(c) for c in self.cases[self.case_index + 1 :])
 
     def tick(self, sample: dict[str, Any]) -> None:
         """A sample from the case's progress.json: ``{"t": seconds, "acquisitions": n, "errors": n}``."""

@@ -41,12 +41,19 @@ from infra.ports import free_port
 from infra.process import die_with_parent
 from infra.stack import Stack
 from lockimpls.base import DEFAULT_RETRY_INTERVAL
+from workloads.checks.stop_rules import StopRule
 from workloads.harness.catalog import WorkloadInfo
 from workloads.harness.recording import decode_histogram
 
-#: Seconds of load of a solo calibration case (one client): a few hundred acquisitions
-#: at the solo rate of a 1 ms critical section, enough for a stable hold p50.
+#: Longest load window of a solo calibration case (one client): it ends sooner, as soon as
+#: it holds :data:`SOLO_ACQUISITIONS` (bench/run/runner.py ``calibration_case``).
 CALIBRATION_S = 3.0
+#: Acquisitions that end a solo calibration early. The hold p50 of 500 samples lies, with 95%
+#: confidence, between the sample's 45.6th and 54.4th percentiles (binomial order statistics):
+#: a few percent of a hold, against the 2x by which a case is judged inflated. One client of
+#: a 1 ms critical section reaches it in about a second (Redis, quiet machine: 1,200-1,700
+#: acquisitions in 3 s; pottery-redlock 550, which runs the whole 3 s).
+SOLO_ACQUISITIONS = 500
 
 
 class ServerDied(Exception):
@@ -127,9 +134,14 @@ class Case:
 
 
 def calibration_case(case: Case) -> Case:
-    """The one-client, short, fault-free twin of ``case``: its solo calibration."""
+    """The one-client, short, fault-free twin of ``case``: its solo calibration.
+
+    It ends after :data:`SOLO_ACQUISITIONS` acquisitions (a stop rule, as the matrix's cases
+    end on their evidence) or after :data:`CALIBRATION_S`, whichever comes first.
+    """
     duration = min(CALIBRATION_S, case.settings.duration)  # never longer than the case itself
-    settings = replace(case.settings, users=1, spawn_rate=1.0, processes=1, duration=duration)
+    rule = StopRule("start", acquisitions=SOLO_ACQUISITIONS).to_json()
+    settings = replace(case.settings, users=1, spawn_rate=1.0, processes=1, duration=duration, stop_rule=rule)
     return replace(case, fault=None, trial=0, settings=settings, solo=True)
 
 
@@ -928,11 +940,18 @@ def record_solo(
         **(solo.as_json() if solo else {"hold_p50_us": None, "acquire_p50_us": None, "acquisitions": 0}),
         "workload": case.workload.name,
         "scenario": case.scenario,
-        "duration_s": case.settings.duration,
+        "duration_s": _window_s(result) or case.settings.duration,
         "verdict": result["row"].get("verdict"),
     }
     calibration["solo"].setdefault(case.impl, entry)
     calibration["solo_by_scenario"].setdefault(case.scenario, {})[case.impl] = entry
+
+
+def _window_s(result: dict[str, Any]) -> float | None:
+    """The load window a case really ran (a stop rule may end it before its duration)."""
+    t = result.get("timing") or {}
+    start, stop = t.get("test_start_ns"), t.get("test_stop_ns")
+    return round((stop - start) / 1e9, 3) if start is not None and stop is not None else None
 
 
 def record_case(calibration: dict[str, Any], backend: str, result: dict[str, Any]) -> None:
