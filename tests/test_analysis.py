@@ -14,6 +14,7 @@ from bench.measure.analysis import (
     case_row,
     fairness,
     handoff_gaps_us,
+    hist_mean,
     percentiles,
     steady_window,
     utilization,
@@ -251,3 +252,21 @@ def test_case_row_of_empty_history() -> None:
     assert set(CASE_COLUMNS) <= set(row)
     assert row["acquisitions"] == 0 and row["verdict"] == "unknown"
     assert np.isnan(row["throughput_acq_s"])
+
+
+@pytest.mark.parametrize(
+    ("highest", "digits", "values"),
+    [
+        (60_000_000, 3, [int(v) + 1 for v in np.random.default_rng(7).lognormal(7, 2.5, 20_000)]),
+        (3_600_000_000, 3, [0, 1, 2, 1023, 1024, 2047, 2048, 3_600_000_000]),
+        (10_000, 2, [int(v) for v in np.random.default_rng(8).integers(0, 10_000, 5_000)]),
+        (60_000_000, 3, [42]),
+    ],
+)
+def test_hist_mean_is_hdrh_s_own_mean(highest: int, digits: int, values: list[int]) -> None:
+    hist = HdrHistogram(1, highest, digits)
+    for value in values:
+        hist.record_value(min(value, highest))
+    # the same integer sum of the same bucket middles: equal, not merely close
+    assert hist_mean(hist) == hist.get_mean_value() and hist_mean(hist) > 0
+    assert hist_mean(HdrHistogram(1, highest, digits)) == 0.0

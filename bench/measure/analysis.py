@@ -89,6 +89,34 @@ def _pct(values: np.ndarray, q: float) -> float:
 # latency ---------------------------------------------------------------------------------
 
 
+def hist_mean(hist: HdrHistogram) -> float:
+    """The histogram's mean, exactly as ``HdrHistogram.get_mean_value`` computes it, in numpy.
+
+    Why: hdrh walks its recorded buckets in Python, about 40 ms for a case's few thousand
+    distinct buckets and three histograms per case: a tenth of a second per case spent
+    between two load windows. Each count is weighted by the middle of its bucket (HDR's
+    "median equivalent value"), from the bucket layout of the counts array.
+    """
+    total = int(hist.get_total_count())
+    if not total:
+        return 0.0
+    counts = np.ctypeslib.as_array(hist.counts)[: hist.counts_len].astype(np.int64)
+    index = np.flatnonzero(counts)
+    half, half_magnitude, unit = (
+        hist.sub_bucket_half_count,
+        hist.sub_bucket_half_count_magnitude,
+        hist.unit_magnitude,
+    )
+    bucket = (index >> half_magnitude) - 1
+    sub_bucket = (index & (half - 1)) + half
+    first = bucket < 0  # the first bucket's lower half: indexes 0 .. half - 1
+    sub_bucket[first] -= half
+    bucket[first] = 0
+    lowest = sub_bucket << (bucket + unit)
+    middle = lowest + ((np.int64(1) << (bucket + unit)) >> 1)
+    return float(int(np.dot(counts[index], middle))) / total
+
+
 def percentiles(hist: HdrHistogram | None) -> dict[str, float]:
     """p50, p90, p99, p999 (99.9th), max, mean (microseconds) and count of one histogram.
 
@@ -104,7 +132,7 @@ def percentiles(hist: HdrHistogram | None) -> dict[str, float]:
         "p99": float(hist.get_value_at_percentile(99)),
         "p999": float(hist.get_value_at_percentile(99.9)),
         "max": float(hist.get_max_value()),
-        "mean": float(hist.get_mean_value()),
+        "mean": hist_mean(hist),
         "count": count,
     }
 
