@@ -261,7 +261,6 @@ def _locusts(mark: str) -> list[tuple[int, str, str, str]]:
     return [p for p in marked_processes([mark]) if "locust" in p[3] and p[1] != "Z"]
 
 
-@pytest.mark.server
 def _working_in(folders: list[Path]) -> list[int]:
     """Live pids whose working directory lies in one of ``folders`` (deleted or not)."""
     found = []
@@ -276,6 +275,7 @@ def _working_in(folders: list[Path]) -> list[int]:
     return found
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("launch", ["cold", "warm"])
 def test_kill_9_of_bench_leaves_no_locust_and_a_later_bench_tells_the_truth(
     tmp_path: Path, launch: str
