@@ -654,6 +654,29 @@ def test_the_committed_ci_baseline_gates_against_itself() -> None:
     assert "PASS" in r.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.server
+def test_a_ci_suite_run_here_is_comparable_with_the_committed_baseline(tmp_path: Path) -> None:
+    """A stale baseline (other run parameters) makes every CI gate "not comparable", exit 2.
+
+    One trial is enough to know: trials are the one parameter allowed to differ, and the
+    parameter check comes before the statistics (which then want more trials).
+    """
+    from bench.results import meta
+    from tests.helpers import PROJECT
+
+    committed = PROJECT / "results" / "baselines" / "ci"
+    made_on = json.loads((committed / "baseline.json").read_text())["machine_class"]
+    here = meta.host_info()["machine_class"]
+    if here != made_on:
+        pytest.skip(f"the committed baseline is for {made_on}; this machine is {here}")
+    r = bench("run", "--suite", "ci", "--trials", "1", "--no-report", "--results-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    g = gate(committed, Path(r.stdout.strip()))
+    assert "not comparable" not in g.stderr, g.stderr
+    assert g.returncode == 2 and "NOT ENOUGH DATA" in g.stderr, (g.stdout, g.stderr)
+
+
 def test_baseline_update_refuses_a_committed_baseline_without_force(tmp_path: Path) -> None:
     import subprocess
 
