@@ -68,7 +68,8 @@ def make_prompt(environment: Any) -> None:
     opts = environment.parsed_options
     if not isinstance(runner, MasterRunner) or opts is None:
         return
-    if type(runner) is MasterRunner:
+    # only Locust's own master with the parts the override uses: another Locust keeps its quit
+    if type(runner) is MasterRunner and all(hasattr(runner, a) for a in ("server", "clients", "greenlet")):
         runner.__class__ = PromptMasterRunner
     if not getattr(opts, "headless", False):
         return
