@@ -182,7 +182,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="restart",
             **_SERVER,
-            per_strike_s=5.0,
+            per_strike_s=7.5,  # the holder keeps the lock up to 3 s after the action (REGRANT_WAIT_S)
             workload="flash-sale",
             summary="the lock server is killed (SIGKILL) and restarted while a lock is held",
             fault="restart@held",
@@ -193,7 +193,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="failover",
             **_SERVER,
-            per_strike_s=8.0,
+            per_strike_s=10.5,  # the holder keeps the lock up to 3 s after the action (REGRANT_WAIT_S)
             workload="flash-sale",
             summary="Redis master killed with the holder's lock not yet replicated; Sentinel promotes the replica",
             fault="failover@held",
@@ -207,7 +207,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="kill-member",
             **_SERVER,
-            per_strike_s=8.0,
+            per_strike_s=10.5,  # the holder keeps the lock up to 3 s after the action (REGRANT_WAIT_S)
             workload="flash-sale",
             summary="one member of a 3-node ensemble is killed while a lock is held",
             fault="kill-member@held",

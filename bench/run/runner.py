@@ -412,7 +412,7 @@ def run_case(
             ground = partitions.PartitionGround(stack.hosts, lock_servers)
         fault = FaultThread(
             case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground,
-            strikes=settings.strikes, grants_between=settings.grants_between,
+            strikes=settings.strikes, grants_between=settings.grants_between, lease_s=settings.ttl,
         )  # fmt: skip
     if fault is not None:
         fault.start()

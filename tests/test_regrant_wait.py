@@ -1,0 +1,95 @@
+"""A strike's holder keeps its lock until the service grants it again, or until the wait ends.
+
+bench tells the holder of a server-fault strike that the fault is over (``lockbench:res:healed``).
+With a fixed half second, a service whose clients reconnect after a second never showed the
+lock it lost (PostgreSQL advisory locks "survived" restarts in the quick matrix). Now the
+holder is let go as soon as another client has bought (a purchase on the order ledger while
+the holder holds: the overlap the checker counts), or after ``REGRANT_WAIT_S``, never past
+half the lease. Real Redis servers: one restarted as the lock server, one as the resource.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from bench.nemesis import faults
+from bench.nemesis.faults import FaultThread, parse_fault
+from infra.redis_server import RedisServer
+
+pytestmark = pytest.mark.server
+
+HEALED, ARMED, SIGNAL = "lockbench:res:healed", "lockbench:res:armed", "lockbench:res:signal"
+#: a hang guard, not a speed claim: every wait below ends on an event long before it
+GUARD_S = 30
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    lock = RedisServer(tmp_path / "lock", name="redis-regrant-lock").start()
+    resource = RedisServer(tmp_path / "resource", name="redis-regrant-resource").start()
+    try:
+        yield lock, resource
+    finally:
+        lock.stop()
+        resource.stop()
+
+
+def _claim(client: redis.Redis) -> None:
+    """The workload's side: the load has started; the first holder after the arming claims the strike."""
+    client.set("lockbench:res:started", "1")
+    deadline = time.monotonic() + GUARD_S
+    while not client.get(ARMED):
+        assert time.monotonic() < deadline, "the fault was never armed"
+        time.sleep(0.02)
+    client.rpush(SIGNAL, "client-a")
+
+
+def _strike(
+    lock: RedisServer, resource: RedisServer, lease_s: float | None
+) -> tuple[FaultThread, redis.Redis]:
+    thread = FaultThread(parse_fault("restart@held"), lock, resource.url, deadline_s=60, lease_s=lease_s)
+    thread.start()
+    client = redis.Redis.from_url(resource.url)
+    _claim(client)
+    return thread, client
+
+
+def test_the_holder_keeps_its_lock_until_another_client_has_bought(
+    servers: tuple[RedisServer, RedisServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock, resource = servers
+    monkeypatch.setitem(faults.REGRANT_WAIT_S, "restart", 3600.0)
+    thread, client = _strike(lock, resource, lease_s=None)
+    try:
+        # nobody else has bought: the holder is kept (a fixed grace let it go after 0.5 s)
+        assert client.blpop([HEALED], timeout=2) is None
+        client.rpush("lockbench:res:orders:item-0", "client-b:1")  # the service granted it again
+        assert client.blpop([HEALED], timeout=GUARD_S) is not None
+        thread.join(GUARD_S)
+        assert [w.kind for w in thread.windows] == ["restart"] and thread.holder == "client-a"
+    finally:
+        thread.stop()
+        client.close()
+
+
+def test_a_safe_lock_s_holder_is_let_go_after_the_wait_and_never_past_half_its_lease(
+    servers: tuple[RedisServer, RedisServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock, resource = servers
+    monkeypatch.setitem(faults.REGRANT_WAIT_S, "restart", 3600.0)
+    thread, client = _strike(lock, resource, lease_s=1.0)
+    try:
+        assert thread.regrant_wait_s() == 0.5  # half the lease, not the hour
+        # no purchase ever comes: only the bound can let the holder go
+        assert client.blpop([HEALED], timeout=GUARD_S) is not None
+        assert client.llen("lockbench:res:orders:item-0") == 0
+        thread.join(GUARD_S)
+        assert len(thread.windows) == 1
+    finally:
+        thread.stop()
+        client.close()
