@@ -15,17 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from bench.nemesis import faults
 from bench.nemesis.faults import FaultThread, parse_fault
 from infra.redis_server import RedisServer
+from workloads.harness.resource import FlashSaleResource
 
 pytestmark = pytest.mark.server
 
-HEALED, ARMED, SIGNAL = "lockbench:res:healed", "lockbench:res:armed", "lockbench:res:signal"
+ITEM = "item-0"
 #: a hang guard, not a speed claim: every wait below ends on an event long before it
-GUARD_S = 30
+GUARD_S = 9
 
 
 @pytest.fixture
@@ -39,24 +39,20 @@ def servers(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
         resource.stop()
 
 
-def _claim(client: redis.Redis) -> None:
-    """The workload's side: the load has started; the first holder after the arming claims the strike."""
-    client.set("lockbench:res:started", "1")
-    deadline = time.monotonic() + GUARD_S
-    while not client.get(ARMED):
-        assert time.monotonic() < deadline, "the fault was never armed"
-        time.sleep(0.02)
-    client.rpush(SIGNAL, "client-a")
-
-
 def _strike(
     lock: RedisServer, resource: RedisServer, lease_s: float | None
-) -> tuple[FaultThread, redis.Redis]:
+) -> tuple[FaultThread, FlashSaleResource]:
+    """Start the fault, then play the workload's side: reset (the load started) and claim the armed strike."""
     thread = FaultThread(parse_fault("restart@held"), lock, resource.url, deadline_s=60, lease_s=lease_s)
     thread.start()
-    client = redis.Redis.from_url(resource.url)
-    _claim(client)
-    return thread, client
+    res = FlashSaleResource(resource.url)
+    res.reset([ITEM], 100)
+    deadline = time.monotonic() + GUARD_S
+    while not res.armed():
+        assert time.monotonic() < deadline, "the fault was never armed"
+        time.sleep(0.02)
+    assert res.signal_held("client-a")
+    return thread, res
 
 
 def test_the_holder_keeps_its_lock_until_another_client_has_bought(
@@ -64,17 +60,17 @@ def test_the_holder_keeps_its_lock_until_another_client_has_bought(
 ) -> None:
     lock, resource = servers
     monkeypatch.setitem(faults.REGRANT_WAIT_S, "restart", 3600.0)
-    thread, client = _strike(lock, resource, lease_s=None)
+    thread, res = _strike(lock, resource, lease_s=None)
     try:
         # nobody else has bought: the holder is kept (a fixed grace let it go after 0.5 s)
-        assert client.blpop([HEALED], timeout=2) is None
-        client.rpush("lockbench:res:orders:item-0", "client-b:1")  # the service granted it again
-        assert client.blpop([HEALED], timeout=GUARD_S) is not None
+        assert not res.wait_healed(2)
+        res.append_order(ITEM, "client-b", 1)  # the service granted it again
+        assert res.wait_healed(GUARD_S)
         thread.join(GUARD_S)
         assert [w.kind for w in thread.windows] == ["restart"] and thread.holder == "client-a"
     finally:
         thread.stop()
-        client.close()
+        res.client.close()
 
 
 def test_a_safe_lock_s_holder_is_let_go_after_the_wait_and_never_past_half_its_lease(
@@ -82,14 +78,14 @@ def test_a_safe_lock_s_holder_is_let_go_after_the_wait_and_never_past_half_its_l
 ) -> None:
     lock, resource = servers
     monkeypatch.setitem(faults.REGRANT_WAIT_S, "restart", 3600.0)
-    thread, client = _strike(lock, resource, lease_s=1.0)
+    thread, res = _strike(lock, resource, lease_s=1.0)
     try:
         assert thread.regrant_wait_s() == 0.5  # half the lease, not the hour
         # no purchase ever comes: only the bound can let the holder go
-        assert client.blpop([HEALED], timeout=GUARD_S) is not None
-        assert client.llen("lockbench:res:orders:item-0") == 0
+        assert res.wait_healed(GUARD_S)
+        assert res.final_state([ITEM])["items"][ITEM]["orders_count"] == 0
         thread.join(GUARD_S)
         assert len(thread.windows) == 1
     finally:
         thread.stop()
-        client.close()
+        res.client.close()

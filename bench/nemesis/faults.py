@@ -229,7 +229,7 @@ class FaultThread(threading.Thread):
 
     def regrant_wait_s(self) -> float:
         """How long the strike's holder keeps its lock after the action, at most (REGRANT_WAIT_S)."""
-        wait = REGRANT_WAIT_S.get(self.spec.kind, 0.5)
+        wait = REGRANT_WAIT_S[self.spec.kind]
         return min(wait, self.lease_s / 2) if self.lease_s else wait
 
     def _release_holder(self) -> None:

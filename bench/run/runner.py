@@ -652,12 +652,17 @@ def _process_started() -> float:
     return now - age if 0 <= age <= _MAX_BENCH_START_S else now
 
 
+def load_window_ns(timing: dict[str, Any]) -> tuple[int, int] | None:
+    """Locust's test start and stop of one attempt (``timing`` from :func:`run_case`); None if it never started."""
+    start, stop = timing.get("test_start_ns"), timing.get("test_stop_ns")
+    return (start, stop) if start is not None and stop is not None else None
+
+
 def case_phases(timing: dict[str, Any], begun_ns: int, written_ns: int) -> dict[str, float]:
     """One attempt's phases in seconds (``timing`` from :func:`run_case`); ``write`` is the rest of its wall."""
     launched, exited, ended = timing["launched_ns"], timing["exited_ns"], timing["ended_ns"]
-    start, stop = timing.get("test_start_ns"), timing.get("test_stop_ns")
-    if start is None or stop is None:  # Locust never started its test: all of it was start-up
-        start = stop = exited
+    # Locust never started its test: all of it was start-up
+    start, stop = load_window_ns(timing) or (exited, exited)
     parts = {
         "prepare": launched - timing["begun_ns"],
         "locust_start": start - launched,
@@ -936,22 +941,17 @@ def record_solo(
     calibration: dict[str, Any], case: Case, solo: fidelity.Solo | None, result: dict[str, Any]
 ) -> None:
     """File one solo calibration: ``solo[impl]`` (its first scenario) and ``solo_by_scenario``."""
+    window = load_window_ns(result.get("timing") or {})
     entry = {
         **(solo.as_json() if solo else {"hold_p50_us": None, "acquire_p50_us": None, "acquisitions": 0}),
         "workload": case.workload.name,
         "scenario": case.scenario,
-        "duration_s": _window_s(result) or case.settings.duration,
+        # the window it really ran: its stop rule may end it before its duration
+        "duration_s": round((window[1] - window[0]) / 1e9, 3) if window else case.settings.duration,
         "verdict": result["row"].get("verdict"),
     }
     calibration["solo"].setdefault(case.impl, entry)
     calibration["solo_by_scenario"].setdefault(case.scenario, {})[case.impl] = entry
-
-
-def _window_s(result: dict[str, Any]) -> float | None:
-    """The load window a case really ran (a stop rule may end it before its duration)."""
-    t = result.get("timing") or {}
-    start, stop = t.get("test_start_ns"), t.get("test_stop_ns")
-    return round((stop - start) / 1e9, 3) if start is not None and stop is not None else None
 
 
 def record_case(calibration: dict[str, Any], backend: str, result: dict[str, Any]) -> None:
