@@ -1,7 +1,7 @@
 """Checkers of the read-mostly workload: a writer never overlaps anyone, readers may share.
 
 Pure functions over the history (docs/architecture.md, "History") and the resource's
-final state, like :mod:`workloads.checks.core`, whose ``holds``, ``check_witness`` and
+final state, like the flash-sale checkers, whose ``holds``, ``check_witness`` and
 ``check_unknown`` they reuse. The history of read-mostly marks each acquire with its
 mode in the ``value`` column: :data:`MODE_READ` (1) for a shared acquire,
 :data:`MODE_WRITE` (0) for an exclusive one; an acquire without a mark (every other
@@ -19,18 +19,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.checks.core import (
+from workloads.checks.common import (
     UNBOUNDED_NS,
     CheckResult,
     Status,
     Verdict,
     bounds_of,
     check_unknown,
-    check_witness,
     clock_uncertainty,
     holds,
     worker_of,
 )
+from workloads.checks.fencing import fencing_order_result
+from workloads.checks.witness import check_witness
 
 MODE_WRITE = 0
 MODE_READ = 1
@@ -52,7 +53,7 @@ def _acquire_modes(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def rw_holds(history: pd.DataFrame) -> pd.DataFrame:
-    """:func:`workloads.checks.core.holds` plus a ``read`` column (True for a shared hold)."""
+    """:func:`workloads.checks.common.holds` plus a ``read`` column (True for a shared hold)."""
     h = holds(history)
     if h.empty:
         h["read"] = pd.Series([], dtype="bool")
@@ -139,7 +140,7 @@ def check_rw_overlaps(
     on the hold that began second); ``max_concurrent_readers`` is the most readers seen
     holding one lock at once (above 1 shows that readers really shared it).
 
-    As in :func:`workloads.checks.core.check_overlaps`: a conflict between two workers
+    As in :func:`workloads.checks.exclusion.check_overlaps`: a conflict between two workers
     within their clocks' bounds (``uncertainty_ns``, None = not measured) is
     ``uncertain_overlaps``, and a hold that began after a lost worker's never-released
     hold was last seen is ``open_ended_overlaps``; both make the result unknown.
@@ -253,18 +254,25 @@ def check_rw_data(final_state: dict[str, Any] | None) -> CheckResult:
 def check_read_mostly(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
     """The read-mostly verdict: reader/writer exclusion, the witness, lost updates, unknown outcomes.
 
+    Tokens of exclusive grants, where the lock hands them out, are checked for grant order
+    (:func:`workloads.checks.fencing.fencing_order_result`).
+
     The witness of read-mostly records, on entry, how many conflicting clients were
     inside counting itself (a reader: 1 + writers inside; a writer: writers + readers
-    inside), so :func:`workloads.checks.core.check_witness` reads it unchanged.
+    inside), so :func:`workloads.checks.witness.check_witness` reads it unchanged.
     """
     latency = acquire_latency_by_mode(history)
     lat = CheckResult("rw-latency", "valid", latency, "acquire latency by mode (from the history)")
-    return Verdict.combine(
-        [
-            check_rw_overlaps(history, clock_uncertainty(final_state)),
-            check_witness(history),
-            check_rw_data(final_state),
-            check_unknown(history),
-            lat,
-        ]
-    )
+    bounds = clock_uncertainty(final_state)
+    results = [
+        check_rw_overlaps(history, bounds),
+        check_witness(history),
+        check_rw_data(final_state),
+    ]
+    # exclusive grants only: readers share the lock, and may share a token
+    h = rw_holds(history)
+    writes = h[~h["read"].to_numpy(dtype=bool)] if not h.empty else h
+    order = fencing_order_result(history, final_state, writes, bounds)
+    if order is not None:
+        results.append(order)
+    return Verdict.combine([*results, check_unknown(history), lat])

@@ -1,6 +1,6 @@
 """Checkers of the reentrant workload: pure functions of the history and the final state.
 
-Mutual exclusion across nesting is what :func:`workloads.checks.core.check_overlaps` already
+Mutual exclusion across nesting is what :func:`workloads.checks.exclusion.check_overlaps` already
 judges (a client's nested holds are one hold; another client inside any part of it is an
 overlap), the witness and the stock see it from the resource's side, and two checks are
 added here:
@@ -22,21 +22,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.checks.core import (
+from workloads.checks.common import (
     CheckResult,
     Status,
     Verdict,
-    check_fencing,
-    check_fencing_order,
-    check_overlaps,
-    check_stock,
     check_unknown,
-    check_witness,
     clock_uncertainty,
     fenced,
     holds,
-    indeterminate_purchases,
 )
+from workloads.checks.exclusion import check_overlaps
+from workloads.checks.fencing import check_fencing, fencing_order_result
+from workloads.checks.stock import check_stock, indeterminate_purchases
+from workloads.checks.witness import check_witness
 
 
 def _acquires_inside_own_hold(history: pd.DataFrame, outer: pd.DataFrame, types: tuple[str, ...]) -> int:
@@ -159,7 +157,8 @@ def check_reentrant_tokens(hold_frame: pd.DataFrame) -> CheckResult:
 def check_reentrant(history: pd.DataFrame, final_state: dict[str, Any] | None) -> Verdict:
     """The reentrant workload's verdict: exclusion across nesting, resource, nesting, free at end.
 
-    With tokens, also the fencing checks of flash-sale and :func:`check_reentrant_tokens`.
+    Fencing-token order wherever grants carried tokens (a finding only, with ``--fencing
+    off``); with fencing on, also the stale-access check and :func:`check_reentrant_tokens`.
     """
     h = holds(history)
     bounds = clock_uncertainty(final_state)
@@ -171,9 +170,8 @@ def check_reentrant(history: pd.DataFrame, final_state: dict[str, Any] | None) -
         check_free_at_end(history, final_state, h),
     ]
     if fenced(final_state):
-        results += [
-            check_fencing(final_state, history, h, bounds),
-            check_fencing_order(history, h, bounds),
-            check_reentrant_tokens(h),
-        ]
+        results += [check_fencing(final_state, history, h, bounds), check_reentrant_tokens(h)]
+    order = fencing_order_result(history, final_state, h, bounds)
+    if order is not None:
+        results.append(order)
     return Verdict.combine([*results, check_unknown(history)])
