@@ -385,12 +385,16 @@ def event_marks(events: pd.DataFrame | None, t0_ns: int, end_ns: int) -> list[Ma
     marks: list[Mark] = []
     open_: dict[tuple[str, str, str], list[tuple[int, str]]] = {}
     ordered = events.sort_values("t_ns", kind="stable")
+    # a killed holder is drawn at its death (crash ok) where the history has it, else at its mark
+    died = ordered[(ordered["op"] == "crash") & (ordered["type"] == "ok")]
+    dead = set(zip(died["client"].astype(str), died["seq"].astype(str), strict=True))
     for row in ordered.itertuples(index=False):
         op, kind, t = str(row.op), str(row.type), int(row.t_ns)
         what = "" if pd.isna(row.lock) else str(row.lock)
         x = (t - t0_ns) / 1e9
         if op == "crash":
-            marks.append(Mark("crash", x, x))
+            if kind == "ok" or (str(row.client), str(row.seq)) not in dead:
+                marks.append(Mark("crash", x, x))
             continue
         key = (op, str(row.client), str(row.seq))
         if kind == "invoke":

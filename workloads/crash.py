@@ -2,10 +2,11 @@
 
 Worker 0 kills itself at its ``--crash-after``-th critical section (an event, not a
 timer), after handing its recording so far to the master, so the history shows the kill
-(op ``crash``) and every operation before it. Nothing releases the lock: a lock without
+(op ``crash``: ``info`` when it decides to die, ``ok`` at the instant of SIGKILL, after
+its recording was sent) and every operation before it. Nothing releases the lock: a lock without
 expiry stays stuck; one with a lease comes back when the lease runs out. The checker
-counts locks stuck for longer than ``--stuck-bound`` seconds and the recovery time (kill
-to the next successful acquisition by anyone). Needs ``--processes 2`` or more.
+counts locks stuck for longer than ``--stuck-bound`` seconds and the recovery time (the
+process's death to the next successful acquisition by anyone). Needs ``--processes 2`` or more.
 
 ``--crashes K`` (at most processes - 1) repeats the strike, as a nemesis does: worker 1
 dies once worker 0 has died and the service has since granted ``--crash-gap`` purchases
@@ -69,8 +70,13 @@ class CrashUser(FlashSaleUser):
             self.resource.witness_exit(
                 item
             )  # a dead client is inside nothing; the lock server still thinks so
-            self.mark(lock, "crash", "info")
-            harness.crash_process(self.environment)
+            seq = self.mark(lock, "crash", "info")
+            name = lock.lock.name
+
+            def died(t_ns: int) -> None:
+                harness.RECORDER.event(self.client_id, seq, "crash", "ok", name, t_ns)
+
+            harness.crash_process(self.environment, died)
         time.sleep(self.cs())
 
     def _my_turn(self, worker: int, item: str) -> bool:

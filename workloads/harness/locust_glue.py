@@ -27,7 +27,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,11 @@ def _add_options(parser: Any) -> None:
     g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
     g.add_argument("--lockbench-out", default="", help="directory for the merged recording")
     g.add_argument("--lockbench-case", default="", help="case id (labels only)")
+    g.add_argument(
+        "--lock-namespace",
+        default="",
+        help="prefix of every lock name: cases that share a lock server side by side (a matrix group) never share a key",
+    )
     g.add_argument(
         "--lockbench-urls-file",
         default="",
@@ -331,18 +336,33 @@ def _send_final(environment: Any, crashed: bool = False) -> None:
     environment.runner.send_message("lockbench_final", chunk)
 
 
-def crash_process(environment: Any) -> None:
+#: Seconds a crashing worker gives libzmq's thread to send its final chunk before SIGKILL.
+CRASH_SEND_S = 0.5
+
+
+def crash_process(environment: Any, record_death: Callable[[int], None] | None = None) -> None:
     """Die now, like a crashed client, after handing the recording so far to the master.
 
-    The final chunk is queued on the master socket, then a sleep that gevent cannot switch
-    away from lets libzmq's own thread send it while no other task here runs; SIGKILL
-    follows, so nothing (no ``finally``, no release) runs after it.
+    The moment of death is fixed first (now + :data:`CRASH_SEND_S`) and handed to
+    ``record_death`` so the history carries it (the checkers time recovery from it, and the
+    dying process's locks are held until it). The final chunk is then queued on the master
+    socket, and a sleep that gevent cannot switch away from lets libzmq's own thread send it
+    while no other task here runs, until that moment; SIGKILL follows, so nothing (no
+    ``finally``, no release) runs after it. Were the send to take longer, the kill would
+    come later than recorded, never earlier.
     """
     import signal
 
     if isinstance(environment.runner, WorkerRunner):
+        die_at = time.monotonic_ns() + int(CRASH_SEND_S * 1e9)
+        if record_death is not None:
+            record_death(die_at)
         _send_final(environment, crashed=True)
-        monkey.get_original("time", "sleep")(0.5)
+        left = (die_at - time.monotonic_ns()) / 1e9
+        if left > 0:
+            monkey.get_original("time", "sleep")(left)
+    elif record_death is not None:
+        record_death(time.monotonic_ns())  # nothing is sent: this process's recording dies with it
     os.kill(os.getpid(), signal.SIGKILL)
 
 
