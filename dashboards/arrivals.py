@@ -165,9 +165,11 @@ def arrivals_section(runs: list[RunData]) -> str:
         "Per case, from cases.csv (computed by bench from the history). served: bought units; sold out: "
         "got the lock when too little stock was left; gave up: patience ran out waiting for the lock (not a "
         "lock failure); failed: a lock or resource error; rejected: the in-flight cap was full; unfinished: "
-        "still inside when the run stopped. Every arrival: latency from the intended arrival over all "
-        "buyers; one who gave up, was turned away or was unfinished counts at its patience and is censored "
-        '("at least": it would have waited longer), so a lock that loses buyers does not look faster; the '
+        "still inside when the run stopped; dropped: due before the stop but never launched by the load "
+        "generator (the run did not offer its rate, and the case is marked generator-bound). Every arrival: "
+        "latency from the intended arrival over all buyers; one not served (gave up, failed, turned away, "
+        'dropped, unfinished) counts at its patience and is censored ("at least": it was not served within '
+        "it), so a lock that loses or fails buyers does not look faster; the "
         "served-only figures stand beside it. Order inversions: grants that overtook an earlier arrival still "
         "waiting for the same lock. A schedule lag p99 over 1 ms marks the case generator-bound."
     )

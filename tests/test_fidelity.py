@@ -35,10 +35,11 @@ def hold_row(values_us: list[int], acquisitions: int = 1000, handoff_us: float =
         "acquisitions": acquisitions,
         "hold_p50_us": percentiles(hist)["p50"],
         "handoff_p50_us": handoff_us,
+        "handoff_mean_us": handoff_us,
     }
 
 
-SOLO = fidelity.Solo(hold_p50_us=3000.0, acquire_p50_us=200.0, acquisitions=500)
+SOLO = fidelity.Solo(hold_p50_us=3000.0, acquire_p50_us=200.0, acquisitions=500, hold_mean_us=3000.0)
 WORKERS = {"1": {"cpu_share": 0.5, "cpu_s": 2.0}, "2": {"cpu_share": 0.6, "cpu_s": 3.0}}
 
 
@@ -53,7 +54,7 @@ def test_a_hold_inflated_4x_is_generator_bound_with_the_numbers_in_the_reason() 
     assert cols["client_cpu_ms_per_acq"] == pytest.approx(5.0)  # (2 + 3) s / 1000 acquisitions
     assert cols["polls_per_acq"] == pytest.approx(9.0)
     assert cols["server_cpu_us_per_acq"] == pytest.approx(250.0)
-    assert cols["model_acq_s"] == pytest.approx(1e6 / (3000 + 500))
+    assert cols["model_acq_s"] == pytest.approx(1e6 / (3000 + 500))  # mean solo hold + mean handoff
 
 
 def test_a_hold_near_its_solo_value_is_not_bound_and_the_threshold_itself_passes() -> None:

@@ -17,7 +17,8 @@ generator's own lateness (``schedule lag``) is measured rather than hidden.
 History (docs/architecture.md): op ``arrive``, ``invoke`` at the intended arrival time with
 ``value`` = actual start - intended (ns); the completion, when the buyer leaves, is ``ok``
 (got the lock; the purchase event says what was bought), ``fail`` with error ``gave-up``
-(patience ran out), ``rejected`` (in-flight cap full) or the lock's error, or ``info``.
+(patience ran out), ``rejected`` (in-flight cap full), ``dropped`` (due before the stop but
+never started: recorded at the stop) or the lock's error, or ``info``.
 Every event of a visit carries the buyer's client and seqs after its ``arrive`` seq::
 
     locust -f workloads/flash_sale_open.py --headless -u 1 -t 10s --arrivals spike:2000@1s \\
@@ -49,6 +50,10 @@ LEAD_S = 0.05
 TICK_S = 0.1
 #: The scheduler's timer aims this much before an arrival is due, then yields until it is.
 EARLY_S = 0.0015
+#: ``error`` of an arrival never started before the stop (bench/measure/arrival_metrics.py DROPPED).
+DROPPED = "dropped"
+#: An arrival due this long before the stop and not started was dropped (1 ms: not late before).
+DROP_GRACE_NS = 1_000_000
 #: Buyer slots (a client id with its locks) made before the first arrival.
 PREPARED_SLOTS = 50
 
@@ -98,6 +103,8 @@ class ArrivalScheduler(User):
         self.in_flight = 0
         self.buyers = Group()
         self.holding: set[Any] = set()  # buyer greenlets inside the critical section
+        self._launches = itertools.count()
+        self.unstarted: dict[int, tuple[str, int]] = {}  # spawned buyers not yet running
         self.times = parse_arrivals(opts.arrivals).schedule(share, shares, random.Random())
         self.epoch_ns = time.monotonic_ns() + int(LEAD_S * 1e9)
         self.next_ns = self._next_due()
@@ -130,7 +137,7 @@ class ArrivalScheduler(User):
         gevent.sleep(min(wait - EARLY_S, TICK_S) if wait > EARLY_S else 0)
 
     def _launch(self, intended_ns: int) -> None:
-        item = self.rng.choices(self.items, self.weights)[0] if len(self.items) > 1 else self.items[0]
+        item = self._pick()
         if self.in_flight >= self.cap:
             lock = f"{self.buyer_class.lock_prefix}:{item}"
             seq = next(self.seq)
@@ -147,9 +154,22 @@ class ArrivalScheduler(User):
             rec.event(self.client_id, seq, "arrive", "fail", lock, time.monotonic_ns(), error="rejected")
             return
         self.in_flight += 1
-        self.buyers.spawn(self._visit, item, intended_ns)
+        launch = next(self._launches)
+        self.unstarted[launch] = (item, intended_ns)
+        self.buyers.spawn(self._visit, item, intended_ns, launch)
 
-    def _visit(self, item: str, intended_ns: int) -> None:
+    def _pick(self) -> str:
+        return self.rng.choices(self.items, self.weights)[0] if len(self.items) > 1 else self.items[0]
+
+    def _dropped(self, item: str, intended_ns: int, stop_ns: int) -> None:
+        """An arrival the generator never started before the stop: recorded, so it is counted and censored."""
+        lock = f"{self.buyer_class.lock_prefix}:{item}"
+        seq = next(self.seq)
+        harness.RECORDER.event(self.client_id, seq, "arrive", "invoke", lock, intended_ns)
+        harness.RECORDER.event(self.client_id, seq, "arrive", "fail", lock, stop_ns, error=DROPPED)
+
+    def _visit(self, item: str, intended_ns: int, launch: int) -> None:
+        self.unstarted.pop(launch, None)
         started = time.monotonic_ns()
         slot = self.free.pop() if self.free else None
         try:
@@ -166,12 +186,24 @@ class ArrivalScheduler(User):
         # Buyers finish their visit, within half of Locust's stop timeout; then those still
         # waiting for the lock are killed (they stay "unfinished"), but never a holder: a
         # holder killed between its stock write and its order would corrupt the resource.
+        # Arrivals due before the stop that the generator never started (the scheduler ran
+        # late, or their greenlet never got to run) are recorded as dropped, as k6 counts
+        # dropped_iterations: the run did not offer its rate, and the report says so.
+        stop_ns = time.monotonic_ns()
+        # one due less than a millisecond ago is not late yet (fidelity's schedule-lag limit):
+        # the stop cut it, the generator did not drop it
+        while self.next_ns is not None and self.next_ns <= stop_ns - DROP_GRACE_NS:
+            self._dropped(self._pick(), self.next_ns, stop_ns)
+            self.next_ns = self._next_due()
         budget = max(1.0, self.environment.stop_timeout / 2)
         self.buyers.join(timeout=min(self.opts.patience + 1.0, budget))
         for buyer in list(self.buyers):
             if buyer not in self.holding:
                 buyer.kill(block=False)
         self.buyers.join(timeout=budget - 0.5)
+        for item, intended_ns in list(self.unstarted.values()):
+            self._dropped(item, intended_ns, stop_ns)
+        self.unstarted.clear()
         for slot in self.slots:
             slot.on_stop()
 

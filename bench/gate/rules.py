@@ -6,14 +6,15 @@
     FAMILY     := "acquire" | "release" | "hold" | "handoff" | "arrival" | "arrival-served"
                 | "arrival-start"
     PCT        := "p50" | "p90" | "p99" | "p999" | "max"   (the others: p50, p99)
-    ARRIVAL    := "arrival.served" | "arrival.gave-up" | "arrival.inversions" | "arrival.sellout"
+    ARRIVAL    := "arrival.served" | "arrival.gave-up" | "arrival.dropped"
+                | "arrival.inversions" | "arrival.sellout"
     RECOVERY   := "recovery.max" | "recovery.p50"   (ms; fault cases only)
 
 ``arrival.*`` metrics exist for open-model cases (``--arrivals``): ``arrival.p99`` is the
-intended arrival -> leaving latency over every arrival (a buyer who gave up or was turned
-away counts at its patience), ``arrival-served.p99`` the same over served buyers only,
+intended arrival -> leaving latency over every arrival (a buyer not served: gave up, failed,
+turned away or dropped, counts at its patience), ``arrival-served.p99`` the same over served buyers only,
 ``arrival-start.p99`` actual start -> purchase;
-``arrival.served`` / ``arrival.gave-up`` count buyers, ``arrival.inversions`` is the
+``arrival.served`` / ``arrival.gave-up`` / ``arrival.dropped`` count buyers, ``arrival.inversions`` is the
 fraction of grants that overtook an earlier waiting arrival, ``arrival.sellout`` the
 seconds to sell out.
     threshold  := SIGN NUMBER ("%" | UNIT)?
@@ -64,7 +65,7 @@ def _latency_metrics() -> dict[str, MetricInfo]:
         ("arrival-start", ("p50", "p99")),
     ):
         for pct in pcts:
-            # arrival.*: every arrival, buyers who gave up or were turned away at their patience
+            # arrival.*: every arrival, buyers not served (gave up, failed, turned away, dropped) at their patience
             # (a lock that loses customers must not look faster); arrival-served.*: served only
             names = {"arrival": f"arrival_all_{pct}_us", "arrival-served": f"arrival_{pct}_us"}
             column = names.get(family, f"{family.replace('-', '_')}_{pct}_us")
@@ -82,9 +83,10 @@ METRICS: dict[str, MetricInfo] = {
     "round-trips": MetricInfo("server_cmds_per_acquire", +1, "cmds/acq"),
     "arrival.served": MetricInfo("arrival_served", -1, "buyers", optional=True),
     "arrival.gave-up": MetricInfo("arrival_gave_up", +1, "buyers", optional=True),
+    "arrival.dropped": MetricInfo("arrival_dropped", +1, "buyers", optional=True),
     "arrival.inversions": MetricInfo("arrival_order_inversion_frac", +1, "", optional=True),
     "arrival.sellout": MetricInfo("arrival_sellout_s", +1, "s", optional=True),
-    # recovery after a fault (a crashed holder's lock freed, a server fault's holder let go ->
+    # recovery after a fault (a crashed holder's process died, a struck service answered again ->
     # the next grant), worst strike: fault cases only; a slower recovery is a liveness regression
     "recovery.max": MetricInfo("recovery_ms_max", +1, "ms", optional=True),
     "recovery.p50": MetricInfo("recovery_ms_p50", +1, "ms", optional=True),

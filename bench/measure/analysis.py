@@ -49,6 +49,8 @@ CASE_COLUMNS: list[str] = [
     "hold_p99_us",
     "handoff_p50_us",
     "handoff_p99_us",
+    "hold_mean_us",
+    "handoff_mean_us",
     "utilization",
     "jain_index",
     *COUNTER_COLUMNS,
@@ -316,6 +318,9 @@ def case_row(
         "hold_p99_us": hold["p99"],
         "handoff_p50_us": _pct(gaps, 50),
         "handoff_p99_us": _pct(gaps, 99),
+        # means, for the model of independent clients (a rate is a mean: fidelity.model_rate)
+        "hold_mean_us": hold["mean"],
+        "handoff_mean_us": float(gaps.mean()) if len(gaps) else NAN,
         "utilization": utilization(history, start_ns, end_ns) if not empty else NAN,
         "jain_index": fairness(history)["jain_index"] if not empty else NAN,
     }

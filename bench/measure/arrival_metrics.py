@@ -15,13 +15,18 @@ it). From that, per case:
   ``arrival`` (intended arrival -> purchase ok: free of coordinated omission),
   ``arrival_start`` (actual start -> purchase ok: what a closed loop would report), and
   ``arrival_lag`` (actual start - intended, every arrival: the generator's own lateness);
-* latency over *every* arrival, ``arrival_all``: a buyer who was served, sold out or failed
-  counts at the moment it left; one who gave up, was turned away or was still waiting at
-  the end counts at its patience (``--patience``; without it, at the time it left or was
-  last seen) and is *censored*: its real wait was at least that. Served-only figures alone
-  reward a lock that makes buyers give up (they drop out of the percentiles);
+* latency over *every* arrival, ``arrival_all``: a buyer who was served or sold out counts
+  at the moment it left; one who gave up, failed (a lock error, a refused purchase), was
+  turned away, was never launched (dropped) or was still waiting at the end counts at its
+  patience (``--patience``; without it, at the time it left or was last seen) and is
+  *censored*: it was not served within its patience. Served-only figures alone reward a lock
+  that makes buyers give up (they drop out of the percentiles), and counting a failure at
+  its own time would rank a lock that fails fast as fast;
   ``arrival_all_p99_us`` is what the gate's ``arrival.p99`` compares, and
   ``arrival_all_p99_censored`` says the figure is a lower bound ("at least");
+* ``arrival_dropped``: arrivals the generator could not launch before the stop (their
+  ``arrive`` is recorded at the stop with error ``dropped``): the run did not offer its
+  rate, and :func:`bench.measure.fidelity.judge_bound` says so;
 * time to sell out and arrival-order inversions (below).
 """
 
@@ -45,8 +50,12 @@ from workloads.harness.recording import (
 
 NAN = float("nan")
 HISTOGRAMS = ("arrival", "arrival_start", "arrival_lag", "arrival_all")
-#: Outcomes whose latency is censored: the buyer left (or the run ended) before being served.
-CENSORED = ("gave_up", "rejected", "unfinished")
+#: Outcomes whose latency is censored at the patience: the buyer left (or the run ended, or
+#: it was never launched) without being served. A failed buyer is one of them: counted at the
+#: moment its lock failed, 100 buyers failing in 1 ms would make a broken lock look fastest.
+CENSORED = ("gave_up", "rejected", "unfinished", "failed", "dropped")
+#: ``error`` of an ``arrive`` the generator could not launch before the stop (k6's dropped_iterations).
+DROPPED = "dropped"
 
 
 def _rows(history: pd.DataFrame, op: str, types: tuple[str, ...]) -> pd.DataFrame:
@@ -123,12 +132,13 @@ def _outcomes(v: pd.DataFrame) -> np.ndarray:
     return np.select(
         [
             error == "rejected",
+            error == DROPPED,
             error == "gave-up",
             bought & (units > 0),
             bought & (units <= 0),
             end == "",
         ],
-        ["rejected", "gave_up", "served", "sold_out", "unfinished"],
+        ["rejected", "dropped", "gave_up", "served", "sold_out", "unfinished"],
         default="failed",
     )
 
@@ -290,6 +300,7 @@ def arrival_summary(
         "arrival_gave_up": int((outcome == "gave_up").sum()),
         "arrival_failed": int((outcome == "failed").sum()),
         "arrival_rejected_in_flight": int((outcome == "rejected").sum()),
+        "arrival_dropped": int((outcome == "dropped").sum()),
         "arrival_unfinished": int((outcome == "unfinished").sum()),
         "arrival_sellout_s": sellout_s(v, final_state),
         "arrival_p50_us": _pct(hists["arrival"], 50),

@@ -26,6 +26,7 @@ on a shared machine it read 0.09-0.38 while holds were inflated 6-25x (docs/arch
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,12 +95,15 @@ class Solo:
     acquisitions: int
     #: "" for the impl's own calibration; else where the figure was borrowed from
     borrowed_from: str = ""
+    #: the solo hold's mean (NaN when unknown): what the model needs, a rate being a mean
+    hold_mean_us: float = NAN
 
     def as_json(self) -> dict[str, Any]:
         return {
             "hold_p50_us": self.hold_p50_us,
             "acquire_p50_us": self.acquire_p50_us,
             "acquisitions": self.acquisitions,
+            "hold_mean_us": self.hold_mean_us,
         }
 
 
@@ -116,7 +120,11 @@ def pooled(solos: list[Solo]) -> Solo | None:
     holds = sorted(s.hold_p50_us for s in own)
     mid = len(holds) // 2
     median = holds[mid] if len(holds) % 2 else (holds[mid - 1] + holds[mid]) / 2
-    return Solo(median, NAN, 0, borrowed_from=f"median of {len(own)} other impls' solo holds")
+    means = [m for m in (_finite(s.hold_mean_us) for s in own) if m]
+    mean = statistics.median(means) if means else NAN
+    return Solo(
+        median, NAN, 0, borrowed_from=f"median of {len(own)} other impls' solo holds", hold_mean_us=mean
+    )
 
 
 def _finite(value: Any) -> float | None:
@@ -172,6 +180,7 @@ def judge_bound(
     threshold: float = INFLATION_THRESHOLD,
     loop: LoopLag | None = None,
     users: int | None = None,
+    dropped: float | None = None,
 ) -> tuple[bool | None, str]:
     """(generator_bound, reason): True / False / None (not measured), the reason in words with numbers.
 
@@ -188,6 +197,11 @@ def judge_bound(
         measured.append("arrivals")
         if lag > SCHEDULE_LAG_LIMIT_US:
             reasons.append(f"arrivals ran late: schedule lag p99 {_ms(lag)} > {_ms(SCHEDULE_LAG_LIMIT_US)}")
+    lost = _finite(dropped)
+    if lost:
+        # arrivals due before the stop that never started: the offered rate was not held
+        measured.append("arrivals")
+        reasons.append(f"{lost:,.0f} arrivals were never launched (dropped): the offered rate was not held")
     if loop is not None:
         measured.append("probe")
         late = _finite(loop.late_share)
@@ -228,7 +242,6 @@ def columns(
     """The fidelity columns of one case row (see :data:`COLUMNS`), from its recorded figures."""
     acquisitions = int(row.get("acquisitions") or 0)
     hold = _finite(row.get("hold_p50_us"))
-    handoff = _finite(row.get("handoff_p50_us"))
     solo_hold = _finite(solo.hold_p50_us) if solo is not None else None
     cpu_seconds = [_finite(w.get("cpu_s")) for w in workers.values()]
     shares = [s for s in (_finite(w.get("cpu_share")) for w in workers.values()) if s is not None]
@@ -241,6 +254,7 @@ def columns(
     bound, reason = judge_bound(
         hold, solo, max(shares) if shares else None, calibrated, row.get("arrival_schedule_lag_p99_us"),
         loop=loop, users=int(users) if (users := _finite(row.get("users"))) is not None else None,
+        dropped=row.get("arrival_dropped"),
     )  # fmt: skip
     return {
         "solo_hold_p50_us": solo_hold if solo_hold is not None else NAN,
@@ -251,7 +265,7 @@ def columns(
         ),
         "polls_per_acq": per_acq(float(attempts), 1.0) if attempts else NAN,
         "server_cpu_us_per_acq": per_acq(server_cpu_s, 1e6),
-        "model_acq_s": 1e6 / (solo_hold + handoff) if solo_hold and handoff is not None else NAN,
+        "model_acq_s": model_rate(solo, row),
         "loop_lag_p50_us": loop.p50_us if loop is not None else NAN,
         "loop_lag_p99_us": loop.p99_us if loop is not None else NAN,
         "loop_lag_late_share": loop.late_share if loop is not None else NAN,
@@ -261,13 +275,41 @@ def columns(
     }
 
 
+#: What the model is, in the words every caption uses.
+MODEL_MEANING = (
+    "model: independent clients = 1 / (mean solo hold + mean handoff gap), the rate one lock "
+    "would sustain if each grant followed the last by the measured mean gap; not stated without both means"
+)
+
+
+def model_rate(solo: Solo | None, row: dict[str, Any]) -> float:
+    """Acquisitions/s independent clients would get: 1e6 / (mean solo hold + mean handoff gap), in us.
+
+    A rate is a count over time, so it needs means: from medians it overstated (the handoff
+    gap's p99 of redis.setnx-expire is 16x its p50, and the tail is where the time goes).
+    NaN when either mean is unknown (an old calibration, a case without handoffs): better no
+    model than a wrong one.
+    """
+    hold = _finite(solo.hold_mean_us) if solo is not None else None
+    handoff = _finite(row.get("handoff_mean_us"))
+    if not hold or handoff is None:
+        return NAN
+    return 1e6 / (hold + handoff)
+
+
 def solo_from(row: dict[str, Any]) -> Solo | None:
     """The calibration of a one-client case row, or None when it acquired nothing."""
     hold = _finite(row.get("hold_p50_us"))
     if not row.get("acquisitions") or hold is None:
         return None
     acquire = _finite(row.get("acquire_p50_us"))
-    return Solo(hold, acquire if acquire is not None else NAN, int(row["acquisitions"]))
+    mean = _finite(row.get("hold_mean_us"))
+    return Solo(
+        hold,
+        acquire if acquire is not None else NAN,
+        int(row["acquisitions"]),
+        hold_mean_us=mean if mean else NAN,
+    )
 
 
 #: Share of one core a Locust process may use and still keep its loop on time: the sizing
