@@ -44,6 +44,7 @@ OUTCOME = {
     "stuck": "stuck",
     "unknown": "inconclusive",
     "nottested": "did not strike: not tested",
+    "nofault": "no fault tried",
 }
 
 
@@ -177,6 +178,9 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
             graded = cell_for(rows)
             cls, strikes, detail = graded.cls, graded.k, graded.detail
             after = [float(graded.n)]
+        plain = not any(is_fault_case(r) for r in rows) and not scenario.endswith("+clock-skew")
+        if cls in ("good", "thin") and plain and strikes is None:
+            cls = "nofault"  # plain contention shows exclusion, not safety: never a green chip
         out.append(
             Outcome(
                 scenario=scenario, cls=cls, acquisitions=_sum(rows, "acquisitions"),
@@ -194,15 +198,16 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
 def _fencing(modes_run: set[str], impl_rows: list[Row]) -> tuple[str, str]:
     """(tokens, what they did for the data) from the run's fencing modes and the impl's cases' data_safe."""
     modes = {m for m in (text(r, "fencing") for r in impl_rows) if m}
-    if not modes_run - {"off"}:
-        return "not tested", "this run used no tokens (bench run --fencing both)"
-    if not modes - {"off"}:
-        return "no tokens", "the data depends on the lock alone"
     fenced = [r for r in impl_rows if text(r, "fencing") == "enforce"]
-    # tokens out of grant order, or writes refused from holders that overlapped nobody: the
-    # tokens themselves are wrong, whatever the refusals seemed to protect
-    tokened = [r for r in impl_rows if text(r, "fencing") in ("observe", "enforce")]
+    # tokens out of grant order (checked wherever the lock handed tokens out, --fencing off
+    # included: the lock's token promise), or writes refused from holders that overlapped
+    # nobody: the tokens themselves are wrong, whatever the refusals seemed to protect
+    tokened = impl_rows
     out_of_order = sum(num(r, "fencing_order_violations") or 0 for r in tokened)
+    if not out_of_order and not modes_run - {"off"}:
+        return "not tested", "this run used no tokens (bench run --fencing both)"
+    if not out_of_order and not modes - {"off"}:
+        return "no tokens", "the data depends on the lock alone"
     refused = sum(num(r, "legit_writes_refused") or 0 for r in fenced)
     if out_of_order or refused:
         said = []
@@ -322,7 +327,7 @@ def sentence(row: ImplRow) -> str:
     """One plain sentence from the impl's own figures: failures first, then cost, then fairness."""
     parts = []
     failed = [o for o in row.outcomes if o.cls in ("bad", "warn")]
-    survived = [o for o in row.outcomes if o.cls in ("good", "thin")]
+    survived = [o for o in row.outcomes if o.cls in ("good", "thin", "nofault")]
     for o in failed:
         saved = " (fencing kept the data)" if o.cls == "warn" else ""
         parts.append(f"failed {o.scenario}{': ' + o.failure if o.failure else ''}{saved}")
@@ -410,7 +415,7 @@ def _safety_cell(row: ImplRow) -> str:
         f"{e(u.split(' (')[0])}: not tested</span>"
         for u in row.untested
     )
-    survived = [o for o in row.outcomes if o.cls == "good"]
+    survived = [o for o in row.outcomes if o.cls in ("good", "nofault")]
     evidence = f'<ul class="evidence">{"".join(_evidence(o) for o in survived)}</ul>' if survived else ""
     failed = sum(1 for o in row.outcomes if o.cls in ("bad", "warn"))
     return f'<td class="safety" data-col="safety" data-sort="{failed}">{chips}{evidence}</td>'
@@ -432,7 +437,7 @@ def _throughput_cell(c: Cost) -> str:
     )
     if c.bound:
         reason = c.reason or "reason not recorded"
-        extra += f'<br><small class="boundnote">generator-bound, a lower bound: {e(reason)}</small>'
+        extra += f'<br><small class="boundnote" title="{e(reason)}">generator-bound: a lower bound</small>'
         return _num_cell(c.acq_s, f"{c.acq_s:,.0f}", "acq_s", extra, "bound")
     if c.bound is None:  # not measured: never shown as a figure of the lock's, never as "not bound"
         said = f"fidelity {e(c.reason)}" if c.reason else "fidelity n/a"  # n/a: a run from before the flag
@@ -448,17 +453,18 @@ def _fencing_cell(row: ImplRow) -> str:
 
 
 def decision_section(run: RunData) -> str:
-    """The decision table of ``run`` as the page's first section."""
+    """Every lock of ``run`` in detail, below the first screen (dashboards/first_screen.py)."""
     rows = impl_rows(run)
     if not rows:
-        return '<h2 id="decision">Which lock: the decision table</h2><p>No cases.</p>'
+        return '<h2 id="decision-details-heading">Every lock in detail</h2><p>No cases.</p>'
     body = []
     for r in rows:
         c = r.cost
         solo = r.solo_acquire_us
         jain_extra = f"<br><small>top client {c.top_share:.0%}</small>" if c.top_share is not None else ""
         body.append(
-            f'<tr data-row="{e(r.impl)}"><th data-col="impl" data-sort="{e(r.impl)}">{e(r.impl)}</th>'
+            f'<tr data-row="{e(r.impl)}" id="detail-{e(r.impl)}"><th data-col="impl" data-sort="{e(r.impl)}">'
+            f"{e(r.impl)}</th>"
             + _safety_cell(r)
             + _fencing_cell(r)
             + _num_cell(solo, duration_us(solo) if solo is not None else "n/a", "solo_acquire_p50")
@@ -476,7 +482,7 @@ def decision_section(run: RunData) -> str:
         f'<th class="sortable" data-sort-col="{i}" title="click to sort">{label}</th>'
         for i, label in enumerate(
             [
-                "impl", "scenarios: survived / failed / not tested", "fencing tokens", "solo acquire p50",
+                "impl", "scenarios: survived / failed / not tested", "fencing tokens", "solo acquire p50 (1 client)",
                 "acquisitions/s at the hot key", "round trips per acquire", "fairness (Jain)", "servers it needs",
                 "in one sentence",
             ]
@@ -484,29 +490,41 @@ def decision_section(run: RunData) -> str:
     )  # fmt: skip
     cost_from = {r.cost.scenario for r in rows if r.cost.scenario}
     return (
-        '<h2 id="decision">Which lock: the decision table</h2>'
-        f'<table id="decision-table" class="sortable-table"><thead><tr>{head}</tr></thead>'
+        '<h2 id="decision-details-heading">Every lock in detail</h2>'
+        f'<table id="decision-details" class="sortable-table"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
         '<p class="caption">Click a header to sort. Scenarios: <b>green</b> survived, <b>red</b> failed and '
         "the data suffered, <b>amber</b> the lock failed but the data stayed right, <b>grey</b> "
-        "inconclusive or <i>not tested</i> in this run (a scenario not run proves nothing). Under each "
+        "inconclusive, <i>no fault tried</i> (plain contention shows exclusion, not safety) or <i>not tested</i> "
+        "in this run (a scenario not run proves nothing). Under each "
         "survived scenario: the acquisitions and fault events it rests on; no violation in n acquisitions "
         "only bounds a race's rate below 3/n at 95% confidence (rule of three). Cost at the hot key "
         f"({e(', '.join(sorted(cost_from)) or 'not measured: this run has fault cases only')}, median over "
         "trials, cases.csv): "
         "acquisitions/s as measured, hatched when the load generator was the limit (then a lower bound), "
         "with the model <code>model_acq_s</code> = 1 / (solo hold p50 + handoff gap p50): what independent "
-        "clients would get; solo acquire p50 from run.json calibration (1 client); round trips: lock-server "
+        "clients would get; solo acquire p50 from run.json calibration (1 client alone; the console's "
+        "<i>acq p50</i> is under the run's load); round trips: lock-server "
         "commands per acquisition (server statistics); fairness: Jain's index of acquisitions per client "
         "(1 = equal) and the busiest client's share (history). Servers: lock servers the impl needs "
         "(run.json endpoints). The sentence is generated from the row's own figures.</p>"
     )
 
 
-def no_fault_banner(run: RunData) -> str:
-    """A banner for a run that injected no fault: what it shows, what it does not, and what would."""
+def no_fault_banner(run: RunData, matrix_answers: bool = False) -> str:
+    """A banner for a run that injected no fault: what it shows, what it does not, and what would.
+
+    ``matrix_answers``: a bench matrix folder fills the first screen's safety column; then the
+    banner only says where safety comes from.
+    """
     if run.cases.empty or run_has_faults(run):
         return ""
+    if matrix_answers:
+        return (
+            '<div class="banner nofault" id="no-fault-banner">No faults were injected in this run: its figures '
+            "are costs. The safety column comes from the newest <code>bench matrix</code> of each lock in this "
+            "results folder (sources under the table).</div>"
+        )
     backends = sorted({text(r, "backend") or (text(r, "impl") or "").split(".")[0] for r in records(run)})
     backends = [b for b in backends if b]
     command = "bench matrix " + " ".join(f"--backend {b}" for b in backends) if backends else "bench matrix"

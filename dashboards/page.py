@@ -36,6 +36,7 @@ from dashboards.compare import (
 )
 from dashboards.decision import contradictions_banner, decision_section, no_fault_banner
 from dashboards.fidelity import fidelity_section
+from dashboards.first_screen import FIRST_CSS, first_screen_section, load_sources
 from dashboards.grid import GRID_CSS, safety_grid_section
 from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, wrap
 from dashboards.html_bits import cell as _cell
@@ -85,10 +86,10 @@ small.boundnote { color: #777; font-style: italic; }
 td.cmds { min-width: 14em; } td.worse { background: #fbe3e0; } td.better { background: #e3f4e3; } small { color: #666; }
 p.caption { font-size: 0.85em; color: #555; margin-top: 0.2em; }
 ul.notes { font-size: 0.85em; color: #555; }
-#decision-table { width: 100%; font-size: 0.8em; }
-#decision-table td.sentence { min-width: 14em; } #decision-table td.safety { min-width: 20em; }
-#decision-table td[data-col="acq_s"] { min-width: 12em; } #decision-table td[data-col="acq_s"] small { max-width: none; }
-#decision-table tbody th { white-space: nowrap; text-align: left; } #decision-table thead th { overflow-wrap: normal; }
+#decision-details { width: 100%; font-size: 0.8em; }
+#decision-details td.sentence { min-width: 14em; } #decision-details td.safety { min-width: 20em; }
+#decision-details td[data-col="acq_s"] { min-width: 12em; } #decision-details td[data-col="acq_s"] small { max-width: none; }
+#decision-details tbody th { white-space: nowrap; text-align: left; } #decision-details thead th { overflow-wrap: normal; }
 .chip { display: inline-block; border-radius: 3px; padding: 0 4px; margin: 1px 2px 1px 0; font-size: 0.95em;
         white-space: nowrap; }
 .chip.good { background: #d5f0d5; color: #185c18; } .chip.bad { background: #f8d0cc; color: #8b0000; font-weight: bold; }
@@ -352,9 +353,15 @@ def _figure(fig: go.Figure, title: str, caption: str, plot_title: str) -> str:
     return f'<h2>{e(title)}</h2>{fragment}<p class="caption">{e(caption)}</p>'
 
 
-def build_page(runs: list[RunData], slo_us: float | None) -> str:
-    """The full HTML document: ``runs[-1]`` in detail, compared against ``runs[0]`` when there are several."""
+def build_page(
+    runs: list[RunData], slo_us: float | None, safety_sources: list[dict[str, Any]] | None = None
+) -> str:
+    """The full HTML document: ``runs[-1]`` in detail, compared against ``runs[0]`` when there are several.
+
+    ``safety_sources``: the matrix folders bench chose for the locks' safety (bench/results/matrices.py).
+    """
     run = runs[-1]
+    sources = load_sources(safety_sources)
     labels = case_labels(run.cases)
     rlabels = run_labels(runs)
     glabels = group_labels(runs)
@@ -436,8 +443,9 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
         *(status_banner(r) for r in runs),
         params_banner(runs, rlabels, differences),
         contradictions_banner(run),
-        no_fault_banner(run),
+        no_fault_banner(run, matrix_answers=bool(sources)),
         safety_grid_section(run),
+        first_screen_section(run, sources),
         decision_section(run),
         scenario_matrix_section(run, several),
     ]
@@ -467,7 +475,7 @@ def build_page(runs: list[RunData], slo_us: float | None) -> str:
     title = f"lockbench report: {run.run_id}" + (f" vs baseline {runs[0].run_id}" if several else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{e(title)}</title><style>{CSS}{GRID_CSS}</style>"
+        f"<title>{e(title)}</title><style>{CSS}{GRID_CSS}{FIRST_CSS}</style>"
         f'<script type="text/javascript">{ERROR_HOOK}{SORT_SCRIPT}</script>'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
         f"<body><h1>{e(title)}</h1>{''.join(sections)}</body></html>\n"

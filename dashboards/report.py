@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from dashboards.load import ReportInputError, load_run
 from dashboards.page import build_page
@@ -27,10 +28,18 @@ def comparison_path(run_dirs: list[Path]) -> Path:
     return last.resolve().parent / "comparisons" / name / "report.html"
 
 
-def render_report(run_dirs: list[Path], out: Path | None = None, slo_us: float | None = None) -> Path:
+def render_report(
+    run_dirs: list[Path],
+    out: Path | None = None,
+    slo_us: float | None = None,
+    safety_sources: list[dict[str, Any]] | None = None,
+) -> Path:
     """Write the report for ``run_dirs[-1]`` (compared with ``run_dirs[0]`` when several) and return its path.
 
     One folder: <folder>/report.html. Several: :func:`comparison_path` unless ``out`` is given.
+
+    ``safety_sources``: the matrix folders whose cells fill the first screen's safety column (bench
+    names them: bench/results/matrices.py); without them a fault-free run reads "no fault tried".
 
     Raises ReportInputError for a missing folder, a folder without run.json or cases.csv,
     or a results schema this renderer does not know.
@@ -47,7 +56,7 @@ def render_report(run_dirs: list[Path], out: Path | None = None, slo_us: float |
     out = Path(out) if out is not None else Path(run_dirs[-1]) / "report.html"
     if not out.parent.is_dir():
         raise ReportInputError(f"output folder does not exist: {out.parent}")
-    page = build_page(runs, slo_us)
+    page = build_page(runs, slo_us, safety_sources)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

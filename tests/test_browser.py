@@ -269,9 +269,9 @@ LAYOUT_PROBE = """JSON.stringify({
   wide: Array.from(document.querySelectorAll("table, .scroll")).filter(
     el => el.scrollWidth > el.clientWidth + 1 || el.getBoundingClientRect().right > window.innerWidth
   ).map(el => el.id || el.className || el.tagName),
-  untested: Array.from(document.querySelectorAll("#decision-table .chip.untested")).map(
+  untested: Array.from(document.querySelectorAll("#decision-table .chip.untested, #decision-details .chip.untested")).map(
     el => getComputedStyle(el).backgroundColor),
-  good: Array.from(document.querySelectorAll("#decision-table .chip.good")).map(
+  good: Array.from(document.querySelectorAll("#decision-table .chip.good, #decision-details .chip.good")).map(
     el => getComputedStyle(el).backgroundColor)
 })"""
 
@@ -315,8 +315,60 @@ def test_first_screen_is_the_decision_table_and_nothing_scrolls_sideways(
     assert found["errors"] == [] and found["drawn"] == found["expected"], found
     assert_decision_first_and_nothing_wide(first_screen(browser, ARTIFACTS / "report-first-screen.png"))
     order = "Array.from(document.querySelectorAll('#decision-table tbody tr')).map(tr => tr.dataset.row)"
-    click = "document.querySelector('#decision-table th[data-sort-col=\"0\"]').click()"
+    click = "document.querySelector('#decision-table th[data-sort-col=\"1\"]').click()"
     browser.evaluate(click)
     up = browser.evaluate(order)
     browser.evaluate(click)
     assert up == sorted(up) and browser.evaluate(order) == sorted(up, reverse=True)
+
+
+REDIS_LOCKS = [
+    "redis.setnx-del", "redis.setnx-expire", "redis.setnx-getset", "redis.set-nx-px", "redis.set-nx-px-lua",
+    "redis.reentrant", "redis.redlock", "redis.redis-py", "redis.python-redis-lock", "redis.pottery-redlock",
+]  # fmt: skip
+
+ROWS_PROBE = """JSON.stringify({
+  rows: document.querySelectorAll("#decision-table tbody tr").length,
+  lastRowBottom: Array.from(document.querySelectorAll("#decision-table tbody tr")).pop().getBoundingClientRect().bottom,
+  pickBottom: document.getElementById("pick").getBoundingClientRect().bottom,
+  green: Array.from(document.querySelectorAll("#decision-table .chip.good")).map(el => el.textContent),
+  nofault: document.querySelectorAll("#decision-table .chip.nofault").length,
+  tallest: Math.max(...Array.from(document.querySelectorAll("#decision-table tbody tr")).map(
+    tr => tr.getBoundingClientRect().height))
+})"""
+
+
+@pytest.mark.parametrize("with_matrix", [False, True])
+def test_ten_locks_fit_the_first_screen_with_a_pick(
+    browser: DevTools, tmp_path: Path, with_matrix: bool
+) -> None:
+    """A default Redis run's ten locks (and the no-fault banner above them) fit one 1400x900 screen, one line
+    each; without a matrix none is green, with one the safety chips come from it."""
+    from bench.results.matrices import sources_for_run
+    from tests.test_first_screen import _matrix
+
+    cases = [(impl, 300 + 40 * i, "valid", 0, 0) for i, impl in enumerate(REDIS_LOCKS)]
+    run = make_run(tmp_path, name="20250103T000000Z-run010", cases=cases,
+                   per_impl={i: {"generator_bound": True, "generator_bound_reason": "loop late 40% > 15%"}
+                             for i in REDIS_LOCKS[::2]},
+                   meta_extra={"kind": "run", "impls": REDIS_LOCKS})  # fmt: skip
+    if with_matrix:
+        cells = {(impl, s): {"verdict": "invalid" if s == "crash" and i < 3 else "valid",
+                             "overlapping_holds": 1 if s == "crash" and i < 3 else 0}
+                 for i, impl in enumerate(REDIS_LOCKS) for s in ("long-cs", "crash", "restart", "failover")}  # fmt: skip
+        _matrix(tmp_path, "20250102T000000Z-mtx010", cells=cells)
+    sources = sources_for_run(run)
+    assert bool(sources) == with_matrix
+    found = inspect(browser, render_report([run], safety_sources=sources))
+    assert found["errors"] == [], found["errors"]
+    name = "first-screen-matrix.png" if with_matrix else "first-screen-no-fault.png"
+    layout = first_screen(browser, ARTIFACTS / name)
+    assert layout["pageWidth"] <= layout["viewport"] and layout["wide"] == [], layout
+    rows = json.loads(browser.evaluate(ROWS_PROBE))
+    assert rows["rows"] == 10 and rows["lastRowBottom"] <= FIRST_SCREEN["height"], rows
+    assert rows["pickBottom"] <= FIRST_SCREEN["height"], rows
+    assert rows["tallest"] < 40, rows  # one line per lock, not a paragraph
+    if with_matrix:
+        assert rows["green"] and rows["nofault"] == 0, rows
+    else:
+        assert rows["green"] == [] and rows["nofault"] == 10, rows

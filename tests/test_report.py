@@ -833,7 +833,7 @@ def test_decision_table_comes_first_with_untested_grey_and_the_rule_of_three(tmp
     assert body.index('id="no-fault-banner"') < body.index('id="decision-table"')
     assert "No faults were injected" in banner and "does not show" in banner
     assert "bench matrix --backend file --backend redis" in banner
-    table = _table(page, "decision-table")
+    table = _table(page, "decision-details")
     row = _row_of(table, "redis.setnx")
     untested = re.findall(r'<span class="chip ([^"]+)" data-scenario="([^"]+)"[^>]*>([^<]*)</span>', row)
     grey = {
@@ -841,7 +841,7 @@ def test_decision_table_comes_first_with_untested_grey_and_the_rule_of_three(tmp
     }
     assert set(grey) == {"long-cs", "lease-expiry", "crash", "server fault"}
     assert all(cls == "untested" for cls, _ in grey.values())  # grey, never green
-    assert '<span class="chip good" data-scenario="flash-sale"' in row
+    assert '<span class="chip nofault" data-scenario="flash-sale"' in row  # plain contention: never green
     # the evidence behind "survived": 2,000 acquisitions rule out nothing rarer than 1 in 667
     assert "flash-sale: 2,000 acquisitions, no fault; a race rarer than 1 in 667 could go unseen" in row
     assert "rule of three, 95%" in row
@@ -895,7 +895,9 @@ def test_generator_bound_figures_are_greyed_with_the_reason_and_n_a_without_colu
     old = render_report([make_run(tmp_path / "old", cases=CASES[:2])]).read_text(encoding="utf-8")
     assert "Calibration floors: n/a" in old
     assert 'data-col="model_acq_s">n/a' in _table(old, "fidelity-table")
-    assert "model n/a" in _table(old, "decision-table") and "fidelity n/a" in _table(old, "decision-table")
+    assert "model n/a" in _table(old, "decision-details") and "fidelity n/a" in _table(
+        old, "decision-details"
+    )
 
 
 def test_fault_run_decision_table_evidence_fencing_and_catalog_contradictions(tmp_path: Path) -> None:
@@ -922,7 +924,7 @@ def test_fault_run_decision_table_evidence_fencing_and_catalog_contradictions(tm
         and "catalog: setnx-del survives a crash" in banner
     )
     assert "this run: <i>stuck</i>" in banner
-    table = _table(page, "decision-table")
+    table = _table(page, "decision-details")
     lua = _row_of(table, "redis.set-nx-px-lua")
     # 300 clean acquisitions around one killed holder cannot rule out a 1-in-1000 race
     assert "crash: 300 acquisitions, 1 fault event(s); a race rarer than 1 in 100 could go unseen" in lua
@@ -1012,6 +1014,6 @@ def test_clock_skew_run_is_a_fault_run_and_says_so_in_its_scenarios(tmp_path: Pa
     params = {"workload": "flash-sale", "users": 8, "clock_skew_s": 30.0, "skewed_clients": 0.5}
     page = render_report([make_run(tmp_path, cases=CASES[:1], params=params)]).read_text(encoding="utf-8")
     assert 'id="no-fault-banner"' not in page
-    row = _row_of(_table(page, "decision-table"), "redis.setnx")
+    row = _row_of(_table(page, "decision-details"), "redis.setnx")
     assert '<span class="chip good" data-scenario="flash-sale+clock-skew"' in row
     assert "fault events not counted" in row and "not measured: fault cases only" in row

@@ -396,6 +396,7 @@ def report_cmd(
 ) -> None:
     """Render report.html from results folders alone (no server is contacted)."""
     from bench.results.folder import mark_if_dead
+    from bench.results.matrices import sources_for_run
     from dashboards import ReportInputError, render_report
     from dashboards.load import load_run
     from dashboards.report import comparison_path
@@ -409,7 +410,8 @@ def report_cmd(
         out = _baseline_report_path(list(runs), comparison_path)
     try:
         damaged = [d for r in runs for d in load_run(Path(r)).damaged]
-        path = render_report(list(runs), out=out, slo_us=slo_us)
+        sources = sources_for_run(Path(runs[-1])) if len(runs) == 1 else []
+        path = render_report(list(runs), out=out, slo_us=slo_us, safety_sources=sources)
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
     if damaged:
@@ -482,11 +484,16 @@ def gate_cmd(
     from bench.gate.compare import append_step_summary, run_gate, to_json, to_markdown
 
     check_options(ctx)
-
-    result = run_gate(
-        baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine,
-        allow_param_diff=allow_param_diff,
-    )  # fmt: skip
+    _check_param_names(allow_param_diff, baseline, candidate)
+    try:
+        result = run_gate(
+            baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine,
+            allow_param_diff=allow_param_diff,
+        )  # fmt: skip
+    except UserError as exc:
+        if not str(exc).startswith("not comparable"):
+            raise
+        raise UserError(f"{exc}; a comparable candidate: {_comparable_command(baseline)}") from None
     markdown = to_markdown(result)
     print(to_json(result) if json_out else markdown, end="" if not json_out else "\n")
     append_step_summary(markdown)
@@ -498,6 +505,43 @@ def gate_cmd(
     elif result.exit_code == 1:
         print("bench gate: REGRESSION (exit 1)", file=sys.stderr)
     raise typer.Exit(result.exit_code)
+
+
+def _run_params(folder: Path) -> dict | None:
+    import json
+
+    try:
+        meta = json.loads((Path(folder) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the gate itself says what is wrong with the folder
+    params = meta.get("params") if isinstance(meta, dict) else None
+    return params if isinstance(params, dict) else None
+
+
+def _check_param_names(names: list[str], baseline: Path, candidate: Path) -> None:
+    """--allow-param-diff must name a parameter either run recorded: a typo must not pass silently."""
+    from bench import validate
+
+    if not names:
+        return
+    sides = [p for p in (_run_params(baseline), _run_params(candidate)) if p is not None]
+    if not sides:
+        return
+    known = sorted({k for p in sides for k in p})
+    for name in names:
+        if name not in known:
+            hint = validate.did_you_mean(name, known, "run.json params")
+            hint = hint if "did you mean" in hint else f"; they record: {', '.join(known)}"
+            raise UserError(f"--allow-param-diff {name!r} is not a parameter of these runs{hint}")
+
+
+def _comparable_command(baseline: Path) -> str:
+    """The `bench run` that makes a candidate with the baseline's parameters (its suite, else its command)."""
+    params = _run_params(baseline) or {}
+    suite = params.get("suite")
+    if isinstance(suite, str) and suite:
+        return f"`bench run --suite {suite}`, then `bench gate {baseline} results/<its run-id>`"
+    return f"the baseline's own command (run.json 'command' of {baseline}), then `bench gate {baseline} <its folder>`"
 
 
 @baseline_app.command("update", short_help="Copy a run's summary into a committable baseline.")

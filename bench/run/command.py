@@ -22,6 +22,7 @@ from bench.measure.strikes import LEVELS, grants_between, stuck_bound
 from bench.nemesis.faults import parse_fault
 from bench.results import meta
 from bench.results.folder import ResultsWriteError, RunFolder, write_merged_histograms
+from bench.results.matrices import sources_for_run
 from bench.results.redact import redact_text
 from bench.run.progress import LiveProgress
 from bench.run.runner import (
@@ -598,7 +599,8 @@ class _Execution:
             from dashboards import render_report
 
             raise_if_interrupted()
-            report_path = render_report([folder.path], slo_us=slo_us)
+            sources = sources_for_run(folder.path)  # the newest matrix of each lock answers "is it safe?"
+            report_path = render_report([folder.path], slo_us=slo_us, safety_sources=sources)
             folder.note("report", "report.html")
         elif not render:
             folder.note("report", "not requested (--no-report): bench report <folder> makes it")
