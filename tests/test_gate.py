@@ -226,7 +226,8 @@ def test_an_impl_unsafe_in_the_baseline_too_is_not_a_new_regression(tmp_path: Pa
 def test_a_new_impl_with_violations_is_a_regression_and_a_missing_one_is_unusable(tmp_path: Path) -> None:
     base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
     cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000)},
-                                     "redis.new": {"oversold_units": [0, 0, 1, 0, 0]}})  # fmt: skip
+                                     "redis.new": {"oversold_units": [0, 0, 1, 0, 0],
+                                                   "verdict": ["valid", "valid", "invalid", "valid", "valid"]}})  # fmt: skip
     assert run_gate(base, cand, ["throughput:-5%"]).exit_code == 1
     cand2 = write_run(tmp_path, "c", {"redis.other": {"throughput_acq_s": noisy(1000)}})
     result = run_gate(base, cand2, ["throughput:-5%"])

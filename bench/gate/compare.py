@@ -39,17 +39,9 @@ import pandas as pd
 from bench.errors import UserError
 from bench.gate.rules import DEFAULT_RULES, Rule, parse_rules
 from bench.measure.stats import holm, mann_whitney_u, min_p_value
-from bench.results.folder import SCHEMA_VERSION, trial_group
+from resultsio import FINISHED, VIOLATION_COLUMNS, read_results, trial_group
 
 MIN_TRIALS = 3
-VIOLATION_COLUMNS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
-#: every checker counts overlapping holds: an empty cell there is a damaged row, not "not counted"
-_ALWAYS_COUNTED = "overlapping_holds"
-_REQUIRED_COLUMNS = ("case", "impl", "workload", "verdict", _ALWAYS_COUNTED)
-#: whole, non-negative counts the gate or the report reads
-_COUNT_COLUMNS = ("trial", "acquisitions", "users", "processes", "purchases", "units_sold")
-_VERDICTS = ("valid", "invalid", "unknown")
-_FINISHED = ("complete", "complete-with-failures")
 #: Parameters that may differ between baseline and candidate without a warning.
 _IGNORED_PARAMS = {"trials"}
 
@@ -139,163 +131,26 @@ class GateResult:
 
 
 def load_side(path: Path, role: str) -> Side:
-    """Read and validate a run or baseline folder; UserError (one line) when it is unusable."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(
-            f"{role} {path} is a file, not a results folder: give the run's folder (the one with run.json)"
-        )
-    if not path.is_dir():
-        raise UserError(f"{role} results folder not found: {path}")
-    run_json = path / "run.json"
-    if not run_json.is_file():
-        raise UserError(f"{role} {path} is not a lockbench results folder (no run.json)")
-    try:
-        meta = json.loads(run_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{role} {run_json} is not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise UserError(f"{role} {run_json} is not a JSON object")
-    if meta.get("schema") != SCHEMA_VERSION:
-        raise UserError(
-            f"{role} {path} has results schema {meta.get('schema')!r}; this lockbench reads schema "
-            f"{SCHEMA_VERSION} (re-create it with this version: bench run, then bench baseline update)"
-        )
-    status = meta.get("status")
-    if status not in _FINISHED:
+    """Read a run or baseline folder with the one results reader; UserError (one line) when it is unusable.
+
+    Any problem the reader finds (resultsio: the declared schema of run.json and the case
+    tables, histograms, parquet against csv) refuses the side: the gate never judges a figure
+    it could not trust. The first problem is the one line, prefixed with the side.
+    """
+    results = read_results(path)
+    fatal = results.fatal
+    if fatal:
+        raise UserError(f"{role} {fatal[0]}")
+    status = results.meta.get("status")
+    if status not in FINISHED:
         raise UserError(f"{role} {path} is not a finished run (status: {status}); gate needs a complete run")
-    csv = path / "cases.csv"
-    if not csv.is_file():
-        raise UserError(f"{role} {path} is incomplete: no cases.csv")
-    try:
-        cases = pd.read_csv(csv, dtype={c: "string" for c in ("case", "impl", "workload", "verdict")})
-    except pd.errors.EmptyDataError:
-        cases = pd.DataFrame(columns=list(_REQUIRED_COLUMNS))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{role} {csv} is unreadable ({exc})") from None
-    missing = [c for c in _REQUIRED_COLUMNS if c not in cases.columns]
-    if missing:
-        raise UserError(f"{role} {csv} lacks column(s) {', '.join(missing)}")
-    planned = meta.get("cases")
-    if isinstance(planned, list):
-        absent = sorted(set(map(str, planned)) - set(cases["case"].dropna().astype(str)))
-        if absent:
-            raise UserError(
-                f"{role} {path} is incomplete: {len(absent)} case(s) in run.json have no row in cases.csv "
-                f"({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})"
-            )
-    if cases.empty:
+    if results.problems:
+        more = len(results.problems) - 1
+        also = f" ({more} more problem(s): bench report {path} lists them)" if more else ""
+        raise UserError(f"{role} {results.problems[0]}{also}")
+    if results.cases.empty:
         raise UserError(f"{role} {path} has no finished cases")
-    _check_numbers(role, csv, cases)
-    _check_baseline_json(role, path, meta)
-    return Side(path=path, meta=meta, cases=cases.reset_index(drop=True))
-
-
-def _bad_cells(column: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """(numbers, mask of cells that hold text that is no number) of a column as read from CSV."""
-    numbers = pd.to_numeric(column, errors="coerce")
-    text = column.astype("string").str.strip()
-    return numbers, numbers.isna() & column.notna() & (text != "") & (text.str.lower() != "nan")
-
-
-def _check_numbers(role: str, csv: Path, cases: pd.DataFrame) -> None:
-    """Every number the gate reads is a number it can trust; UserError naming file, column and case.
-
-    Counters and counts: finite, not negative, whole. Metrics: finite, not negative, or
-    empty (not measured). One row per case and per trial of a group. A violation counter
-    is either counted in every trial of a group or in none, and overlapping holds (every
-    checker counts them) in every row: an empty cell there is damage, which the gate
-    used to read as 0 and pass.
-    """
-    from bench.gate.rules import METRICS
-
-    def fail(column: str, mask: pd.Series, what: str) -> None:
-        first = str(cases.loc[mask, "case"].iloc[0])
-        more = f" and {int(mask.sum()) - 1} more" if mask.sum() > 1 else ""
-        raise UserError(
-            f"{role} {csv}: {column} {what} in case {first}{more}; the file is damaged "
-            "(re-create it with bench run)"
-        )
-
-    duplicated = cases["case"].duplicated(keep=False) & cases["case"].notna()
-    if duplicated.any():
-        fail("case", duplicated, "appears more than once (one row per case and trial)")
-    if cases["case"].isna().any():
-        raise UserError(
-            f"{role} {csv}: a row has no case id; the file is damaged (re-create it with bench run)"
-        )
-    verdicts = cases["verdict"].astype("string").str.strip().str.lower()
-    odd = ~verdicts.isin(_VERDICTS) | verdicts.isna()
-    if odd.any():
-        fail("verdict", odd, f"is not one of {', '.join(_VERDICTS)}")
-    groups = cases["case"].astype(str).map(trial_group)
-    for column in (*VIOLATION_COLUMNS, *_COUNT_COLUMNS):
-        if column not in cases.columns:
-            continue
-        numbers, text = _bad_cells(cases[column])
-        if text.any():
-            fail(column, text, "is not a number")
-        for bad, what in (
-            (numbers.notna() & ~numbers.map(lambda v: math.isfinite(v)).astype(bool), "is not finite"),
-            (numbers < 0, "is negative"),
-            (numbers.notna() & (numbers % 1 != 0), "is not a whole number"),
-        ):
-            if bad.any():
-                fail(column, bad, what)
-        if column in VIOLATION_COLUMNS:
-            empty = numbers.isna()
-            if column == _ALWAYS_COUNTED and empty.any():
-                fail(column, empty, "is empty (NaN), though every checker counts it")
-            partly = empty & empty.groupby(groups).transform(lambda e: not e.all())
-            if partly.any():
-                fail(column, partly, "is empty (NaN) where other trials of the same case counted it")
-    if "trial" in cases.columns:
-        twice = (
-            pd.DataFrame({"g": groups, "t": cases["trial"]}).duplicated(keep=False) & cases["trial"].notna()
-        )
-        if twice.any():
-            fail("trial", twice, "repeats a trial number of the same case")
-    for column in dict.fromkeys(info.column for info in METRICS.values()):
-        if column not in cases.columns:
-            continue
-        numbers, text = _bad_cells(cases[column])
-        if text.any():
-            fail(column, text, "is not a number")
-        infinite = numbers.notna() & numbers.abs().eq(math.inf)
-        if infinite.any():
-            fail(column, infinite, "is infinite")
-        if (numbers < 0).any():
-            fail(column, numbers < 0, "is negative")
-
-
-def _check_baseline_json(role: str, path: Path, meta: dict[str, Any]) -> None:
-    """A baseline folder's baseline.json must parse and agree with its run.json (schema, machine class).
-
-    The gate trusts baseline.json's machine class nowhere else, so a baseline.json that
-    names another machine than the run it came from means the folder was edited or mixed up.
-    """
-    info_path = path / "baseline.json"
-    if not info_path.exists():
-        return
-    try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(
-            f"{role} {info_path} is not valid JSON ({exc}); re-create the baseline with bench baseline update"
-        ) from None
-    if not isinstance(info, dict):
-        raise UserError(f"{role} {info_path} is not a JSON object; re-create it with bench baseline update")
-    host = meta.get("host") if isinstance(meta.get("host"), dict) else {}
-    for key, theirs in (("machine_class", host.get("machine_class")), ("schema", meta.get("schema"))):
-        if key in info and info[key] != theirs:
-            raise UserError(
-                f"{role} {info_path} says {key} {info[key]!r} but its run.json says {theirs!r}: the baseline "
-                "folder was edited or mixed up; re-create it with bench baseline update"
-            )
-    if "machine_class" not in info:
-        raise UserError(
-            f"{role} {info_path} records no machine_class; re-create it with bench baseline update"
-        )
+    return Side(path=Path(path), meta=results.meta, cases=results.cases.reset_index(drop=True))
 
 
 # deciding -----------------------------------------------------------------------------------
@@ -368,9 +223,12 @@ def _first(rows: pd.DataFrame, column: str, default: str) -> str:
 def _safety_row(group: str, impl: str, workload: str, base: pd.DataFrame | None, cand: pd.DataFrame) -> Row:
     c_count, c_unsafe, c_unknown = _violations(cand)
     row = Row(group, impl, workload, "violations", "violations:0", None, float(c_count), 0, len(cand))
+    b_undecided = False
     if base is not None:
         b_count, b_unsafe, _ = _violations(base)
         row.baseline, row.n_baseline = float(b_count), len(base)
+        verdicts = base["verdict"].fillna("unknown").astype(str).str.strip().str.lower()
+        b_undecided = bool(verdicts.eq("unknown").all())
     else:
         b_unsafe = False
     if c_unsafe and not b_unsafe:
@@ -382,6 +240,10 @@ def _safety_row(group: str, impl: str, workload: str, base: pd.DataFrame | None,
     elif c_unknown:
         row.verdict, row.outcome = "not enough data", INSUFFICIENT
         row.note = "a candidate trial has verdict unknown: the checkers could not decide"
+    elif b_undecided:
+        # nothing to compare the candidate's safety with: "no new violation" would mean nothing
+        row.verdict, row.outcome = "not enough data", INSUFFICIENT
+        row.note = "every baseline trial has verdict unknown: the checkers could not decide the baseline"
     else:
         row.verdict = "pass"
     return row

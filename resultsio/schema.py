@@ -1,0 +1,385 @@
+"""The one declared schema of a results folder: run.json (pydantic) and the case tables (pandera).
+
+Every reader of a results folder (``bench gate``, ``bench report``, ``bench history``, the
+shard merge) checks a folder against these declarations and nothing else, so they cannot
+disagree about what is damaged. A column is declared once with its kind (a whole count, a
+rate, a latency, a fraction, a flag, text), its range, whether it must exist and whether
+it may be empty; the checks between columns (a verdict against its counters, trials of a
+case, percentiles in order) are declared beside them as checks of the whole table.
+
+Why pandera and pydantic rather than hand-written loops: the gate and the report used to
+validate cases.csv by hand in two near-copies that disagreed, and damage slipped through
+whichever was weaker. A declaration that both read is the fix; pandera reports every failed
+cell with its column, check and row, which is what a one-line error needs.
+
+Cells are checked as read (text that is no number is itself damage), so each numeric
+check coerces its column with ``pd.to_numeric(errors="coerce")`` first and counts only
+numbers; the "is a number" check catches the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+#: The results folder layout this lockbench reads and writes (run.json ``schema``).
+SCHEMA_VERSION = 1
+VERDICTS = ("valid", "invalid", "unknown")
+#: Counters whose nonzero value means the lock was unsafe in a case.
+VIOLATION_COLUMNS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
+#: Every checker counts overlapping holds: an empty cell there is damage, never "not counted".
+ALWAYS_COUNTED = "overlapping_holds"
+#: The fewest columns a case table must have to be read at all (ids, the verdict, the safety counters).
+REQUIRED_COLUMNS = ("case", "impl", "workload", "throughput_acq_s", *VIOLATION_COLUMNS, "verdict")
+#: Text columns (read as strings, never as numbers).
+TEXT_COLUMNS = (
+    "case", "impl", "backend", "workload", "verdict", "scenario", "fencing", "fault", "data_safe",
+    "verdict_reason", "generator_bound_reason", "server_cmds_reason", "matrix_scenario",
+    "expected_outcome", "expected_note", "observed_outcome", "evidence", "recovery_by",
+    "partition_clock_reason",
+)  # fmt: skip
+#: Flag columns: true, false or empty (not measured).
+FLAG_COLUMNS = ("generator_bound", "data_safe", "contradicts_catalog", "arrival_all_p99_censored")
+_FLAG_TEXT = {"true", "false", "1", "0", "1.0", "0.0", "yes", "no"}
+
+#: No run grants a lock a trillion times, nor 100 million times a second, nor waits a day.
+MAX_COUNT = 1e12
+MAX_RATE = 1e8
+MAX_US = 86_400e6
+MAX_S = 86_400.0 * 30
+
+#: Whole counts that every case row has (bench writes them as integers, 0 when nothing happened).
+_COUNTS_ALWAYS = (
+    "trial", "acquisitions", "acquire_timeouts", "acquire_unknown", "releases_not_owned", "purchases",
+    "units_sold",
+)  # fmt: skip
+#: Whole counts that may be empty: not counted by this workload's checker, or not measured.
+_COUNTS = (
+    "users", "processes", "uncertain_overlaps", "max_concurrent_holders", "witness_max",
+    "indeterminate_purchases", "acquire_info", "loop_lag_processes", "strikes", "acquisitions_after_strike",
+    "unrecovered_strikes", "stuck_locks", "pauses", "crashes", "stale_writes_accepted",
+    "stale_writes_refused", "stale_reads", "fencing_order_violations", "legit_writes_refused",
+    "open_ended_overlaps", "scenario_events", "acquisitions_after_event", "reentrant_token_changes",
+    "uncertain_fencing_order", "evidence_target_k", "evidence_target_n",
+)  # fmt: skip
+_RATES = ("throughput_acq_s", "throughput_ops_s", "model_acq_s")
+_FRACTIONS = ("jain_index", "loop_lag_late_share", "strike_failure_bound", "race_rate_bound")
+_RATIOS = (
+    "utilization", "hold_inflation", "client_cpu_ms_per_acq", "polls_per_acq", "server_cpu_us_per_acq",
+    "server_cmds_per_acquire", "harness_cpu_max",
+)  # fmt: skip
+#: Latencies that can only be positive (HDR percentiles); gaps and schedule lags may be negative.
+_LATENCY = re.compile(r"^(acquire|release|hold|read_acquire|write_acquire|solo_hold|loop_lag|cs)_\w*_us$")
+#: Percentile columns that must rise with the percentile, where present.
+PERCENTILE_ORDER = (
+    ("acquire_p50_us", "acquire_p90_us", "acquire_p99_us", "acquire_p999_us", "acquire_max_us"),
+    ("release_p50_us", "release_p99_us"),
+    ("hold_p50_us", "hold_p99_us"),
+)
+
+
+def numbers(column: pd.Series) -> pd.Series:
+    """A column as float64: text that is no number becomes NaN (the "is a number" check reports it)."""
+    if pd.api.types.is_bool_dtype(column.dtype):
+        return column.astype("float64")
+    return pd.to_numeric(column, errors="coerce").astype("float64")
+
+
+def _blank(column: pd.Series) -> pd.Series:
+    text = column.astype("string").str.strip()
+    return column.isna() | text.isna() | (text == "") | (text.str.lower() == "nan")
+
+
+def _is_number(column: pd.Series) -> pd.Series:
+    return numbers(column).notna() | _blank(column)
+
+
+def _finite(column: pd.Series) -> pd.Series:
+    values = numbers(column)
+    return values.isna() | np.isfinite(values)
+
+
+def _between(lo: float, hi: float) -> Callable[[pd.Series], pd.Series]:
+    def check(column: pd.Series) -> pd.Series:
+        values = numbers(column)
+        return values.isna() | ~np.isfinite(values) | ((values >= lo) & (values <= hi))
+
+    return check
+
+
+def _whole(column: pd.Series) -> pd.Series:
+    values = numbers(column)
+    return values.isna() | ~np.isfinite(values) | (values % 1 == 0)
+
+
+def _flag(column: pd.Series) -> pd.Series:
+    text = column.astype("string").str.strip().str.lower()
+    return _blank(column) | text.isin(_FLAG_TEXT)
+
+
+def _check(fn: Callable[[pd.Series], pd.Series], error: str) -> pa.Check:
+    return pa.Check(fn, element_wise=False, ignore_na=False, name=error, error=error)
+
+
+IS_NUMBER = "is not a number"
+NOT_FINITE = "is infinite"
+
+
+def _number_checks(lo: float, hi: float, whole: bool = False) -> list[pa.Check]:
+    out = [_check(_is_number, IS_NUMBER), _check(_finite, NOT_FINITE)]
+    if lo >= 0:
+        out.append(_check(_between(0, math.inf), "is negative"))
+        out.append(_check(_between(-math.inf, hi), f"is implausibly large (above {hi:g})"))
+    else:
+        out.append(_check(_between(lo, hi), f"is out of range (plausible: {lo:g} .. {hi:g})"))
+    if whole:
+        out.append(_check(_whole, "is not a whole number"))
+    return out
+
+
+def _count(name: str, nullable: bool = True) -> pa.Column:
+    return pa.Column(
+        None, checks=_number_checks(0, MAX_COUNT, whole=True), nullable=nullable, required=False, name=name
+    )
+
+
+def _columns() -> dict[str, pa.Column]:
+    cols: dict[str, pa.Column] = {
+        "case": pa.Column(None, nullable=False, unique=True, name="case"),
+        "impl": pa.Column(None, nullable=False, name="impl"),
+        "workload": pa.Column(None, nullable=False, name="workload"),
+        "verdict": pa.Column(
+            None,
+            checks=_check(
+                lambda c: c.astype("string").str.strip().str.lower().isin(VERDICTS).fillna(False),
+                f"is not one of {', '.join(VERDICTS)}",
+            ),
+            nullable=False,
+            name="verdict",
+        ),
+    }
+    cols[ALWAYS_COUNTED] = _count(ALWAYS_COUNTED, nullable=False)
+    for name in VIOLATION_COLUMNS[1:]:
+        cols[name] = _count(name, nullable=True)
+    for name in _COUNTS_ALWAYS:
+        cols[name] = _count(name, nullable=False)
+    for name in _COUNTS:
+        cols[name] = _count(name)
+    for name in _RATES:
+        cols[name] = pa.Column(
+            None,
+            checks=_number_checks(0, MAX_RATE),
+            nullable=True,
+            required=name in REQUIRED_COLUMNS,
+            name=name,
+        )
+    for name in _FRACTIONS:
+        cols[name] = pa.Column(None, checks=_number_checks(0, 1), nullable=True, name=name)
+    for name in _RATIOS:
+        cols[name] = pa.Column(None, checks=_number_checks(0, MAX_COUNT), nullable=True, name=name)
+    for name in FLAG_COLUMNS:
+        cols[name] = pa.Column(
+            None, checks=_check(_flag, "is not true, false or empty"), nullable=True, name=name
+        )
+    cols["duration_s"] = pa.Column(None, checks=_number_checks(0, MAX_S), nullable=True, name="duration_s")
+    cols[_LATENCY.pattern] = pa.Column(None, checks=_number_checks(0, MAX_US), nullable=True, regex=True)
+    cols[r"^lockstat_\w+$"] = pa.Column(None, checks=_number_checks(0, MAX_COUNT), nullable=True, regex=True)
+    # every other number: finite where it is a number (handoff gaps and lags may be negative)
+    cols[r"^\w+_(us|ms|s)$|^\w+_ms_\w+$"] = pa.Column(
+        None,
+        checks=[_check(_is_number, IS_NUMBER), _check(_finite, NOT_FINITE),
+                _check(_between(-MAX_US, MAX_US), f"is out of range (plausible: {-MAX_US:g} .. {MAX_US:g})")],
+        nullable=True,
+        regex=True,
+    )  # fmt: skip
+    for name, column in cols.items():
+        column.required = name in REQUIRED_COLUMNS
+    return cols
+
+
+# checks between columns -----------------------------------------------------------------------
+
+_TRIAL = re.compile(r"__t\d+$")
+_UNSAFE_ID = re.compile(r"[^\w.-]")
+
+
+def trial_group(case_id: str) -> str:
+    """The case id without its trial suffix: ``redis.x__flash-sale__t3`` -> ``redis.x__flash-sale``."""
+    return _TRIAL.sub("", case_id)
+
+
+def _groups(frame: pd.DataFrame) -> pd.Series:
+    return frame["case"].astype("string").fillna("").map(trial_group)
+
+
+@dataclass(frozen=True)
+class TableCheck:
+    """A check of a whole case table, with the column it is about (for the one-line error).
+
+    Why its own record: pandera reports a table-level failure without a column; the reader
+    names the column from here.
+    """
+
+    column: str
+    error: str
+    fn: Callable[[pd.DataFrame], pd.Series]
+    needs: tuple[str, ...] = ("case",)
+
+    def __call__(self, frame: pd.DataFrame) -> pd.Series:
+        if not set(self.needs) <= set(frame.columns):
+            return pd.Series(True, index=frame.index)
+        return self.fn(frame)
+
+
+def _valid_beside_violations(frame: pd.DataFrame) -> pd.Series:
+    valid = frame["verdict"].astype("string").str.strip().str.lower().eq("valid").fillna(False)
+    violated = pd.Series(False, index=frame.index)
+    for column in VIOLATION_COLUMNS:
+        if column in frame:
+            violated |= numbers(frame[column]).fillna(0) > 0
+    return ~(valid & violated)
+
+
+def _counted_in_every_trial(column: str) -> Callable[[pd.DataFrame], pd.Series]:
+    def check(frame: pd.DataFrame) -> pd.Series:
+        if column not in frame:
+            return pd.Series(True, index=frame.index)
+        empty = numbers(frame[column]).isna() & _blank(frame[column])
+        partly = empty & empty.groupby(_groups(frame)).transform(lambda e: not e.all())
+        return ~partly
+
+    return check
+
+
+def _trials_unique(frame: pd.DataFrame) -> pd.Series:
+    if "trial" not in frame:
+        return pd.Series(True, index=frame.index)
+    trial = numbers(frame["trial"])
+    twice = pd.DataFrame({"g": _groups(frame), "t": trial}).duplicated(keep=False) & trial.notna()
+    return ~twice
+
+
+def _impl_matches_case(frame: pd.DataFrame) -> pd.Series:
+    """A case id starts with its impl (bench makes it so): a changed impl or a renamed id breaks it."""
+    case = frame["case"].astype("string").fillna("").map(lambda c: _UNSAFE_ID.sub("_", c))
+    impl = frame["impl"].astype("string").fillna("").map(lambda i: _UNSAFE_ID.sub("_", i) + "__")
+    return pd.Series([c.startswith(i) for c, i in zip(case, impl, strict=True)], index=frame.index)
+
+
+def _throughput_with_acquisitions(frame: pd.DataFrame) -> pd.Series:
+    """Throughput counts acquisitions inside the load window: never more than all of them per second."""
+    if not {"acquisitions", "duration_s"} <= set(frame):
+        return pd.Series(True, index=frame.index)
+    rate, acq, dur = (numbers(frame[c]) for c in ("throughput_acq_s", "acquisitions", "duration_s"))
+    known = rate.notna() & acq.notna() & dur.notna() & (dur > 0)
+    return ~known | (rate * dur <= acq * 1.001 + 1)
+
+
+def _throughput_present(frame: pd.DataFrame) -> pd.Series:
+    if "acquisitions" not in frame:
+        return pd.Series(True, index=frame.index)
+    return ~(numbers(frame["throughput_acq_s"]).isna() & (numbers(frame["acquisitions"]) > 0))
+
+
+def _in_order(columns: tuple[str, ...]) -> Callable[[pd.DataFrame], pd.Series]:
+    def check(frame: pd.DataFrame) -> pd.Series:
+        ok = pd.Series(True, index=frame.index)
+        present = [c for c in columns if c in frame]
+        for low, high in zip(present, present[1:], strict=False):
+            a, b = numbers(frame[low]), numbers(frame[high])
+            ok &= a.isna() | b.isna() | (a <= b)
+        return ok
+
+    return check
+
+
+TABLE_CHECKS: tuple[TableCheck, ...] = (
+    TableCheck(
+        "verdict", "is valid beside a nonzero violation counter", _valid_beside_violations, ("verdict",)
+    ),
+    *(
+        TableCheck(
+            c, "is empty (NaN) where other trials of the same case counted it", _counted_in_every_trial(c)
+        )
+        for c in VIOLATION_COLUMNS[1:]
+    ),
+    TableCheck("trial", "repeats a trial number of the same case", _trials_unique),
+    TableCheck(
+        "impl",
+        "does not match the case id (a changed impl or a renamed case)",
+        _impl_matches_case,
+        ("case", "impl"),
+    ),
+    TableCheck(
+        "throughput_acq_s",
+        "is empty (NaN) in a case that has acquisitions",
+        _throughput_present,
+        ("throughput_acq_s",),
+    ),
+    TableCheck(
+        "throughput_acq_s",
+        "is more than acquisitions / duration_s allow",
+        _throughput_with_acquisitions,
+        ("throughput_acq_s",),
+    ),
+    *(
+        TableCheck(
+            cols[-1] if len(cols) == 2 else "acquire_p99_us",
+            f"is out of order ({' <= '.join(cols)})",
+            _in_order(cols),
+        )
+        for cols in PERCENTILE_ORDER
+    ),  # fmt: skip
+)
+
+#: The case tables' declared schema (cases.csv, cases.parquet): columns here, checks between them in TABLE_CHECKS.
+CASES_SCHEMA = pa.DataFrameSchema(
+    _columns(),
+    checks=[
+        pa.Check(t, element_wise=False, ignore_na=False, name=f"{t.column}|{t.error}") for t in TABLE_CHECKS
+    ],
+    strict=False,
+    name="cases",
+)
+
+
+# run.json ---------------------------------------------------------------------------------------
+
+
+class RunMeta(BaseModel):
+    """run.json's fields that readers rely on, with their JSON types; other fields pass through.
+
+    Why a model: a run.json whose ``cases`` is a number or whose ``params`` is a string must
+    be named as damaged, not read as "no cases" or crash a reader deep inside.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+    schema_: StrictInt = Field(alias="schema")
+    status: StrictStr | None = None
+    run_id: StrictStr | None = None
+    started_at: StrictStr | None = None
+    finished_at: StrictStr | None = None
+    git_commit: StrictStr | None = None
+    cases: list[StrictStr] | None = None
+    impls: list[StrictStr] | None = None
+    params: dict[str, Any] | None = None
+    host: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    endpoints: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
+
+
+#: pydantic's error type -> the JSON type it wanted, as a person reads it
+JSON_KIND = {
+    "list_type": "list", "dict_type": "dict", "string_type": "str", "int_type": "int",
+    "model_type": "dict",
+}  # fmt: skip
