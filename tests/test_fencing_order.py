@@ -8,6 +8,7 @@ are wrong, not that fencing worked.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -155,3 +156,44 @@ def test_plug_in_token_sources_under_fencing_enforce(tmp_path: Path) -> None:
         assert "fencing tokens out of grant order" in str(row["verdict_reason"])
     assert back["legit_writes_refused"] > 0  # every write after the first grant is refused
     assert bool(rand["data_safe"]) is False and bool(back["data_safe"]) is False
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_random_tokens_with_fencing_off_are_shown_and_break_the_fencing_column(tmp_path: Path) -> None:
+    """--fencing off: the lock still hands out tokens; their order is a finding, not a verdict (issue 32)."""
+    results = tmp_path / "results"
+    rand = f"{FENCE_LOCKS}:RandomTokenLock"
+    counter = f"{FENCE_LOCKS}:CounterTokenLock"
+    r = bench("run", "--impl", rand, "--impl", counter, "--fencing", "off", "--duration", "3",
+              "--users", "6", "--cs", "1ms", "--results-dir", str(results))  # fmt: skip
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1, r.stderr[-3000:]
+    rows = pd.read_csv(runs[0] / "cases.csv").set_index("impl")
+    assert rows.loc[rand, "fencing"] == "off"
+    assert rows.loc[rand, "fencing_order_violations"] > 0  # shown in cases.csv
+    assert rows.loc[rand, "verdict"] == "valid"  # mutual exclusion held: the verdict is the lock's
+    assert rows.loc[counter, "fencing_order_violations"] == 0
+    page = (runs[0] / "report.html").read_text()
+
+    # the decision table's fencing-tokens column: broken for the random tokens, with the count
+    def fencing_cell(impl: str) -> str:
+        row = page.index(f'<tr data-row="{impl}" id="detail-')
+        return re.search(r'<td data-col="fencing"[^>]*>(.*?)</td>', page[row:], re.S).group(1)
+
+    assert "broken" in fencing_cell(rand) and "tokens out of grant order" in fencing_cell(rand)
+    assert "broken" not in fencing_cell(counter)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_random_tokens_under_observe_and_enforce_stay_invalid(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    rand = f"{FENCE_LOCKS}:RandomTokenLock"
+    r = bench("run", "--impl", rand, "--fencing", "both", "--duration", "3", "--users", "6", "--cs", "1ms",
+              "--no-report", "--results-dir", str(results))  # fmt: skip
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1, r.stderr[-3000:]
+    rows = pd.read_csv(runs[0] / "cases.csv")
+    assert set(rows["fencing"]) == {"observe", "enforce"}
+    assert (rows["verdict"] == "invalid").all() and (rows["fencing_order_violations"] > 0).all()
