@@ -199,7 +199,7 @@ def throughput_figure(runs: list[RunData], glabels: dict[str, str], rlabels: lis
         fig.add_scatter(
             x=[html.escape(glabels[g]) for g in groups], y=model, mode="markers", name="model: independent clients",
             marker={"symbol": "line-ew-open", "size": 28, "line": {"width": 3, "color": "#222"}},
-            hovertemplate="model %{y:.4g}/s: 1 / (solo hold p50 + handoff gap p50)<extra></extra>", row=1, col=1,
+            hovertemplate="model %{y:.4g}/s: 1 / (mean solo hold + mean handoff gap)<extra></extra>", row=1, col=1,
         )  # fmt: skip
     fig.update_yaxes(title="per second", rangemode="tozero", row=1, col=1)
     if not found:

@@ -3,7 +3,7 @@
 A case whose holds were inflated by the harness (many simulated clients in one process) is
 generator-bound: its throughput is a lower bound and its latencies an upper bound. This
 section puts beside every measured throughput what independent clients would get (the model
-1 / (solo hold p50 + handoff gap p50), column ``model_acq_s``) and the figures no client can
+1 / (mean solo hold + mean handoff gap), column ``model_acq_s``; none where either mean is unknown) and the figures no client can
 distort (server CPU and commands per acquisition), plus the run's calibration floors. Every
 column may be missing (older runs): "n/a", never an error.
 """
@@ -123,8 +123,9 @@ def fidelity_section(run: RunData, glabels: dict[str, str]) -> str:
     return (
         '<h2 id="fidelity">Cost and fidelity: the lock or the load generator?</h2>'
         '<p class="caption">Per impl x scenario, medians over trials, from cases.csv. Measured acquisitions/s '
-        "beside the model <code>model_acq_s</code> = 1 / (solo hold p50 + handoff gap p50): what independent "
-        "clients would get; the distance between them is what the load generator cost. Hold inflation: "
+        "beside the model <code>model_acq_s</code> = 1 / (mean solo hold + mean handoff gap): the rate "
+        "independent clients would get if each grant followed the last by the measured mean gap (means, "
+        "since a rate is a mean: the gap's tail counts; n/a where either mean is unknown); the distance between them is what the load generator cost. Hold inflation: "
         "contended hold p50 / solo hold p50 (1 client, same run). A generator-bound case is hatched and grey "
         'with the reason: its throughput is a lower bound, its latencies an upper bound; "not measured": no '
         'loop-lag probe or solo figures, so nobody knows (never a "no"). Loop lag: how late each Locust '

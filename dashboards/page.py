@@ -378,7 +378,7 @@ def build_page(
             "clients' recording), highest first. Bar: median over the trials; whiskers: min and max trial. "
             "Hatched, pale bars were generator-bound (the load generator was the limit: a lower bound; hover "
             "for the reason). Black dash: the model, what independent clients would get "
-            "(model_acq_s = 1 / (solo hold p50 + handoff gap p50)), where the run recorded it." + across,
+            "(model_acq_s = 1 / (mean solo hold + mean handoff gap)), where recorded." + across,
             "acquisitions/s and purchases/s, median over trials (cases.csv, computed by bench)",
         ),
         _figure(
