@@ -1,19 +1,19 @@
 """Reading one lockbench results folder (run.json, cases.csv, hist/, history/) for the report.
 
 Files only: the renderer never imports bench, workloads, infra or lockimpls, so a report can
-be rebuilt from a copied results folder on a machine that has none of the servers.
-Anything optional that is missing becomes ``None`` plus a note shown on the page. Data
-that is there but damaged (a number that is text, infinite or negative, a figure missing
-where the case has acquisitions, an unreadable histogram or history file) is listed in
-``RunData.damaged`` and shown in a red banner at the top of the page: the report is partial
-but usable. A folder that is not a results folder, or whose run.json or cases.csv cannot be
-trusted at all (wrong types, the same case twice), raises :class:`ReportInputError` naming
-the file.
+be rebuilt from a copied results folder on a machine that has none of the servers. The
+folder is read and checked by ``resultsio.read_results``, the reader the gate, history and
+the shard merge use too (one schema, so they cannot disagree about damage). Anything
+optional that is missing becomes ``None`` plus a note shown on the page. Data that is there
+but damaged is listed in ``RunData.damaged`` and shown in a red banner at the top of the
+page, and the rows resting on it read verdict ``unknown`` with the reason ``damaged: ...``:
+the report is partial but usable and never calls a damaged case safe. A folder with nothing
+to read (no run.json, run.json that is not JSON or of another schema, no case table) raises
+:class:`ReportInputError` naming the file.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -23,21 +23,11 @@ from typing import Any
 import pandas as pd
 from hdrh.histogram import HdrHistogram
 
-SCHEMA = 1
+from resultsio import parse_json, read_results
+
 HISTOGRAMS = ("acquire_ok", "acquire_timeout", "release", "hold", "cs")
 #: Columns that tell cases apart; the ones that vary across a run go into case labels.
 DIMENSIONS = ("impl", "backend", "workload", "scenario", "users", "processes", "trial")
-_TEXT_COLUMNS = (
-    "case",
-    "impl",
-    "backend",
-    "workload",
-    "verdict",
-    "scenario",
-    "fencing",
-    "fault",
-    "data_safe",
-)
 _TRIAL_SUFFIX = re.compile(r"__t\d+$")
 #: History columns the report reads (acquire rows only): over-time series and fairness.
 HISTORY_COLUMNS = ["client", "seq", "op", "type", "t_ns"]
@@ -109,7 +99,7 @@ class RunData:
             self.notes.append(f"case {case}: no hist/{case}.json, latency columns from cases.csv only")
         else:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = parse_json(path.read_bytes())
                 encoded = data.get("histograms", {})
                 self._extras[case] = {k: v for k, v in data.items() if k != "histograms"}
             except (OSError, ValueError, AttributeError) as exc:
@@ -160,7 +150,7 @@ class RunData:
         path = self._case_file("hist", group, ".merged.json")
         if path is not None:
             try:
-                text = json.loads(path.read_text(encoding="utf-8")).get("histograms", {}).get(name)
+                text = parse_json(path.read_bytes()).get("histograms", {}).get(name)
                 merged = HdrHistogram.decode(text) if text else None
             except Exception:  # noqa: BLE001 - fall back to adding the trials up
                 merged = None
@@ -221,125 +211,20 @@ class RunData:
 
 
 def load_run(path: Path) -> RunData:
-    """Read run.json and cases.csv of a results folder; raise ReportInputError if it is not one."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ReportInputError(f"results folder not found: {path}")
-    run_json = path / "run.json"
-    if not run_json.is_file():
-        raise ReportInputError(f"not a lockbench results folder (no run.json): {path}")
-    try:
-        meta = json.loads(run_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportInputError(f"{run_json} is not valid JSON: {exc}") from None
-    if not isinstance(meta, dict):
-        raise ReportInputError(f"{run_json} is not a JSON object")
-    if meta.get("schema") != SCHEMA:
-        raise ReportInputError(
-            f"{run_json} has results schema {meta.get('schema')!r}; this renderer reads schema {SCHEMA}"
-        )
-    cases_csv = path / "cases.csv"
-    if not cases_csv.is_file():
-        raise ReportInputError(f"no cases.csv in results folder: {path}")
-    try:
-        cases = pd.read_csv(cases_csv, dtype={c: "string" for c in _TEXT_COLUMNS})
-    except pd.errors.EmptyDataError:
-        cases = pd.DataFrame({"case": pd.Series([], dtype="string")})
-    except (OSError, ValueError) as exc:
-        raise ReportInputError(f"{cases_csv} is unreadable: {exc}") from None
-    if "case" not in cases.columns:
-        raise ReportInputError(f"{cases_csv} has no 'case' column")
-    cases = cases[cases["case"].notna()].reset_index(drop=True)
-    _check_meta(run_json, meta)
-    twice = cases["case"][cases["case"].duplicated()]
-    if len(twice):
-        raise ReportInputError(
-            f"{cases_csv} is damaged: case {twice.iloc[0]} has more than one row (one row per case and trial)"
-        )
-    run = RunData(path=path, meta=meta, cases=cases)
-    run.damaged = _damage(run, cases_csv)
+    """Read a results folder with the one results reader (resultsio); ReportInputError if it is not a run.
+
+    Damage the reader finds leaves the run readable: it goes to ``RunData.damaged`` (the red
+    banner), and every row resting on it reads verdict ``unknown`` with the reason
+    ``damaged: ...`` (``Results.marked``), so no section can call it safe. Only a folder with
+    nothing to read (no run.json, run.json not JSON or of another schema, no case table)
+    raises.
+    """
+    results = read_results(path)
+    if results.fatal:
+        raise ReportInputError(str(results.fatal[0]))
+    run = RunData(path=Path(path), meta=results.meta, cases=results.marked())
+    run.damaged = [str(p) for p in results.problems]
     return run
-
-
-#: run.json fields the report reads, and the JSON type each must have
-_META_TYPES: dict[str, tuple[type, ...]] = {
-    "cases": (list,), "status": (str,), "params": (dict,), "host": (dict,), "impls": (list,),
-    "calibration": (dict,), "endpoints": (dict,), "versions": (dict,),
-}  # fmt: skip
-
-
-def _check_meta(run_json: Path, meta: dict[str, Any]) -> None:
-    """run.json fields of the wrong type make the whole run untrustworthy: ReportInputError naming them."""
-    for key, types in _META_TYPES.items():
-        value = meta.get(key)
-        if value is not None and not isinstance(value, types):
-            raise ReportInputError(
-                f"{run_json} is damaged: {key} must be a JSON {types[0].__name__}, got {value!r:.60}"
-            )
-
-
-#: cases.csv columns that must hold non-negative numbers (or nothing) when present
-_NUMBER_PREFIXES = ("throughput_", "acquire_", "release_", "hold_", "handoff_", "arrival_")
-_NUMBER_COLUMNS = (
-    "acquisitions", "purchases", "units_sold", "utilization", "jain_index", "overlapping_holds",
-    "witness_violations", "oversold_units", "lost_updates", "trial", "users", "processes", "duration_s",
-)  # fmt: skip
-
-
-def _damage(run: RunData, cases_csv: Path) -> list[str]:
-    """What is damaged but leaves the run readable: numbers that are not, unreadable case files."""
-    cases = run.cases
-    found: list[str] = []
-    name = f"{run.path.name}/cases.csv"
-
-    def first(mask: pd.Series) -> str:
-        more = f" (+{int(mask.sum()) - 1} more)" if mask.sum() > 1 else ""
-        return f"{cases.loc[mask, 'case'].iloc[0]}{more}"
-
-    columns = [
-        c
-        for c in cases.columns
-        if c in _NUMBER_COLUMNS or (c.startswith(_NUMBER_PREFIXES) and c.endswith(("_us", "_s")))
-    ]
-    for column in columns:
-        raw = cases[column]
-        numbers = pd.to_numeric(raw, errors="coerce")
-        text = raw.astype("string").str.strip()
-        words = numbers.isna() & raw.notna() & (text != "") & (text.str.lower() != "nan")
-        if words.any():
-            found.append(f"{name}: {column} is not a number in case {first(words)}")
-        infinite = numbers.abs() == math.inf
-        if infinite.any():
-            found.append(f"{name}: {column} is infinite in case {first(infinite)}")
-        negative = numbers < 0
-        # latencies may not be negative either, but gaps and schedule lags can be (an early start)
-        if negative.any() and (column in _NUMBER_COLUMNS or column.startswith("throughput_")):
-            found.append(f"{name}: {column} is negative in case {first(negative)}")
-    if "throughput_acq_s" in cases.columns and "acquisitions" in cases.columns:
-        acquisitions = pd.to_numeric(cases["acquisitions"], errors="coerce")
-        missing = pd.to_numeric(cases["throughput_acq_s"], errors="coerce").isna() & (acquisitions > 0)
-        if missing.any():
-            found.append(
-                f"{name}: throughput_acq_s is empty (NaN) in case {first(missing)}, which has acquisitions"
-            )
-    for case in run.case_ids():
-        hist = run._case_file("hist", case, ".json")
-        if hist is not None:
-            try:
-                data = json.loads(hist.read_text(encoding="utf-8"))
-                if not isinstance(data, dict) or not isinstance(data.get("histograms", {}), dict):
-                    raise ValueError("not a histogram file")
-            except (OSError, ValueError) as exc:
-                found.append(f"{run.path.name}/hist/{case}.json: unreadable ({type(exc).__name__})")
-        history = run._case_file("history", case, ".parquet")
-        if history is not None:
-            try:
-                import pyarrow.parquet as pq
-
-                pq.read_schema(history)
-            except Exception as exc:  # noqa: BLE001 - any damage to the file, whatever pyarrow calls it
-                found.append(f"{run.path.name}/history/{case}.parquet: unreadable ({type(exc).__name__})")
-    return found
 
 
 def num(row: pd.Series | dict[str, Any], column: str) -> float | None:

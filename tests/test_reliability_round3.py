@@ -155,11 +155,13 @@ def _corrupt_reports():
         (run / "hist" / f"{case}.json").write_text("{oops")
 
     return [
+        # issue 34: damaged but readable, so a banner (and every row unknown (damaged)), not a refusal
+        ("run.json cases: 5", meta("cases", 5), 0, "run.json is damaged: cases must be a JSON list"),
+        ("run.json params a string", meta("params", "x"), 0, "params must be a JSON dict"),
+        ("run.json status a number", meta("status", 3), 0, "status must be a JSON str"),
+        ("a case twice", duplicate, 0, "case appears more than once"),
         # unusable: exit 2 naming the file
-        ("run.json cases: 5", meta("cases", 5), 2, "run.json is damaged: cases must be a JSON list"),
-        ("run.json params a string", meta("params", "x"), 2, "params must be a JSON dict"),
-        ("run.json status a number", meta("status", 3), 2, "status must be a JSON str"),
-        ("a case twice", duplicate, 2, "cases.csv is damaged: case"),
+        ("run.json schema 2", meta("schema", 2), 2, "has results schema 2"),
         # partial but usable: a banner, and one line saying so
         ("NaN throughput", cell("throughput_acq_s", float("nan")), 0, "throughput_acq_s is empty (NaN)"),
         ("text throughput", cell("throughput_acq_s", "fast"), 0, "throughput_acq_s is not a number"),

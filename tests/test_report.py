@@ -21,6 +21,8 @@ from dashboards.charts import acquire_timeseries, spectrum_points
 from dashboards.report import main
 
 PLOTLY_SIGNATURE = "* plotly.js v"
+#: every case row bench writes has these (resultsio.schema): a folder without them is damaged
+SAFETY_COUNTERS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
 FIGURES = 5  # throughput, spectrum, over time, handoff/utilization, fairness
 SEC = 1_000_000_000
 
@@ -560,7 +562,7 @@ def make_fault_run(
             {
                 "case": case, "impl": impl, "backend": impl.split(".")[0], "workload": scenario.split("+")[0],
                 "trial": trial or 0, "users": 10, "processes": 2, "acquisitions": 100, "throughput_acq_s": 25.0,
-                "scenario": scenario, "fencing": fencing, "fault": "", **spec,
+                "scenario": scenario, "fencing": fencing, "fault": "", **dict.fromkeys(SAFETY_COUNTERS, 0), **spec,
             }
         )  # fmt: skip
     pd.DataFrame(rows).drop(columns=list(drop_columns)).to_csv(run / "cases.csv", index=False)
