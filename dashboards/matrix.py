@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.html_bits import VIOLATIONS, e, fmt, verdict_class
+from dashboards.cells import CLASSES, ORDER, case_class, cell_for
+from dashboards.html_bits import e, fmt
 from dashboards.load import RunData, flag, num, scenario_of, text
 
 #: Scenario suffixes bench appends for ``--fencing both`` (observe = unfenced, enforce = fenced).
@@ -37,9 +38,14 @@ SHOWN = (
 )
 #: Further counters for the cell's tooltip only (summed over trials).
 TOOLTIP = ("stale_reads", "pauses", "crashes", "acquire_info", "releases_not_owned")
-#: Cell classes from worst to best: the worst trial colours the cell.
-SEVERITY = ("bad", "warn", "unknown", "good")
-_VERDICT_TEXT = {"bad": "invalid", "warn": "invalid", "unknown": "unknown", "good": "valid"}
+#: Cell classes from worst to best (dashboards/cells.py ORDER).
+SEVERITY = ORDER
+_VERDICT_TEXT = {c: word for c, (word, _) in CLASSES.items()}
+#: Classes the page's own CSS does not colour (it knows good, warn, bad, unknown).
+MATRIX_CSS = (
+    "<style>td.mcell.thin{background:#eef7ee;color:#4d6b4d}td.mcell.stuck{background:#e3d3f2;color:#4b2a6b}"
+    "td.mcell.nottested{background:#f4f4f4;color:#888}</style>"
+)
 
 
 def split_scenario(scenario: str) -> tuple[str, str]:
@@ -51,19 +57,9 @@ def split_scenario(scenario: str) -> tuple[str, str]:
 
 
 def trial_class(row: pd.Series | dict[str, Any]) -> str:
-    """bad / warn / unknown / good for one case.
-
-    A lock that failed (verdict invalid, or any safety counter nonzero) is amber rather than
-    red only when the data survived and no lock stayed stuck: fencing cannot cure a stuck
-    lock, and "data safe" must not hide one.
-    """
-    cls = verdict_class(text(row, "verdict"))
-    violated = any((num(row, c) or 0) > 0 for c in VIOLATIONS)
-    if cls == "bad" or violated:
-        if flag(row, "data_safe") is True and not (num(row, "stuck_locks") or 0) > 0:
-            return "warn"
-        return "bad"
-    return cls
+    """bad / warn / stuck / unknown / thin / nottested / good for one case: the cell rules of
+    :func:`dashboards.cells.cell_for`, so every view colours a case the same way."""
+    return case_class(dict(row))
 
 
 def _sum(rows: list[dict[str, Any]], column: str) -> float | None:
@@ -87,7 +83,7 @@ class MatrixCell:
         lines = [f"<b>{e(self.verdict)}</b>"]
         shown = list(self.counters)
         if self.cls == "warn":
-            shown.append("data safe")
+            shown.append("fencing kept the data safe")
         if shown:
             lines.append(f"<small>{e(' · '.join(shown))}</small>")
         extra = [f"{self.trials} trials"] if self.trials > 1 else []
@@ -106,8 +102,8 @@ def summarize(trials: pd.DataFrame | list[dict[str, Any]], note: str = "") -> Ma
     # plain dicts: iterrows converts every arrow string column on every row (minutes on a matrix run)
     rows = trials.to_dict("records") if isinstance(trials, pd.DataFrame) else list(trials)
     cases = [str(r.get("case")) for r in rows]
-    classes = [trial_class(r) for r in rows]
-    cls = min(classes, key=SEVERITY.index) if classes else "unknown"
+    cell = cell_for(rows) if rows else None
+    cls = cell.cls if cell is not None else "unknown"
     counters = []
     details = []
     for column, label in SHOWN:
@@ -149,8 +145,15 @@ def summarize(trials: pd.DataFrame | list[dict[str, Any]], note: str = "") -> Ma
     reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for r in rows) if t))
     why = [f"why: {' | '.join(reasons)}"] if reasons else []
     tooltip = "; ".join([f"verdicts: {', '.join(verdicts)}", *why, *details, f"cases: {', '.join(cases)}"])
+    if (
+        cell is not None
+        and cell.cls in ("bad", "nottested")
+        and cell.detail
+        and not cell.detail.startswith("k=")
+    ):
+        counters.insert(0, cell.detail)  # "the data happened to survive (no fencing)", "control survived ..."
     return MatrixCell(
-        cls=cls, verdict=_VERDICT_TEXT[cls], counters=counters, trials=len(rows), tooltip=tooltip, note=note,
+        cls=cls, verdict=cell.word if cell is not None else _VERDICT_TEXT[cls], counters=counters, trials=len(rows), tooltip=tooltip, note=note,
         cases=cases,
     )  # fmt: skip
 
@@ -221,16 +224,14 @@ def scenario_matrix_section(run: RunData, several: bool = False) -> str:
     caption = (
         '<p class="caption">One row per impl, one column per scenario (workload, server fault, fencing: '
         "<i>unfenced</i> counts stale writes but accepts them, <i>fenced</i> refuses writes carrying an "
-        "older token than the resource has seen). <b>Red</b>: the lock failed its guarantee (verdict "
-        "invalid: overlapping holds, oversold or lost updates, or a lock left stuck after its holder "
-        "was killed) and the data was not saved. <b>Amber</b>: the lock failed but the data stayed "
-        "right (<i>data safe</i>: no oversold units, lost updates or accepted stale writes; usually "
-        "fencing refused the stale writes). <b>Green</b>: valid. <b>Grey</b>: unknown (incomplete "
-        "recording, or nothing acquired). Counters are from cases.csv, shown only when present and "
-        "nonzero, summed over trials; the verdict is the worst trial's; recovery is the median of the "
-        "trials' p50 (kill to the next successful acquire). Overlaps count holds that began while "
-        "another was open; witness violations are shown only where no overlap was counted. Hover a "
-        "cell for every counter and its cases.</p>"
+        "older token than the resource has seen). The colours are the safety grid's, from one cell "
+        "function: <b>red</b>, the lock failed (its verdict is invalid, whatever counter made it so; "
+        "an unfenced failure whose data survived is red and says the data happened to survive); "
+        "<b>amber</b>, it failed but fencing kept the data right; <b>purple</b>, stuck; <b>green</b>, "
+        "survived on the target evidence (for a fault: k strikes that hit and n grants after them); "
+        "<b>pale</b>, held on thin evidence; <b>grey</b>, unknown, not struck, or its positive control "
+        "survived (did not bite). Counters are summed over trials; hover a cell for every counter "
+        "and its cases.</p>" + MATRIX_CSS
     )
     if not impls:
         return f'<h2 id="scenario-matrix">Verdict matrix: impl x scenario{which}</h2><p>No cases.</p>'

@@ -87,9 +87,15 @@ class LoopbackCluster:
         )
 
     def kill_member(self) -> str:
-        """SIGKILL one live member that is not the leader (no election follows)."""
+        """SIGKILL one live member that is not the leader (no election follows).
+
+        The first member is preferred: clients are given the members in order and an etcd
+        client talks to the first, so killing it hits the member the holder's grant came
+        through (issue 30: a kill of a member nobody talks to could break nothing).
+        """
         leader = self.leader()
-        victim = next((n for n in reversed(self.nodes) if n is not leader and n.process.alive()), None)
+        order = [self.nodes[0], *reversed(self.nodes[1:])]
+        victim = next((n for n in order if n is not leader and n.process.alive()), None)
         if victim is None:
             raise InfraError(f"{self.label} {self.name} has no follower to kill")
         victim.kill()

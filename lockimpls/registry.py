@@ -49,6 +49,13 @@ TEST_ONLY: dict[str, str] = {
     "test.slowed": "lockimpls.broken:Slowed",
 }
 
+#: Canary locks (lockimpls/canary.py): built to fail, the positive controls of ``bench matrix``
+#: where no catalog lock fails; never in a backend's list, never ranked.
+CANARIES: dict[str, str] = {
+    f"canary.fail-open-{b}": f"lockimpls.canary:FailOpen{b.capitalize()}"
+    for b in ("redis", "postgres", "etcd", "zookeeper", "memcached")
+}
+
 ENTRY_POINT_GROUP = "lockbench.locks"
 
 
@@ -120,7 +127,7 @@ def validate_class(cls: object, spec: str) -> type[Lock]:
 
 def resolve(id_or_spec: str) -> type[Lock]:
     """The Lock class for a catalog id, an entry-point name, or ``package.module:Class``."""
-    table = {**TEST_ONLY, **_entry_point_specs(), **BUILTIN}
+    table = {**TEST_ONLY, **CANARIES, **_entry_point_specs(), **BUILTIN}
     if id_or_spec in table:
         spec = table[id_or_spec]
     elif ":" in id_or_spec:

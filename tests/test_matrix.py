@@ -108,8 +108,21 @@ def test_plan_puts_fault_topologies_in_their_own_lanes() -> None:
     assert sum(len(ln.cases) for ln in lanes) == len(cases)
     # a server the user gave is never broken on purpose, and stays one lane
     cases, skipped = plan_matrix([], ["redis.set-nx-px-lua"], ["restart", "crash"], fixed_servers={"redis"})
-    # standard evidence: 10 crashes, 5 a case (one Locust process dies per crash), so 2 trials
-    assert [c.matrix_scenario for c in cases] == ["crash", "crash"] and "restart" in skipped[0]
+    # standard evidence: 10 crashes, 5 a case (one Locust process dies per crash), so 2 trials,
+    # and the crash scenario's positive control (a lock that must get stuck) beside them
+    subjects = [c for c in cases if c.role == "subject"]
+    assert [c.matrix_scenario for c in subjects] == ["crash", "crash"] and "restart" in skipped[0]
+    assert {(c.impl, c.role) for c in cases if c not in subjects} == {("redis.setnx-del", "control")}
+    assert all(c.control_impl == "redis.setnx-del" for c in cases)
+
+
+def test_a_lock_without_a_lease_is_not_put_through_a_scenario_that_needs_one() -> None:
+    not_run: list[dict[str, str]] = []
+    cases, _ = plan_matrix(
+        [], ["redis.setnx-del"], ["long-cs", "lease-expiry-task", "crash"], set(), not_run=not_run
+    )
+    assert {c.matrix_scenario for c in cases if c.role == "subject"} == {"crash"}
+    assert {(n["scenario"], n["word"]) for n in not_run} == {("long-cs", "n/a"), ("lease-expiry-task", "n/a")}
 
 
 def test_unknown_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -125,7 +138,11 @@ def test_matrix_runs_the_catalog_into_one_folder_and_one_report(tmp_path: Path) 
     r = bench("matrix", "--impl", "redis.setnx-del", "--impl", "redis.set-nx-px-lua", "--evidence", "quick",
               "--strikes", "2",
               "--scenario", "crash", "--scenario", "long-cs", "--results-dir", str(tmp_path))  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
+    # two strikes against quick evidence (k >= 3) leave the crash cell thin: undecided, so exit 1,
+    # with one line naming it (setnx-del has no lease: long-cs does not apply to it)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "undecided: redis.set-nx-px-lua x crash: held, thin" in r.stderr
+    assert "undecided: redis.setnx-del" not in r.stderr
     runs = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(runs) == 1
     run = runs[0]
@@ -134,7 +151,11 @@ def test_matrix_runs_the_catalog_into_one_folder_and_one_report(tmp_path: Path) 
     assert meta["kind"] == "matrix" and meta["status"] == "complete"
     assert meta["matrix"]["wall_s"] > 0 and meta["contradictions"] == []
     cases = pd.read_csv(run / "cases.csv").set_index(["impl", "scenario"])
-    assert len(cases) == 6
+    assert len(cases) == 5
+    control = cases.loc[("redis.set-nx-px", "long-cs")]  # long-cs's positive control, nobody selected it
+    assert control["role"] == "control" and control["verdict"] == "invalid"
+    assert cases.loc[("redis.set-nx-px-lua", "long-cs+fenced")]["control_outcome"].startswith("failed")
+    assert meta["params"]["controls"]["long-cs"].startswith("failed (redis.set-nx-px")
     stuck = cases.loc[("redis.setnx-del", "crash")]
     # stuck is liveness: nobody held it twice, so the verdict stays valid; the stuck bound is its own
     assert stuck["verdict"] == "valid" and stuck["stuck_locks"] >= 1 and stuck["stuck_bound_s"] == 3.0

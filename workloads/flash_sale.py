@@ -104,9 +104,20 @@ class FlashSaleUser(User):
         options = harness.lock_options(opts, next(_client_numbers))
         urls = harness.lock_urls(opts)
         seq = itertools.count()
+        namespace = getattr(opts, "lock_namespace", "") or ""
+        skew_s = options.clock() - time.time()
+        if abs(skew_s) >= 0.5:
+            # the checker counts a clock-skew strike only where a skewed client took the lock
+            # while an unskewed one waited or held: it must know which clients are skewed
+            harness.RECORDER.event(
+                self.client_id, -1, "skew", "ok", "", time.monotonic_ns(), value=round(skew_s * 1000)
+            )
         self.locks = {
             item: RecordedLock(
-                cls(f"{self.lock_prefix}:{item}", urls, options), harness.RECORDER, self.client_id, seq
+                cls(f"{namespace}{self.lock_prefix}:{item}", urls, options),
+                harness.RECORDER,
+                self.client_id,
+                seq,
             )
             for item in self.items
         }

@@ -29,8 +29,10 @@ from typing import Any
 from rich.console import Console
 
 from bench.errors import Interrupted, UserError
+from bench.matrix import controls
+from bench.matrix.controls import control_for
 from bench.matrix.expectations import annotate, observed_outcome
-from bench.matrix.tables import markdown_table, print_summary, timing_summary
+from bench.matrix.tables import markdown_table, print_summary, timing_summary, undecided
 from bench.measure.evidence import server_died
 from bench.measure.strikes import DEFAULT_TARGET, LEVELS, EvidenceTarget
 from bench.nemesis.faults import parse_fault
@@ -39,6 +41,7 @@ from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
 from bench.run.command import _check_user_dsns, plan_impls, with_recovery_bound
+from bench.run.group import GROUP_MAX, groupable, run_group
 from bench.run.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
 from bench.run.runner import _run_locust as cold_locust
 from bench.run.warm import WarmLocust, WarmLocustError
@@ -59,12 +62,25 @@ class MatrixCase(Case):
     """A case named by its matrix scenario (``lease-expiry-world+fenced``), not its workload."""
 
     matrix_scenario: str = ""
+    #: "subject" (an impl the user selected) or "control" (a scenario's positive control only)
+    role: str = "subject"
+    #: the scenario's positive control on this backend (bench/matrix/controls.py), "" for none
+    control_impl: str = ""
+    #: the group this case shares its strikes with ("" for a case run alone: bench/run/group.py)
+    group: str = ""
+    #: a control copied into a further group of the same scenario and trial (its case id says which)
+    copy: int = 0
 
     @property
     def scenario(self) -> str:
         if self.fencing == "off":
             return self.matrix_scenario
         return f"{self.matrix_scenario}+{'fenced' if self.fencing == 'enforce' else 'unfenced'}"
+
+    @property
+    def case_id(self) -> str:
+        base = super().case_id
+        return f"{base}__g{self.copy}" if self.copy else base
 
 
 @dataclass
@@ -77,6 +93,8 @@ class Lane:
     index: int = 0
     #: servers and clients on network-namespace test hosts (partition scenarios)
     hosts: bool = False
+    #: the cases as they run: alone, or groups under one nemesis (:func:`form_groups`)
+    units: list[list[MatrixCase]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -136,7 +154,18 @@ def plan_matrix(
     for impl_id, backend, cls in planned:
         servers = int(getattr(cls, "servers", 1))
         for scenario in chosen:
-            if not scenario.applies_to(impl_id, backend, servers):
+            if (
+                scenario.needs_lease
+                and not cls.capabilities.ttl
+                and scenario.applies_to(impl_id, backend, servers)
+            ):
+                if not_run is not None:
+                    not_run.append(
+                        {"impl": impl_id, "scenario": scenario.name, "word": "n/a",
+                         "reason": "the lock has no lease: a hold cannot outlive it, so this scenario cannot break it"}
+                    )  # fmt: skip
+                continue
+            if not scenario.applies_to(impl_id, backend, servers, bool(cls.capabilities.ttl)):
                 continue
             if scenario.needs_root and not root:
                 skipped.append(f"{impl_id} x {scenario.name}: needs root (network namespaces); not tested")
@@ -171,10 +200,49 @@ def plan_matrix(
                         )  # fmt: skip
                     )
     if not cases:
+        lease = next((n for n in not_run or [] if n.get("word") == "n/a"), None)
+        why = f" ({lease['impl']} x {lease['scenario']}: {lease['reason']})" if lease else ""
         raise UserError(
-            "no scenario applies to the impls selected; see 'bench matrix --help' for the scenarios"
+            f"no scenario applies to the impls selected{why}; see 'bench matrix --help' for the scenarios"
         )
-    return cases, skipped
+    return with_controls(cases, target, level), skipped
+
+
+def with_controls(cases: list[MatrixCase], target: EvidenceTarget, level: EvidenceTarget) -> list[MatrixCase]:
+    """Every case names its scenario's positive control; a control nobody selected is added as a case.
+
+    Server-fault scenarios get their control inside each group instead (:func:`form_groups`).
+    """
+    from lockimpls.registry import resolve
+
+    sized = scenarios_at(level)
+    out: list[MatrixCase] = []
+    present = {(c.impl, c.matrix_scenario, c.backend) for c in cases}
+    added: set[tuple[str, str, str]] = set()
+    for case in cases:
+        control = control_for(case.matrix_scenario, case.backend)
+        if control is None:
+            out.append(case)
+            continue
+        out.append(replace(case, control_impl=control))
+        key = (control, case.matrix_scenario, case.backend)
+        if key in present or key in added or sized[case.matrix_scenario].strike == "server":
+            continue
+        added.add(key)
+        cls = resolve(control)
+        scenario = sized[case.matrix_scenario]
+        for trial in range(scenario.trials(level)):
+            out.append(
+                _sized_for_recovery(
+                    cls,
+                    replace(
+                        case, impl=control, trial=trial, fencing="off", role="control", control_impl=control,
+                        params={"servers": int(getattr(cls, "servers", 1)), "trials": scenario.trials(level)},
+                        settings=_settings(scenario, target, case.backend),
+                    ),
+                )
+            )  # fmt: skip
+    return out
 
 
 def _sized_for_recovery(cls: type, case: MatrixCase) -> MatrixCase:
@@ -234,6 +302,56 @@ def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
                 lanes.append(lane)
     # longest first: the lane that starts last should be a short one
     return sorted(lanes, key=lambda ln: -sum(c.settings.duration for c in ln.cases))
+
+
+def form_groups(lane: Lane) -> list[list[MatrixCase]]:
+    """The lane's cases as units to run: a server-fault scenario's cases of one trial share a group.
+
+    Each group holds at most ``GROUP_MAX`` cases, one of them the scenario's positive control
+    (added as a copy where the group lacks one), so every group proves its strikes could bite.
+    Other cases run alone, in the lane's order.
+    """
+    from lockimpls.registry import resolve
+
+    units: list[list[MatrixCase]] = []
+    buckets: dict[tuple[str, int], list[MatrixCase]] = {}
+    order: list[tuple[str, int] | MatrixCase] = []
+    for case in lane.cases:
+        if groupable(case):
+            key = (case.matrix_scenario, case.trial)
+            if key not in buckets:
+                buckets[key] = []
+                order.append(key)
+            buckets[key].append(case)
+        else:
+            order.append(case)
+    for item in order:
+        if isinstance(item, MatrixCase):
+            units.append([item])
+            continue
+        members = buckets[item]
+        control = members[0].control_impl
+        subjects = [c for c in members if not (control and c.impl == control)]
+        own = [c for c in members if control and c.impl == control]
+        room = GROUP_MAX - 1 if control else GROUP_MAX
+        chunks = [subjects[i : i + room] for i in range(0, len(subjects), room)] or [[]]
+        for j, chunk in enumerate(chunks):
+            group = f"{lane.name}/{item[0]}/t{item[1]}/g{j}"
+            if control:
+                if own:
+                    chunk = [own.pop(0), *chunk]
+                else:
+                    cls = resolve(control)
+                    template = (chunk or members)[0]
+                    copy = replace(
+                        template, impl=control, fencing="off", role="control", copy=j + 1,
+                        params={**template.params, "servers": int(getattr(cls, "servers", 1))},
+                    )  # fmt: skip
+                    chunk = [copy, *chunk]
+            units.append([replace(c, group=group) for c in chunk])
+        for rest in own:  # a control selected in both fencing modes: its other mode joins the last group
+            units[-1].append(replace(rest, group=units[-1][0].group))
+    return units
 
 
 def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
@@ -298,6 +416,11 @@ class _Shared:
         row.update(evidence(case, result))
         row.update(annotate(row, case.impl, case.matrix_scenario, fenced=case.fencing == "enforce"))
         row["matrix_scenario"] = case.matrix_scenario
+        row["backend"] = case.backend
+        row["role"] = case.role
+        row["control_impl"] = case.control_impl
+        row["group_id"] = case.group
+        row["group_size"] = (result.get("timing") or {}).get("group", 1)
         t = result.get("timing") or {}
         row["case_wall_s"] = (t["ended_ns"] - t["launched_ns"]) / 1e9 if t.get("ended_ns") else None
         row["locust_shutdown_s"] = (
@@ -359,6 +482,33 @@ def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int
     return launch
 
 
+class _Launchers:
+    """A lane's warm Locust processes: one for its lone cases, as many as its largest group needs.
+
+    Why a context manager: every warm process must end with the lane, whatever ends it.
+    """
+
+    def __init__(self, warm: bool) -> None:
+        self.warm = warm
+        self._pool: list[WarmLocust] = []
+
+    def get(self, n: int) -> list[Callable[[list[str], Path, float], int]]:
+        if not self.warm:
+            return [_launcher(None) for _ in range(n)]
+        while len(self._pool) < n:
+            proc = WarmLocust()
+            proc.spawn()  # the imports of a whole group overlap
+            self._pool.append(proc)
+        return [_launcher(p) for p in self._pool[:n]]
+
+    def __enter__(self) -> _Launchers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._pool:
+            proc.close()
+
+
 def _run_lane(
     lane: Lane,
     shared: _Shared,
@@ -372,8 +522,8 @@ def _run_lane(
         if lane.hosts:  # a partition lane: its servers and clients on test hosts, this thread on "control"
             net = ctx.enter_context(TestHostNet(0))
             ctx.enter_context(net.enter(net.add_host("control")))
-        launcher = ctx.enter_context(WarmLocust()) if warm and not lane.hosts else None
-        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, _launcher(launcher), net)
+        launchers = ctx.enter_context(_Launchers(warm and not lane.hosts))
+        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, launchers, net)
 
 
 def _heal(stack: Stack) -> None:
@@ -383,23 +533,36 @@ def _heal(stack: Stack) -> None:
             server.heal()
 
 
+def _run_unit(
+    unit: list[MatrixCase], stack: Stack, scratch: Path, launchers: _Launchers
+) -> list[dict[str, Any] | Exception]:
+    if len(unit) == 1 and not unit[0].group:
+        try:
+            return [run_case(unit[0], stack, scratch, launch=launchers.get(1)[0])]
+        except CaseFailed as exc:
+            return [exc]
+    return run_group(unit, stack, scratch, launchers.get(len(unit)))
+
+
 def _run_lane_cases(
     lane: Lane,
     shared: _Shared,
     user_urls: dict[str, list[str]],
     resource_url: str | None,
     scratch: Path,
-    launch: Callable[[list[str], Path, float], int],
+    launchers: _Launchers,
     net: TestHostNet | None = None,
 ) -> None:
     """Run a lane's cases on servers kept up across them (on test hosts when ``net`` is given).
 
-    A Sentinel group cannot fail over twice (its old master is gone and nobody is left to
-    promote), so a failover lane gets fresh servers for every case instead.
+    A server-fault scenario's cases run as groups under one nemesis (:func:`form_groups`). A
+    Sentinel group cannot fail over twice (its old master is gone and nobody is left to
+    promote), so a failover lane gets fresh servers for every case or group instead.
     """
     t0 = time.monotonic()
     timing = {
         "cases": 0,
+        "groups": 0,
         "wall_s": 0.0,
         "case_s": 0.0,
         "locust_startup_s": 0.0,
@@ -410,7 +573,7 @@ def _run_lane_cases(
     fresh_each = lane.topology == "sentinel"
     stack: Stack | None = None
     try:
-        for case in lane.cases:
+        for unit in lane.units or form_groups(lane):
             if shared.cancel.is_set():
                 return
             if stack is None:
@@ -427,23 +590,26 @@ def _run_lane_cases(
                 timing["server_start_s"] += time.monotonic() - t_up
                 shared.endpoints[lane.name] = endpoints_for_meta(stack)
                 shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
-            try:
-                result = run_case(case, stack, scratch, launch=launch)
-            except CaseFailed as exc:
-                shared.fail(str(exc))
-                continue
+            t_unit = time.monotonic()
+            results = _run_unit(unit, stack, scratch, launchers)
             # a server that died on its own (the fault thread heals what it broke) makes the case
             # unknown: checked before any heal, which would bring it back and hide it
             dead = [] if fresh_each else stack.dead()
-            if dead:
-                server_died(result["row"], dead)
-            shared.add(lane, case, result)
-            t = result.get("timing") or {}
-            timing["cases"] += 1
-            timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
-            if t.get("test_start_ns") and t.get("test_stop_ns"):
-                timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
-                timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
+            for case, result in zip(unit, results, strict=True):
+                if isinstance(result, Exception):
+                    shared.fail(str(result))
+                    continue
+                if dead:
+                    server_died(result["row"], dead)
+                shared.add(lane, case, result)
+                t = result.get("timing") or {}
+                timing["cases"] += 1
+                timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
+                if t.get("test_start_ns") and t.get("test_stop_ns"):
+                    timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
+                    timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
+            timing["unit_s"] = timing.get("unit_s", 0.0) + time.monotonic() - t_unit
+            timing["groups"] += 1 if unit[0].group else 0
             if fresh_each:
                 stack.close()
                 stack = None
@@ -453,7 +619,7 @@ def _run_lane_cases(
                 dead = stack.dead()
             if dead:
                 shared.fail(
-                    f"lane {lane.name}: server {', '.join(dead)} died during {case.case_id}; lane stopped"
+                    f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}; lane stopped"
                 )
                 return
     finally:
@@ -525,6 +691,9 @@ def matrix_command(
     for line in skipped:
         console.print(f"lockbench: skipping {line}", markup=False)
     lanes = plan_lanes(cases, fixed)
+    for lane in lanes:
+        lane.units = form_groups(lane)
+    cases = [c for lane in lanes for unit in lane.units for c in unit]
     if resource_url:
         parallel = 1  # every lane would share the user's resource server
     planned = {c.matrix_scenario for c in cases} | {n["scenario"] for n in not_run}
@@ -541,7 +710,7 @@ def matrix_command(
         },
         "users": USERS, "parallel": parallel, "lanes": len(lanes), "warm_locust": warm,
         "evidence": evidence, "strikes": level.strikes, "evidence_target": target.text(),
-        "impls": list(dict.fromkeys(c.impl for c in cases)), "not_run": not_run,
+        "impls": list(dict.fromkeys(c.impl for c in cases if c.role == "subject")), "not_run": not_run,
     }  # fmt: skip
     started = datetime.now(UTC).isoformat()
     folder = RunFolder(
@@ -554,7 +723,7 @@ def matrix_command(
             "host": meta.host_info(),
             "versions": {"libraries": meta.library_versions()},
             "params": params,
-            "impls": list(dict.fromkeys(c.impl for c in cases)),
+            "impls": list(dict.fromkeys(c.impl for c in cases if c.role == "subject")),
             "endpoints": {},
         },
     )
@@ -597,6 +766,8 @@ def matrix_command(
                 {"impl": c.impl, "scenario": c.matrix_scenario, "word": "not run", "reason": reason}
             )
     folder.meta["params"]["not_run"] = not_run
+    folder.meta["params"]["controls"] = controls.annotate(folder.rows)
+    folder.rewrite_rows()
     contradictions = print_summary(folder.rows, console, not_run)
     folder.note("contradictions", contradictions)
     if folder.rows:
@@ -615,4 +786,19 @@ def matrix_command(
     print(report_path if render and folder.rows else folder.path)
     if status == "incomplete":
         return 130
-    return 1 if shared.failures else 0
+    open_cells = undecided(folder.rows, not_run)
+    folder.note("undecided", open_cells)
+    for line in open_cells[:40]:
+        console.print(f"  undecided: {line}", markup=False)
+    if len(open_cells) > 40:
+        console.print(f"  ... and {len(open_cells) - 40} more (run.json 'undecided')", markup=False)
+    if shared.failures:
+        console.print(
+            f"lockbench: {len(shared.failures)} case(s) could not run: {shared.failures[0]}", markup=False
+        )
+    if open_cells or contradictions:
+        console.print(
+            f"lockbench: exit 1: {len(open_cells)} cell(s) undecided, {len(contradictions)} contradicting the catalog",
+            markup=False,
+        )
+    return 1 if shared.failures or open_cells or contradictions else 0

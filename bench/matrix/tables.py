@@ -96,9 +96,14 @@ def grid(
     scenarios, impls = _axes(rows)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
+        if r.get("role") == "control":
+            continue  # a control nobody selected: its result heads its column, it is no row of the grid
         groups.setdefault((str(r["impl"]), str(r["matrix_scenario"])), []).append(r)
+    impls = [i for i in impls if any(key[0] == i for key in groups)]
     cells: dict[tuple[str, str], Any] = {key: cell_for(members) for key, members in groups.items()}
     for item in not_run or []:
+        if item.get("word") == "n/a":
+            continue  # the scenario does not apply to the lock (no lease): no cell at all
         key = (str(item["impl"]), str(item["scenario"]))
         cells.setdefault(key, GridCell("nottested", str(item.get("word", "not tested")), "", "", 0, 0))
         if key[1] not in scenarios:
@@ -158,3 +163,28 @@ def print_summary(
     else:
         console.print("lockbench: every result agrees with the catalog (unknown verdicts excepted)")
     return contradictions
+
+
+#: Cell classes that answer the question: survived on its target, failed, or stuck.
+DECIDED = ("good", "bad", "warn", "stuck")
+
+
+def undecided(rows: list[dict[str, Any]], not_run: list[dict[str, str]] | None = None) -> list[str]:
+    """One line per planned cell that is not decided (thin, unknown, not struck, did not bite, not run).
+
+    ``bench matrix`` exits 0 only when this is empty and nothing contradicts the catalog.
+    """
+    scenarios, impls, cells = grid(rows, not_run)
+    lines = []
+    for impl in impls:
+        for scenario in scenarios:
+            cell = cells.get((impl, scenario))
+            if cell is None or cell.cls in DECIDED:
+                continue
+            why = cell.detail if cell.detail and cell.detail != cell.word else ""
+            reason = next(
+                (p for p in cell.hover.split("; ") if p.startswith(("positive control", "why"))), ""
+            )
+            extra = "; ".join(t for t in (why, reason) if t)
+            lines.append(f"{impl} x {scenario}: {cell.word}" + (f" ({extra})" if extra else ""))
+    return lines

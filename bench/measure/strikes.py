@@ -68,21 +68,94 @@ def grants_between(target: EvidenceTarget, strikes: int) -> int:
 
 
 def strike_times(history: pd.DataFrame, workload: str, ttl_s: float | None, server_fault: bool) -> np.ndarray:
-    """Start times (history ns) of every strike the case saw, sorted."""
+    """Start times (history ns) of every strike the case saw whose precondition held, sorted."""
+    return strike_record(history, workload, ttl_s, server_fault)[0]
+
+
+def strike_record(
+    history: pd.DataFrame, workload: str, ttl_s: float | None, server_fault: bool
+) -> tuple[np.ndarray, list[str]]:
+    """The strikes that count (start times, sorted) and, for each one that missed, why.
+
+    A strike counts only when it could have broken the lock (issue 30): for a server fault,
+    the case's holder claimed it and was still holding, inside its critical section, when the
+    action began, on a server its grant rested on (bench's ``strike`` rows say so; a holder
+    whose ``fault-hold`` had ended before the action, e.g. released by a stale heal message,
+    misses too); for long-cs, a hold longer than the lease of a lock that has one.
+    """
+    empty = np.array([], dtype=np.int64)
     if history is None or history.empty:
-        return np.array([], dtype=np.int64)
+        return empty, []
     if server_fault:
-        rows = history[(history["op"] == "fault") & (history["type"] == "invoke")]
-        return np.sort(rows["t_ns"].to_numpy(dtype=np.int64))
+        return _server_strikes(history)
+    if workload == "clock-skew":
+        return _skew_strikes(history), []
     marker = WORKLOAD_STRIKES.get(workload)
     if marker is not None:
         rows = history[(history["op"] == marker[0]) & (history["type"] == marker[1])]
-        return np.sort(rows["t_ns"].to_numpy(dtype=np.int64))
+        return np.sort(rows["t_ns"].to_numpy(dtype=np.int64)), []
     if workload in LONG_HOLD_WORKLOADS and ttl_s:
         h = holds(history)
         long = h[(h["end_ns"] - h["start_ns"]) > ttl_s * 1e9]
-        return np.sort(long["start_ns"].to_numpy(dtype=np.int64))
-    return np.array([], dtype=np.int64)
+        return np.sort(long["start_ns"].to_numpy(dtype=np.int64)), []
+    return empty, []
+
+
+def _skew_strikes(history: pd.DataFrame) -> np.ndarray:
+    """Grants to a skewed client while an unskewed client of the same lock waited for it or held it.
+
+    That is when a lock trusting client clocks can go wrong (its skewed holder's lease looks
+    longer or shorter to the others); a skewed grant with nobody else around tests nothing.
+    """
+    skewed = set(history.loc[history["op"] == "skew", "client"])
+    if not skewed:
+        return np.array([], dtype=np.int64)
+    acq = history[history["op"] == "acquire"].sort_values("t_ns", kind="stable")
+    open_since: dict[tuple[str, str], int] = {}  # (lock, unskewed client) -> waiting or holding
+    hits: list[int] = []
+    rel = history[(history["op"] == "release") & (history["type"] == "invoke")]
+    events = pd.concat([acq, rel]).sort_values("t_ns", kind="stable")
+    for ev in events.itertuples(index=False):
+        key = (ev.lock, ev.client)
+        if ev.op == "release":
+            open_since.pop(key, None)
+            continue
+        if ev.client in skewed:
+            if ev.type == "ok" and any(lock == ev.lock for lock, _ in open_since):
+                hits.append(int(ev.t_ns))
+            continue
+        if ev.type == "invoke":
+            open_since[key] = int(ev.t_ns)
+        elif ev.type != "ok":
+            open_since.pop(key, None)  # gave up: no longer waiting
+    return np.array(sorted(hits), dtype=np.int64)
+
+
+def _server_strikes(history: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    faults = history[(history["op"] == "fault") & (history["type"] == "invoke")]
+    marks = history[history["op"] == "strike"]
+    if marks.empty:  # a history from before per-strike marks: every strike counted
+        return np.sort(faults["t_ns"].to_numpy(dtype=np.int64)), []
+    holds_ = history[history["op"] == "fault-hold"]
+    counted: list[int] = []
+    missed: list[str] = []
+    for mark in marks.sort_values("t_ns").itertuples(index=False):
+        t = int(mark.t_ns)
+        if mark.type != "ok":
+            missed.append(f"strike {int(mark.seq) + 1}: {mark.error or 'missed'}")
+            continue
+        mine = holds_[holds_["client"] == mark.lock]
+        began = mine[(mine["type"] == "invoke") & (mine["t_ns"] <= t)]
+        if began.empty:
+            missed.append(f"strike {int(mark.seq) + 1}: its holder {mark.lock} had not claimed it")
+            continue
+        seq = int(began.iloc[-1]["seq"])
+        ended = mine[(mine["type"] == "ok") & (mine["seq"] == seq)]
+        if not ended.empty and int(ended.iloc[0]["t_ns"]) < t:
+            missed.append(f"strike {int(mark.seq) + 1}: its holder {mark.lock} let go before the fault hit")
+            continue
+        counted.append(t)
+    return np.array(sorted(counted), dtype=np.int64), missed
 
 
 def _acquisitions_after(history: pd.DataFrame, t_ns: int) -> int:
@@ -90,15 +163,19 @@ def _acquisitions_after(history: pd.DataFrame, t_ns: int) -> int:
     return int(ok.sum())
 
 
-def columns(history: pd.DataFrame, strikes_ns: np.ndarray) -> dict[str, Any]:
-    """cases.csv columns: strikes, acquisitions_after_strike, and the two 95% bounds they give."""
+def columns(history: pd.DataFrame, strikes_ns: np.ndarray, missed: list[str] | None = None) -> dict[str, Any]:
+    """cases.csv columns: strikes, acquisitions_after_strike, the two 95% bounds they give, and the misses."""
     k = len(strikes_ns)
     n = _acquisitions_after(history, int(strikes_ns[0])) if k else 0
+    missed = missed or []
     return {
         "strikes": k,
         "acquisitions_after_strike": n,
         "strike_failure_bound": 3 / k if k else None,
         "race_rate_bound": 3 / n if n else None,
+        "strikes_missed": len(missed),
+        "strikes_missed_reason": "; ".join(missed[:3])
+        + (f"; and {len(missed) - 3} more" if len(missed) > 3 else ""),
     }
 
 

@@ -30,7 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -135,6 +135,8 @@ class FaultWindow:
     start_ns: int
     end_ns: int
     detail: str
+    #: case label -> why this strike's server was not one the case's holder's grant rested on
+    missed: dict[str, str] = field(default_factory=dict)
 
 
 def _restart(server: Any) -> str:
@@ -148,32 +150,138 @@ def _restart(server: Any) -> str:
     return f"killed (SIGKILL) and restarted {server.process.name}"
 
 
+#: After the first holder claimed a strike, how long the other cases of a group may take to
+#: claim it too before the fault strikes (seconds). Six clients of a healthy lock claim within
+#: milliseconds of the arming; a case whose holder has not claimed by then is "missed".
+CLAIM_WINDOW_S = 1.5
+#: How often bench looks for claims in the cases' mailboxes (seconds).
+CLAIM_POLL_S = 0.005
+
+
+@dataclass
+class StrikeMark:
+    """What one strike was to one case of the group: did its precondition hold, and if not, why.
+
+    Why per case: one strike serves every case whose holder was inside its critical section,
+    holding the lock, when the fault hit; for the others the strike proved nothing.
+    """
+
+    strike: int
+    hit: bool
+    reason: str = ""
+    holder: str | None = None
+    claimed_ns: int | None = None
+
+
+def namespace(label: str) -> str:
+    """The lock-name prefix of group member ``label`` (``--lock-namespace``): its keys contain ``:m<label>:``."""
+    return f"m{label}:"
+
+
+class Mailbox:
+    """One case's side of a (possibly shared) fault: the resource its holders claim strikes on.
+
+    Every case of a group has its own resource (its own Redis database), so its holders,
+    ledgers and mailbox keys never meet another case's.
+    """
+
+    def __init__(self, resource_url: str, label: str = "") -> None:
+        self.label = label
+        self.client = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
+        self.active = True
+        self.started = False
+        #: the holder that claimed the strike being prepared (None: nobody yet)
+        self.holder: str | None = None
+        self.claimed_ns: int | None = None
+        self.ledger_at_claim = 0
+        self.released = False
+        self.marks: list[StrikeMark] = []
+        #: why this case was struck no more (None: it ran as long as the fault did)
+        self.stopped: str | None = None
+
+    def reset(self) -> None:
+        self.client.delete(
+            "lockbench:res:started", "lockbench:res:armed", "lockbench:res:signal", "lockbench:res:healed"
+        )
+
+    def ledger(self) -> int:
+        keys = list(self.client.scan_iter(match="lockbench:res:orders:*", count=1000))
+        if not keys:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+        return sum(pipe.execute())
+
+    def arm(self, armed_ns: int) -> None:
+        self.holder, self.claimed_ns, self.released = None, None, False
+        # a heal left over from a holder that gave up waiting must not release the next one early
+        self.client.delete("lockbench:res:healed", "lockbench:res:signal")
+        self.client.set("lockbench:res:armed", str(armed_ns))
+
+    def poll_claim(self) -> bool:
+        """True once a holder claimed the armed strike (recorded with the moment bench saw it)."""
+        if self.holder is not None:
+            return True
+        value = self.client.lpop("lockbench:res:signal")
+        if value is None:
+            return False
+        self.holder = value.decode() if isinstance(value, bytes) else str(value)
+        self.claimed_ns = time.monotonic_ns()
+        self.ledger_at_claim = self.ledger()
+        return True
+
+    def disarm(self) -> None:
+        self.client.delete("lockbench:res:armed")
+
+    def release(self) -> None:
+        if not self.released:
+            self.client.rpush("lockbench:res:healed", "1")
+            self.released = True
+
+    def close(self) -> None:
+        self.client.close()
+
+
 class FaultThread(threading.Thread):
-    """Runs one fault during a case, from a thread of the bench process.
+    """Runs one fault during a case, or during a group of cases that share the servers, from bench.
 
     Why a thread in bench, not in Locust: the fault acts on servers that bench started
     and owns (their processes and handles); Locust only signals when a lock is held.
+    Why a group: a strike costs seconds (a restart, a heal, the grants after it) and does not
+    care how many locks it breaks, so the cases of every impl on the same servers take it
+    together (as Jepsen's ``independent`` runs many keys under one nemesis); each case keeps
+    its own keys, resource, history and checker, and each strike is counted only for the cases
+    whose holder was inside when it hit (:class:`StrikeMark`).
     """
 
     def __init__(
         self,
         spec: FaultSpec,
         server: Any,
-        resource_url: str,
+        resource_url: str | list[str],
         deadline_s: float,
         ground: partitions.PartitionGround | None = None,
         strikes: int = 1,
         grants_between: int = 0,
         lease_s: float | None = None,
+        labels: list[str] | None = None,
+        servers: list[Any] | None = None,
     ) -> None:
         super().__init__(name=f"fault-{spec.kind}", daemon=True)
         self.spec = spec
         self.server = server
+        #: every lock server of the topology (RedLock: its masters): a restart strikes the one
+        #: holding the holders' keys
+        self.servers = servers or [server]
         self.ground = ground
         #: strikes asked for, and purchases the service must grant between two of them
         self.strikes = strikes if spec.at_seconds is None else 1
         self.grants_between = grants_between
-        #: client id of the holder that claimed the latest strike (None for a timed fault)
+        urls = [resource_url] if isinstance(resource_url, str) else list(resource_url)
+        names = labels or [str(i) for i in range(len(urls))]
+        self.mailboxes = [Mailbox(url, name) for url, name in zip(urls, names, strict=True)]
+        #: client id of the holder that claimed the latest strike (the first case's; None for a timed fault)
         self.holder: str | None = None
         #: client id of the holder of every strike, in order
         self.holders: list[str | None] = []
@@ -181,50 +289,84 @@ class FaultThread(threading.Thread):
         self.windows: list[FaultWindow] = []
         #: why striking stopped before ``strikes`` (None: all struck, or the case ended first)
         self.stopped_early: str | None = None
-        self.resource = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
         self.deadline_s = deadline_s
         #: the lease the holder's lock has (``--ttl``): a strike's holder never waits past half of it
         self.lease_s = lease_s
         self.error: str | None = None
         self._cancel = threading.Event()
-        #: purchases on the order ledgers when the latest strike's holder claimed it
-        self._ledger_at_claim = 0
+
+    @property
+    def resource(self) -> redis.Redis:
+        """The first case's resource (a lone case's)."""
+        return self.mailboxes[0].client
+
+    def mailbox(self, label: str) -> Mailbox:
+        return next(m for m in self.mailboxes if m.label == label)
+
+    def finished(self, label: str) -> None:
+        """The case ``label`` has ended (its Locust exited): strike it no more."""
+        box = self.mailbox(label)
+        box.active = False
+        if all(not m.active for m in self.mailboxes):
+            self._cancel.set()
 
     def stop(self) -> None:
         self._cancel.set()
 
+    def _active(self) -> list[Mailbox]:
+        return [m for m in self.mailboxes if m.active]
+
     def _load_started(self) -> bool:
-        """Wait until the workload has reset the resource (it would clear an earlier arming)."""
+        """Wait until every case's workload has reset its resource (that would clear an earlier arming)."""
         end = time.monotonic() + 60
         while not self._cancel.is_set() and time.monotonic() < end:
-            if self.resource.get("lockbench:res:started"):
-                return True
+            waiting = [m for m in self._active() if not m.started]
+            for box in waiting:
+                box.started = bool(box.client.get("lockbench:res:started"))
+            if all(m.started for m in self._active()):
+                return bool(self._active())
             time.sleep(0.05)
-        return False
+        for box in self._active():
+            if not box.started:
+                box.active, box.stopped = False, "its load never started"
+        return bool(self._active())
 
     def _wait_for_holder(self) -> bool:
-        """Arm the fault and wait until a holder claims it (True) or the case ends (False)."""
+        """Arm every case, wait for claims, and decide who is inside (True) or the fault is over (False)."""
         if not self._load_started():
             return False
-        self.resource.set("lockbench:res:armed", str(time.monotonic_ns()))
+        armed = time.monotonic_ns()
+        boxes = self._active()
+        for box in boxes:
+            box.arm(armed)
         end = time.monotonic() + self.deadline_s
+        first: float | None = None
         while not self._cancel.is_set() and time.monotonic() < end:
-            popped = self.resource.blpop(["lockbench:res:signal"], timeout=1)
-            if popped:
-                value = popped[1]
-                self.holder = value.decode() if isinstance(value, bytes) else str(value)
-                self._ledger_at_claim = self._ledger_length()
-                return True
-        self.resource.delete("lockbench:res:armed")
-        return False
+            claimed = [b.poll_claim() for b in boxes if b.active]
+            if any(claimed) and first is None:
+                first = time.monotonic()
+            if claimed and all(claimed):
+                break
+            if first is not None and time.monotonic() - first > CLAIM_WINDOW_S:
+                break
+            if not any(b.active for b in boxes):
+                break
+            time.sleep(CLAIM_POLL_S)
+        for box in boxes:
+            box.disarm()
+            box.poll_claim()  # a claim that came in just before the disarm is still inside: it counts
+        holders = [b for b in boxes if b.holder is not None]
+        if not holders:
+            return False
+        self.holder = holders[0].holder
+        return True
 
     def _wait_until(self, seconds: float) -> bool:
         return self._load_started() and not self._cancel.wait(seconds)
 
     def start(self) -> None:
-        self.resource.delete(
-            "lockbench:res:started", "lockbench:res:armed", "lockbench:res:signal", "lockbench:res:healed"
-        )
+        for box in self.mailboxes:
+            box.reset()
         super().start()
 
     def regrant_wait_s(self) -> float:
@@ -233,16 +375,21 @@ class FaultThread(threading.Thread):
         return min(wait, self.lease_s / 2) if self.lease_s else wait
 
     def _release_holder(self) -> None:
-        """Tell the strike's holder the fault is over: once another client has bought, or after the wait."""
+        """Tell each strike's holder the fault is over: once another client of its case has bought, or after the wait."""
         if self.spec.at_seconds is not None:
             return
+        held = [b for b in self.mailboxes if b.holder is not None]
         end = time.monotonic() + self.regrant_wait_s()
         while not self._cancel.is_set() and time.monotonic() < end:
-            if self._ledger_length() > self._ledger_at_claim:
-                break  # the lock was granted again under its holder: the history has the overlap
+            for box in held:
+                if not box.released and box.ledger() > box.ledger_at_claim:
+                    box.release()  # the lock was granted again under its holder: the history has the overlap
+            if all(b.released for b in held):
+                break
             self._cancel.wait(REGRANT_POLL_S)
         if not self._cancel.is_set():
-            self.resource.rpush("lockbench:res:healed", "1")
+            for box in held:
+                box.release()
 
     @property
     def window(self) -> FaultWindow | None:
@@ -257,6 +404,7 @@ class FaultThread(threading.Thread):
                 window = self._strike()
                 if window is None:
                     break
+                self._mark(len(self.windows), window)
                 self._release_holder()
                 self.windows.append(window)
                 self.holders.append(self.holder)
@@ -266,6 +414,27 @@ class FaultThread(threading.Thread):
                 self._heal_topology()  # the case ends whole: a server dead now died on its own
         except Exception as exc:  # noqa: BLE001 - reported in the case row, the run goes on
             self.error = f"{type(exc).__name__}: {exc}"
+
+    def _mark(self, index: int, window: FaultWindow) -> None:
+        """Each running case's precondition for strike ``index``: its holder claimed before the action."""
+        for box in self.mailboxes:
+            if not box.started:
+                continue
+            if box.holder is None:
+                why = "no holder of this case was inside its critical section when the fault struck"
+                box.marks.append(StrikeMark(index, False, why))
+            elif box.claimed_ns is not None and box.claimed_ns > window.start_ns:
+                box.marks.append(
+                    StrikeMark(index, False, "the holder claimed after the strike began", box.holder)
+                )
+            else:
+                miss = self._rests_elsewhere(box, window)
+                box.marks.append(StrikeMark(index, not miss, miss, box.holder, box.claimed_ns))
+
+    def _rests_elsewhere(self, box: Mailbox, window: FaultWindow) -> str:
+        """Why the struck server is not one the holder's grant rests on ("" when it is)."""
+        missed = getattr(window, "missed", None) or {}
+        return missed.get(box.label, "")
 
     def _heal_topology(self) -> None:
         """Bring back what a strike took down (a restart and a partition heal themselves)."""
@@ -278,34 +447,40 @@ class FaultThread(threading.Thread):
         return not self._cancel.is_set()
 
     def _ledger_length(self) -> int:
-        keys = list(self.resource.scan_iter(match="lockbench:res:orders:*", count=1000))
-        if not keys:
-            return 0
-        pipe = self.resource.pipeline(transaction=False)
-        for key in keys:
-            pipe.llen(key)
-        return sum(pipe.execute())
+        return self.mailboxes[0].ledger()
 
     def _paced(self) -> bool:
-        """Wait until the service granted ``grants_between`` purchases since the heal (False: it did not).
+        """Wait until each case's service granted ``grants_between`` purchases since the heal.
 
-        A service that grants nothing for 10 s after a heal is not struck again: its history
-        already shows the outage, and striking a lock nobody can take proves nothing more.
+        A case whose service grants nothing for 10 s after a heal is not struck again: its
+        history already shows the outage, and striking a lock nobody can take proves nothing
+        more. False once no case is left to strike.
         """
         if self.grants_between <= 0:
-            return True
-        start = self._ledger_length()
-        idle_until = time.monotonic() + 10.0
-        last = start
+            return bool(self._active())
+        boxes = self._active()
+        start = {id(b): b.ledger() for b in boxes}
+        last = dict(start)
+        idle_until = {id(b): time.monotonic() + 10.0 for b in boxes}
         while not self._cancel.is_set():
-            now = self._ledger_length()
-            if now - start >= self.grants_between:
-                return True
-            if now != last:
-                last, idle_until = now, time.monotonic() + 10.0
-            elif time.monotonic() > idle_until:
-                self.stopped_early = f"no purchase for 10 s after strike {len(self.windows)}'s heal"
+            waiting = False
+            for box in boxes:
+                if not box.active:
+                    continue
+                now = box.ledger()
+                if now - start[id(box)] >= self.grants_between:
+                    continue
+                waiting = True
+                if now != last[id(box)]:
+                    last[id(box)], idle_until[id(box)] = now, time.monotonic() + 10.0
+                elif time.monotonic() > idle_until[id(box)]:
+                    box.active = False
+                    box.stopped = f"no purchase for 10 s after strike {len(self.windows)}'s heal"
+            if not self._active():
+                self.stopped_early = next((b.stopped for b in boxes if b.stopped), None)
                 return False
+            if not waiting:
+                return True
             self._cancel.wait(0.05)
         return False
 
@@ -339,11 +514,42 @@ class FaultThread(threading.Thread):
                 raise RuntimeError(f"{spec.kind} needs the case on test hosts")
             start, healed, detail = partitions.strike(spec.kind, self.ground, self.holder, self._cancel)
             return FaultWindow(spec.kind, start, healed, detail)
+        missed: dict[str, str] = {}
+        target = self.server
+        if spec.kind == "restart" and len(self.servers) > 1:
+            target, missed = self._restart_target()
         start = time.monotonic_ns()
         if spec.kind == "restart":
-            detail = _restart(self.server)
+            detail = _restart(target)
         elif spec.kind == "kill-leader":
             detail = self.server.kill_leader()
         else:
             detail = self.server.kill_member()
-        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail)
+        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail, missed)
+
+    def _restart_target(self) -> tuple[Any, dict[str, str]]:
+        """Of several masters (RedLock), the one holding the most holders' keys, and whose it is not."""
+        holding: list[set[str]] = []
+        for server in self.servers:
+            owners: set[str] = set()
+            try:
+                client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
+                for key in client.scan_iter(match="lockbench:*", count=1000):
+                    text = key.decode() if isinstance(key, bytes) else str(key)
+                    if text.endswith(":fence"):
+                        continue  # a token counter outlives every grant
+                    owners.update(
+                        b.label for b in self.mailboxes if b.holder and f":{namespace(b.label)}" in text
+                    )
+                client.close()
+            except (redis.RedisError, AttributeError):
+                pass
+            holding.append(owners)
+        best = max(range(len(self.servers)), key=lambda i: len(holding[i]))
+        name = getattr(getattr(self.servers[best], "process", None), "name", f"master {best}")
+        missed = {
+            b.label: f"the restarted master {name} held no key of this holder"
+            for b in self.mailboxes
+            if b.holder and b.label not in holding[best]
+        }
+        return self.servers[best], missed

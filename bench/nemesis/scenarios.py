@@ -56,6 +56,8 @@ class Scenario:
     counts_grants: bool = True
     #: needs network namespaces (root): partitions
     needs_root: bool = False
+    #: the strike is a hold outliving the lock's lease: a lock without one (no TTL) cannot be struck
+    needs_lease: bool = False
     #: ``--lock-params`` per backend (e.g. a shorter ZooKeeper session for partitions)
     lock_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -80,7 +82,11 @@ class Scenario:
         settings = {**self.settings, "duration": self.settings.get("duration", 10.0) + k * self.per_strike_s}
         options = dict(self.options)
         stop = replace(self.stop, count=k, after_first=n)
-        if self.strike == "server":
+        if self.strike == "skew":
+            # every grant to a skewed client while another waits is a strike: n grants bring k
+            stop = replace(self.stop, acquisitions=max(self.stop.acquisitions, n + 60))
+            settings["duration"] = self.settings.get("duration", 10.0) + n / 40
+        elif self.strike == "server":
             settings.update(strikes=k, grants_between=gap)
         elif self.strike == "pause" and n:
             # pause often enough for k pauses within the n grants (world: only worker 0 of 2 pauses),
@@ -92,7 +98,9 @@ class Scenario:
             settings["processes"] = max(int(settings.get("processes", 2)), k + 1)
         return replace(self, settings=settings, options=options, stop=stop)
 
-    def applies_to(self, impl_id: str, backend: str, servers: int) -> bool:
+    def applies_to(self, impl_id: str, backend: str, servers: int, has_lease: bool = True) -> bool:
+        if self.needs_lease and not has_lease:
+            return False
         if self.backends is not None and backend not in self.backends:
             return False
         if (self.impls is not None and impl_id not in self.impls) or impl_id in self.exclude:
@@ -128,6 +136,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="long-cs",
+            needs_lease=True,
             strike="long-hold",
             per_strike_s=1.4,
             counts_grants=False,
@@ -141,6 +150,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="lease-expiry-task",
+            needs_lease=True,
             strike="pause",
             per_strike_s=1.5,
             workload="lease-expiry",
@@ -151,6 +161,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="lease-expiry-world",
+            needs_lease=True,
             strike="pause",
             per_strike_s=3.5,
             workload="lease-expiry",
@@ -271,6 +282,8 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             name="clock-skew",
             workload="flash-sale",
             summary="half the clients' lock clocks run 30 s ahead (the machine clock is untouched)",
+            strike="skew",
+            per_strike_s=0.0,
             stop=StopRule("start", acquisitions=60),
             settings={"duration": 10.0, "clock_skew": 30.0, "skewed_clients": 0.5},
             impls=("redis.setnx-getset", "redis.redlock"),

@@ -206,6 +206,21 @@ class RunFolder:
         self.meta["cases"].append(case)
         self._write_meta()
 
+    def rewrite_rows(self) -> None:
+        """Write cases.csv and cases.parquet again from :attr:`rows` (after a pass that annotated them)."""
+        if self.broken is not None or not self.rows:
+            return
+        frame = pd.DataFrame(self.rows)
+        if self.columns:
+            frame = frame[
+                [c for c in self.columns if c in frame] + [c for c in frame if c not in self.columns]
+            ]
+        try:
+            atomic_write_frame(self.path / "cases.csv", frame)
+            atomic_write_frame(self.path / "cases.parquet", frame)
+        except OSError as exc:
+            raise self._fail("the annotated cases", exc) from None
+
     def note(self, key: str, value: Any) -> None:
         self.meta[key] = value
         self._write_meta()

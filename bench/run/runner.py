@@ -31,7 +31,7 @@ from bench.measure.evidence import checker_reason
 from bench.measure.floors import floors as measure_floors
 from bench.measure.strikes import EvidenceTarget
 from bench.nemesis import partitions
-from bench.nemesis.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow
+from bench.nemesis.faults import HOLD_FOR, FaultSpec, FaultThread, FaultWindow, StrikeMark, namespace
 from bench.results.folder import RunFolder, process_start
 from bench.results.redact import redact_text, redact_url
 from bench.run.reset import reset_lock_state
@@ -186,6 +186,7 @@ def locust_argv(
     resource_url: str,
     out: Path,
     last_case: bool = False,
+    lock_namespace: str = "",
 ) -> list[str]:
     """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it."""
     urls_file = write_urls_file(out, lock_urls, resource_url)
@@ -210,6 +211,8 @@ def locust_argv(
         "--lockbench-case", case.case_id,
     ]  # fmt: skip
     argv += ["--fencing-mode", case.fencing]
+    if lock_namespace:
+        argv += ["--lock-namespace", lock_namespace]
     if settings.stop_rule:
         argv += ["--lockbench-stop", settings.stop_rule]
     if settings.clock_skew:
@@ -394,7 +397,8 @@ def run_case(
     lock_urls = stack.urls[case.backend]
     on_hosts = case.fault is not None and case.fault.is_partition
     argv_settings = replace(settings, processes=1) if on_hosts else settings
-    argv = locust_argv(case, argv_settings, lock_urls, stack.urls["resource"][0], out, last_case)
+    ns = namespace("0") if case.fault is not None else ""
+    argv = locust_argv(case, argv_settings, lock_urls, stack.urls["resource"][0], out, last_case, ns)
     log_path = out / "locust.log"
     try:
         reset_lock_state(case.backend, lock_urls)
@@ -413,6 +417,7 @@ def run_case(
         fault = FaultThread(
             case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground,
             strikes=settings.strikes, grants_between=settings.grants_between, lease_s=settings.ttl,
+            servers=lock_servers_of(stack, case.backend),
         )  # fmt: skip
     if fault is not None:
         fault.start()
@@ -434,6 +439,38 @@ def run_case(
             fault.join(60)
     commands = server_stats.delta(before, server_stats.snapshot(case.backend, lock_urls))
     server_cpu = server_stats.cpu_delta(cpu_before, server_stats.cpu_snapshot(case.backend, lock_urls, pids))
+    timing = {"begun_ns": begun_ns, "launched_ns": launched_ns, "exited_ns": exited_ns}
+    return finish_case(
+        case, stack, out, code, fault, "0", commands, server_cpu, timing, solo=solo, ground=ground
+    )
+
+
+def lock_servers_of(stack: Stack, backend: str) -> list[Any]:
+    """The lock servers bench started for ``backend`` (RedLock's masters in order; empty for a user's)."""
+    return [s for k, s in stack.servers.items() if k == f"{backend}-lock" or k.startswith(f"{backend}-lock-")]
+
+
+def finish_case(
+    case: Case,
+    stack: Stack,
+    out: Path,
+    code: int,
+    fault: FaultThread | None,
+    label: str,
+    commands: Any,
+    server_cpu: Any,
+    timing: dict[str, Any],
+    solo: fidelity.Solo | None = None,
+    ground: partitions.PartitionGround | None = None,
+) -> dict[str, Any]:
+    """Read a finished case's recording, add what its fault did to it, judge it.
+
+    ``label`` names the case's mailbox in ``fault`` (a group's member; "0" for a lone case):
+    each strike is marked in the case's history as counted or missed, with the reason.
+    """
+    settings = case.settings
+    log_path = out / "locust.log"
+    on_hosts = case.fault is not None and case.fault.is_partition
     rec_path = out / "recording.json"
     dead = stack.dead()
     if dead and not rec_path.exists():
@@ -448,12 +485,19 @@ def run_case(
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
     if fault is not None:
+        box = fault.mailbox(label)
+        marks = {m.strike: m for m in box.marks}
         recording["fault"] = {
             "spec": case.fault.label, "error": fault.error, "holder": fault.holder, "strikes_asked": fault.strikes,
-            "stopped_early": fault.stopped_early,
+            "stopped_early": box.stopped or fault.stopped_early, "group": len(fault.mailboxes),
             "windows": [
-                {"start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail, "holder": h}
-                for w, h in zip(fault.windows, fault.holders, strict=True)
+                {
+                    "start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail,
+                    "holder": marks[i].holder if i in marks else h,
+                    "hit": marks[i].hit if i in marks else None,
+                    "missed": marks[i].reason if i in marks else "the case had ended",
+                }
+                for i, (w, h) in enumerate(zip(fault.windows, fault.holders, strict=True))
             ],
         }  # fmt: skip
         if fault.window is not None:
@@ -466,7 +510,7 @@ def run_case(
                 recording["partition"] = partitions.after_heal_columns(
                     history, w.start_ns, w.end_ns, fault.holder
                 )
-            history = with_fault_windows(history, fault.windows)
+            history = with_fault_windows(history, fault.windows, box.marks)
             history.to_parquet(out / "history.parquet", index=False)
     recording["server_commands"] = commands
     if server_cpu is not None:
@@ -475,33 +519,53 @@ def run_case(
     result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
     # where a case's wall time goes: Locust start-up (launch -> test start), load, shut-down
     result["timing"] = {
-        "begun_ns": begun_ns,
-        "launched_ns": launched_ns,
+        **timing,
         "test_start_ns": recording.get("t_start_ns"),
         "test_stop_ns": recording.get("t_stop_ns"),
-        "exited_ns": exited_ns,
         "ended_ns": time.monotonic_ns(),
     }
     return result
 
 
-def with_fault_windows(history: pd.DataFrame, windows: list[FaultWindow]) -> pd.DataFrame:
-    """The history plus every strike as an invoke/ok pair of op ``fault`` by client ``bench`` (seq = strike)."""
+def with_fault_windows(
+    history: pd.DataFrame, windows: list[FaultWindow], marks: list[StrikeMark] | None = None
+) -> pd.DataFrame:
+    """The history plus every strike as an invoke/ok pair of op ``fault`` by client ``bench`` (seq = strike).
+
+    With ``marks`` (what each strike was to this case), each strike also gets a ``strike``
+    row at its start: ``ok`` when its precondition held (the case's holder was inside, on the
+    struck server), ``fail`` with the reason when it missed; the holder's client id is in
+    ``lock``. Without marks (an older history) every strike counts, as it did.
+    """
     if not windows:
         return history
-    rows = pd.DataFrame(
-        {
-            "client": ["bench"] * (2 * len(windows)),
-            "seq": [i for i in range(len(windows)) for _ in (0, 1)],
-            "op": ["fault"] * (2 * len(windows)),
-            "type": ["invoke", "ok"] * len(windows),
-            "lock": [w.kind for w in windows for _ in (0, 1)],
-            "t_ns": [t for w in windows for t in (w.start_ns, w.end_ns)],
-            "token": pd.array([None] * (2 * len(windows)), dtype="Int64"),
-            "value": pd.array([None] * (2 * len(windows)), dtype="Int64"),
-            "error": [w.detail for w in windows for _ in (0, 1)],
-        }
-    )
+    n = len(windows)
+    frames = {
+        "client": ["bench"] * (2 * n),
+        "seq": [i for i in range(n) for _ in (0, 1)],
+        "op": ["fault"] * (2 * n),
+        "type": ["invoke", "ok"] * n,
+        "lock": [w.kind for w in windows for _ in (0, 1)],
+        "t_ns": [t for w in windows for t in (w.start_ns, w.end_ns)],
+        "error": [w.detail for w in windows for _ in (0, 1)],
+    }
+    by_strike = {m.strike: m for m in marks or []}
+    if marks is not None:
+        for i, w in enumerate(windows):
+            mark = by_strike.get(i)
+            frames["client"].append("bench")
+            frames["seq"].append(i)
+            frames["op"].append("strike")
+            frames["type"].append("ok" if mark is not None and mark.hit else "fail")
+            frames["lock"].append((mark.holder if mark else None) or "")
+            frames["t_ns"].append(w.start_ns)
+            frames["error"].append(
+                "" if mark is not None and mark.hit else (mark.reason if mark else "the case had ended")
+            )
+    rows = pd.DataFrame(frames)
+    rows["token"] = pd.array([None] * len(rows), dtype="Int64")
+    rows["value"] = pd.array([None] * len(rows), dtype="Int64")
+    rows = rows[list(history.columns)] if set(history.columns) == set(rows.columns) else rows
     merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
     return merged.sort_values("t_ns", kind="stable").reset_index(drop=True)
 
@@ -541,10 +605,12 @@ def judge(
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
     # how much of its fault the case saw, and whether a "survived" is earned (bench/measure/strikes.py)
-    fault_case = case.fault is not None or case.workload.name in strikes.FAULT_WORKLOADS
+    skewed = bool(settings.clock_skew and settings.skewed_clients)
+    fault_case = case.fault is not None or case.workload.name in strikes.FAULT_WORKLOADS or skewed
     if fault_case:
-        times = strikes.strike_times(history, case.workload.name, settings.ttl, case.fault is not None)
-        row.update(strikes.columns(history, times))
+        kind = "clock-skew" if skewed and case.fault is None else case.workload.name
+        times, missed = strikes.strike_record(history, kind, settings.ttl, case.fault is not None)
+        row.update(strikes.columns(history, times, missed))
         if case.fault is not None and case.fault.at_seconds is None:
             row.update(strikes.recovery_columns(history))
     if case.workload.name == "crash":
@@ -575,7 +641,12 @@ def judge(
         row["evidence_target_n"] = settings.evidence.acquisitions
         if row["evidence"] == "not-struck":
             what = case.fault.label if case.fault else f"the {case.workload.name} event"
-            why = fault_info.get("error") or fault_info.get("stopped_early") or "no holder claimed it in time"
+            why = (
+                fault_info.get("error")
+                or row.get("strikes_missed_reason")
+                or fault_info.get("stopped_early")
+                or "no holder claimed it in time"
+            )
             row["verdict"] = "unknown"
             row["verdict_reason"] = f"{what} did not strike ({why}): not tested"
     shares = [
@@ -605,6 +676,7 @@ def judge(
     )
     for key, value in sorted((recording.get("lock_stats") or {}).items()):
         row[f"lockstat_{key}"] = value
+    row["stall_reason"] = stall_reason(row, settings)
     return {
         "row": row,
         "histograms": {**recording["histograms"], **arrival_hists},
@@ -626,6 +698,39 @@ def judge(
             ],
         },
     }
+
+
+def stall_reason(row: dict[str, Any], settings: RunSettings) -> str:
+    """Why a failed case's violation may be a stall of the load generator's own process, "" if not.
+
+    A holder whose Locust loop ran late longer than its lease or session (or late most of the
+    time) was paused, whatever fault the case was about: the violation is real (a pause breaks
+    a lease lock) but it is not the scenario's fault's doing, and the reader must be told.
+    """
+    if row.get("verdict") != "invalid":
+        return ""
+    late = row.get("loop_lag_late_share")
+    p99_us = row.get("loop_lag_p99_us")
+    lease = settings.lock_params.get("session_timeout") or settings.ttl
+    what = "session" if settings.lock_params.get("session_timeout") else "lease"
+    late_ok = isinstance(late, int | float) and late == late
+    p99_ok = isinstance(p99_us, int | float) and p99_us == p99_us
+    over_share = late_ok and late > fidelity.LATE_SHARE_LIMIT
+    over_lease = p99_ok and lease and p99_us / 1e6 > float(lease)
+    if not (over_share or over_lease):
+        return ""
+    parts = []
+    if late_ok:
+        parts.append(f"loop late {late:.0%}")
+    if p99_ok:
+        parts.append(f"lag p99 {p99_us / 1e6:.2g} s")
+    cause = (
+        f"the scenario's {row.get('fault') or row.get('workload')}" if row.get("fault") else "the scenario"
+    )
+    return (
+        f"a Locust process stalled ({', '.join(parts)}) against a {float(lease):g} s {what}: the violation may be "
+        f"a pause of the load generator, not {cause}"
+    )
 
 
 #: A case's phases in run.json ``timing``, in the order a case goes through them: clearing lock

@@ -1,0 +1,102 @@
+"""Positive controls: for each scenario, a lock that must fail under it, run beside the others.
+
+A survived cell is a claim that an experiment which could have broken the lock did not.
+The claim holds only if the experiment could break a lock at all: a restart that hit no
+holder's server, a member kill of a member nobody talked to, a pause shorter than every
+lease prove nothing. So each scenario runs, in the same lane, on the same servers and (for
+server faults, in the same group) under the same strikes, a *control*: a catalog lock the
+catalog says violates there (``redis.set-nx-px`` under a restart), a lock that must get
+stuck (``redis.setnx-del`` after a crash), or, where no catalog lock fails, a canary
+(``lockimpls/canary.py``: fails open when it cannot reach its server).
+
+If the control survived, the scenario *did not bite*: no cell it tested may be green
+(``dashboards/cells.py``), and ``bench matrix`` exits 1. Partition scenarios have no
+control yet: their strikes run on test hosts, one client host at a time (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LEASE = {
+    "redis": "redis.set-nx-px",
+    "postgres": "postgres.unique-insert-expiry",
+    "memcached": "memcached.add",
+}
+_CANARY_KILL = {"etcd": "canary.fail-open-etcd", "zookeeper": "canary.fail-open-zookeeper"}
+
+#: scenario -> backend -> the control impl (a lock that must fail there)
+CONTROLS: dict[str, dict[str, str]] = {
+    "long-cs": _LEASE,
+    "lease-expiry-task": _LEASE,
+    "lease-expiry-world": {**_LEASE, "etcd": "etcd.lease"},
+    "crash": {"redis": "redis.setnx-del", "postgres": "postgres.unique-insert"},
+    "restart": {
+        "redis": "redis.set-nx-px",
+        "postgres": "postgres.advisory",
+        "memcached": "memcached.add",
+        **_CANARY_KILL,
+    },
+    "failover": {"redis": "redis.set-nx-px"},
+    "kill-member": _CANARY_KILL,
+    "kill-leader": _CANARY_KILL,
+    "clock-skew": {"redis": "redis.setnx-getset"},
+}
+
+
+def control_for(scenario: str, backend: str) -> str | None:
+    """The control impl of ``scenario`` on ``backend`` (None: the scenario has none there)."""
+    return CONTROLS.get(scenario, {}).get(backend)
+
+
+def failed(row: dict[str, Any]) -> bool:
+    """Did the control fail as it must: a violation, or (after a crash) a lock nobody could take again."""
+    stuck = row.get("stuck_locks")
+    try:
+        stuck_n = float(stuck) if stuck is not None else 0.0
+    except (TypeError, ValueError):
+        stuck_n = 0.0
+    return row.get("verdict") == "invalid" or stuck_n > 0
+
+
+def outcome(rows: list[dict[str, Any]], impl: str) -> str:
+    """One phrase for what the control did in ``rows`` (its cases): failed / survived / unknown / not run."""
+    if not rows:
+        return f"not run ({impl})"
+    strikes = sum(int(float(r.get("strikes") or 0)) for r in rows)
+    if any(failed(r) for r in rows):
+        return f"failed ({impl}, {strikes} strikes)"
+    if any(r.get("verdict") == "unknown" for r in rows):
+        why = next((str(r.get("verdict_reason")) for r in rows if r.get("verdict_reason")), "")
+        return f"unknown ({impl}): {why}" if why else f"unknown ({impl})"
+    return f"survived ({impl}, {strikes} strikes)"
+
+
+def annotate(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Give every row of a scenario that has a control its ``control_outcome``; returns scenario -> header text.
+
+    A grouped row (``group_id``) takes the control of its own group (the same strikes); any
+    other row the control's cases of the same scenario and backend.
+    """
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    by_scenario: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        impl = str(r.get("impl") or "")
+        if impl and impl == r.get("control_impl"):
+            if r.get("group_id"):
+                by_group.setdefault(str(r["group_id"]), []).append(r)
+            by_scenario.setdefault((str(r.get("matrix_scenario")), str(r.get("backend"))), []).append(r)
+    headers: dict[str, list[str]] = {}
+    for r in rows:
+        control = r.get("control_impl")
+        if not control:
+            continue
+        if r.get("group_id"):
+            mine = by_group.get(str(r["group_id"]), [])
+        else:
+            mine = by_scenario.get((str(r.get("matrix_scenario")), str(r.get("backend"))), [])
+        r["control_outcome"] = outcome(mine, str(control))
+    for (scenario, _backend), controls in by_scenario.items():
+        impl = str(controls[0].get("impl"))
+        headers.setdefault(scenario, []).append(outcome(controls, impl))
+    return {s: "; ".join(sorted(set(v))) for s, v in headers.items()}

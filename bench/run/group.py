@@ -1,0 +1,161 @@
+"""Several cases on the same servers under one nemesis: a group.
+
+Why: a server-fault strike costs seconds (a restart, a heal, the holder's wait, the grants
+after it) and does not care how many locks it breaks. Paying that once per impl made the
+standard matrix an hour long. So every case of a lane that takes the same fault (the same
+scenario and trial, every impl and fencing mode, and the scenario's positive control) runs
+side by side, as Jepsen's ``independent`` runs many keys under one nemesis:
+
+* each case keeps its own Locust (its own users and processes), its own lock names
+  (``--lock-namespace m<i>:``), its own resource (Redis database ``i`` of the lane's
+  resource server), and so its own history, recording and checker;
+* one :class:`~bench.nemesis.faults.FaultThread` arms every case's mailbox, waits until the
+  holders have claimed the strike (or :data:`~bench.nemesis.faults.CLAIM_WINDOW_S`), strikes
+  once, and marks per case whether that strike's precondition held
+  (:class:`~bench.nemesis.faults.StrikeMark`); a case counts only the strikes that hit it;
+* a case that has its evidence ends (its stop rule), and the fault strikes the others on.
+
+The server's command counts cannot be split between the cases, so a grouped case has no
+``server_cmds_per_acquire`` (the matrix measures safety; cost belongs to ``bench run``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.nemesis.faults import FaultThread, namespace
+from bench.run.reset import reset_lock_state
+from bench.run.runner import Case, CaseFailed, ServerDied, finish_case, lock_servers_of, locust_argv
+from infra import server_stats
+from infra.stack import Stack
+
+#: At most this many cases share one strike: each is a Locust process of its own with six
+#: users, and more of them side by side on 2 cores would make the generator, not the lock, late.
+GROUP_MAX = 8
+#: A Redis server has 16 databases; each case of a group takes one for its resource.
+_DATABASES = 16
+
+Launch = Callable[[list[str], Path, float], int]
+
+
+#: Why a grouped case has no server command counts.
+SHARED_COUNTS = (
+    "the server was shared by the cases of a group (one nemesis for several locks): no count per case"
+)
+
+
+def resource_db(url: str, index: int) -> str:
+    """The resource URL pointed at Redis database ``index`` (each case of a group has its own)."""
+    if index >= _DATABASES:
+        raise ValueError(f"a group has at most {_DATABASES} cases")
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{index}", parts.query, parts.fragment))
+
+
+def groupable(case: Case) -> bool:
+    """Cases that may share a strike: a server fault armed by the holder, not a partition (one client host)."""
+    return case.fault is not None and case.fault.at_seconds is None and not case.fault.is_partition
+
+
+def run_group(
+    cases: list[Case], stack: Stack, scratch: Path, launches: list[Launch]
+) -> list[dict[str, Any] | Exception]:
+    """Run ``cases`` side by side under one fault; each gets its result, or the exception that ended it.
+
+    ``launches[i]`` starts case ``i``'s Locust and returns its exit code (a warm process of its own).
+    """
+    if not cases:
+        return []
+    if len(launches) < len(cases):
+        raise ValueError(f"{len(cases)} cases need as many launchers, got {len(launches)}")
+    begun_ns = time.monotonic_ns()
+    first = cases[0]
+    backend = first.backend
+    lock_urls = stack.urls[backend]
+    try:
+        reset_lock_state(backend, lock_urls)
+    except Exception as exc:  # noqa: BLE001 - a server that cannot be cleaned cannot be measured
+        return [CaseFailed(f"{c.case_id}: could not clear lock state before the case: {exc}") for c in cases]
+    resources = [resource_db(stack.urls["resource"][0], i) for i in range(len(cases))]
+    outs: list[Path] = []
+    argvs: list[list[str]] = []
+    for i, case in enumerate(cases):
+        out = scratch / case.case_id
+        out.mkdir(parents=True, exist_ok=True)
+        outs.append(out)
+        argvs.append(
+            locust_argv(case, case.settings, lock_urls, resources[i], out, lock_namespace=namespace(str(i)))
+        )
+    duration = max(c.settings.duration for c in cases)
+    servers = lock_servers_of(stack, backend)
+    server = stack.servers.get(f"{backend}-lock") or (
+        servers[0] if servers else next(iter(stack.servers.values()))
+    )
+    fault = FaultThread(
+        first.fault, server, resources, deadline_s=duration, strikes=first.settings.strikes,
+        grants_between=first.settings.grants_between, lease_s=first.settings.ttl,
+        labels=[str(i) for i in range(len(cases))], servers=servers,
+    )  # fmt: skip
+    codes: list[int | BaseException] = [0] * len(cases)
+    exited: list[int] = [0] * len(cases)
+
+    def one(i: int) -> None:
+        try:
+            codes[i] = launches[i](argvs[i], outs[i] / "locust.log", cases[i].settings.duration + 120)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller with the case
+            codes[i] = exc
+        finally:
+            exited[i] = time.monotonic_ns()
+            fault.finished(str(i))
+
+    fault.start()
+    launched_ns = time.monotonic_ns()
+    threads = [
+        threading.Thread(target=one, args=(i,), name=f"group-{i}", daemon=True) for i in range(len(cases))
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+    finally:
+        fault.stop()
+        fault.join(60)
+    interrupted = next((c for c in codes if isinstance(c, KeyboardInterrupt)), None)
+    if interrupted is not None:
+        raise interrupted
+    results: list[dict[str, Any] | Exception] = []
+    for i, case in enumerate(cases):
+        code = codes[i]
+        if isinstance(code, BaseException):
+            results.append(CaseFailed(f"{case.case_id}: Locust could not run: {code}"))
+            continue
+        timing = {
+            "begun_ns": begun_ns,
+            "launched_ns": launched_ns,
+            "exited_ns": exited[i],
+            "group": len(cases),
+        }
+        try:
+            results.append(
+                finish_case(
+                    case,
+                    stack,
+                    outs[i],
+                    code,
+                    fault,
+                    str(i),
+                    server_stats.Commands(error=SHARED_COUNTS),
+                    None,
+                    timing,
+                )
+            )
+        except (CaseFailed, ServerDied) as exc:
+            results.append(exc)
+    return results

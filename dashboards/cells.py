@@ -1,0 +1,202 @@
+"""One cell function for every view of safety: the grid, the verdict matrix, the first screen.
+
+A cell is what one impl x scenario says over its cases (trials, fenced and unfenced: the
+same lock under the same fault). Why one function: the report once had two tables that
+disagreed (a valid case green whatever its strikes in one, thin in the other; an invalid
+case green in one when the counter that made it invalid was not in a list). Here the
+colour follows the *verdict*, never a list of counters:
+
+* any case ``invalid`` -> failed (red), whatever made it so (overlaps, witness, stock,
+  fencing tokens out of grant order, legitimate writes refused). Only a failure where
+  fencing (``enforce``) kept the data right is amber *failed, data safe*; an unfenced
+  failure whose data happened to survive is red and says so;
+* stuck (purple) is liveness: nobody got the lock again within its bound;
+* ``unknown`` is grey; a fault that never struck, or whose positive control survived
+  (the scenario *did not bite*), is grey and never green;
+* green only on the target evidence: k strikes that hit (their precondition held) and n
+  grants after them; below it pale *held, thin*.
+
+Reads plain dicts of cases.csv only; every string goes through :func:`dashboards.html_bits.e`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dashboards.html_bits import VIOLATIONS, e
+from dashboards.load import flag, num, text
+
+Row = dict[str, Any]
+
+#: cell class -> (word shown, legend text)
+CLASSES = {
+    "good": ("survived", "survived, on at least the target evidence"),
+    "thin": ("held, thin", "no violation, but fewer strikes or grants than the target"),
+    "bad": ("failed", "the lock failed (two holders at once, damaged data, tokens out of order ...)"),
+    "warn": ("failed, data safe", "the lock failed; fencing kept the data right"),
+    "stuck": ("stuck", "nobody got the lock again within its bound after a holder died (liveness)"),
+    "nottested": (
+        "not tested",
+        "the fault never struck (or missed: its precondition did not hold), its positive control survived "
+        "(did not bite), or the scenario could not run here",
+    ),
+    "unknown": ("unknown", "the checkers could not decide (a lost worker, a dead server ...)"),
+}
+#: Worst first: the cell takes the worst class among its cases.
+ORDER = ("bad", "warn", "stuck", "unknown", "thin", "good", "nottested")
+#: Counters shown on hover when nonzero.
+COUNTED = (
+    *VIOLATIONS, "stale_writes_accepted", "stale_writes_refused", "fencing_order_violations",
+    "legit_writes_refused", "stuck_locks", "unrecovered_strikes",
+)  # fmt: skip
+
+
+@dataclass
+class GridCell:
+    """What one impl x scenario cell shows, over every case (trials, fenced and unfenced) of that pair."""
+
+    cls: str
+    word: str
+    detail: str
+    hover: str
+    k: int
+    n: int
+    contradicts: bool = False
+
+    def html(self, column: str) -> str:
+        extra = " contradicts" if self.contradicts else ""
+        sort = ORDER.index(self.cls) if self.cls in ORDER else len(ORDER)
+        detail = f"<small>{e(self.detail)}</small>" if self.detail else ""
+        return (
+            f'<td class="{self.cls}{extra}" data-col="{e(column)}" data-sort="{sort}" '
+            f'title="{e(self.hover)}">{e(self.word)}{detail}</td>'
+        )
+
+
+def _int(row: Row, column: str) -> int:
+    value = num(row, column)
+    return int(value) if value is not None and math.isfinite(value) else 0
+
+
+def _target(rows: list[Row]) -> tuple[int | None, int]:
+    ks = [num(r, "evidence_target_k") for r in rows]
+    ns = [num(r, "evidence_target_n") for r in rows]
+    k = max((int(v) for v in ks if v is not None), default=None)
+    n = max((int(v) for v in ns if v is not None), default=0)
+    return k, n
+
+
+def _stuck(row: Row) -> bool:
+    return (num(row, "stuck_locks") or 0) > 0
+
+
+def _recovery(rows: list[Row]) -> str:
+    p50 = [v for v in (num(r, "recovery_ms_p50") for r in rows) if v is not None and math.isfinite(v)]
+    top = [v for v in (num(r, "recovery_ms_max") for r in rows) if v is not None and math.isfinite(v)]
+    if not p50:
+        return ""
+    text_ = f"recovered in {sorted(p50)[len(p50) // 2] / 1000:.1f} s"
+    if top and max(top) > 1.5 * min(p50):
+        text_ += f" (max {max(top) / 1000:.1f} s)"
+    return text_
+
+
+def cell_for(rows: list[Row]) -> GridCell:
+    """The cell of one impl x scenario from its cases (plain dicts of cases.csv)."""
+    target_k, target_n = _target(rows)
+    fault_scenario = target_k is not None
+    struck = [r for r in rows if _int(r, "strikes") > 0] if fault_scenario else rows
+    k = sum(_int(r, "strikes") for r in struck) if fault_scenario else 0
+    n = (
+        sum(_int(r, "acquisitions_after_strike") for r in struck)
+        if fault_scenario
+        else sum(_int(r, "acquisitions") for r in rows)
+    )
+    reasons = sorted({t for t in (text(r, "verdict_reason") for r in rows) if t})
+    contradicts = any(flag(r, "contradicts_catalog") is True for r in rows)
+    counters = []
+    for column in COUNTED:
+        total = sum(_int(r, column) for r in rows)
+        if total:
+            counters.append(f"{column} {total:,}")
+    missed = sum(_int(r, "strikes_missed") for r in rows)
+    bound = ""
+    if fault_scenario and k:
+        bound = f"; 95%: per-strike failure < {3 / k:.2g}" + (f", per-grant race < {3 / n:.2g}" if n else "")
+    target = (
+        f"target k >= {target_k}" + (f", n >= {target_n:,}" if target_n else "") if fault_scenario else ""
+    )
+    expected = {t for t in (text(r, "expected_outcome") for r in rows) if t}
+    control = control_of(rows)
+    hover_parts = [
+        f"{len(rows)} case{'s' if len(rows) != 1 else ''}: " + ", ".join(str(r.get("case")) for r in rows),
+        f"k={k} strikes that hit, n={n:,} grants after them{bound}"
+        if fault_scenario
+        else f"n={n:,} acquisitions",
+        f"{missed} strike{'s' if missed != 1 else ''} missed (precondition did not hold): "
+        + "; ".join(sorted({t for t in (text(r, "strikes_missed_reason") for r in rows) if t}))
+        if missed
+        else "",
+        target,
+        f"positive control {control}" if control else "",
+        "expected: " + ", ".join(sorted(expected)) if expected else "",
+        *counters,
+        *reasons,
+    ]
+    hover = "; ".join(p for p in hover_parts if p)
+    evidence = f"k={k} n={n:,}" if fault_scenario else f"n={n:,}"
+    failed = [r for r in rows if text(r, "verdict") == "invalid"]
+    if failed:
+        stall = [t for t in (text(r, "stall_reason") for r in failed) if t]
+        fenced = [r for r in failed if text(r, "fencing") == "enforce"]
+        data_safe = (
+            bool(fenced) and len(fenced) == len(failed) and all(flag(r, "data_safe") is True for r in fenced)
+        )
+        if data_safe:
+            detail = evidence
+            cls, word = "warn", CLASSES["warn"][0]
+        else:
+            survived = all(flag(r, "data_safe") is True for r in failed)
+            cls, word = "bad", CLASSES["bad"][0]
+            detail = "the data happened to survive (no fencing)" if survived else evidence
+        if stall:
+            detail = f"{detail}; found under a stall"
+            hover = f"{hover}; {stall[0]}"
+        return GridCell(cls, word, detail, hover, k, n, contradicts)
+    if any(_stuck(r) for r in rows):
+        bound_s = max((num(r, "stuck_bound_s") or 0 for r in rows), default=0)
+        detail = f"none in {bound_s:g} s" if bound_s else evidence
+        return GridCell("stuck", "stuck", detail, hover, k, n, contradicts)
+    if any(text(r, "verdict") == "unknown" and (_int(r, "strikes") or not fault_scenario) for r in rows):
+        return GridCell("unknown", "unknown", evidence, hover, k, n, contradicts)
+    if fault_scenario and not struck:
+        word = "did not strike" if not missed else "missed"
+        return GridCell("nottested", word, "not tested", hover, 0, 0, contradicts)
+    if control and not control.startswith("failed"):
+        return GridCell("nottested", "did not bite", f"control {control}", hover, k, n, contradicts)
+    recovery = _recovery(rows)
+    earned = (k >= (target_k or 0) and n >= target_n) if fault_scenario else n >= max(target_n, 1)
+    cls = "good" if earned else "thin"
+    detail = evidence + (f"; {recovery}" if recovery else "")
+    return GridCell(cls, CLASSES[cls][0], detail, hover, k, n, contradicts)
+
+
+def control_of(rows: list[Row]) -> str:
+    """What the scenario's positive control did beside these cases ("" when it had none).
+
+    ``control_outcome`` (cases.csv, set by ``bench matrix``): ``failed (impl, k strikes)`` when
+    the control broke as it must, ``survived (impl)`` when it did not (the scenario did not
+    bite), ``not run (impl): why`` when it could not run. The worst over the cases decides.
+    """
+    outcomes = [t for t in (text(r, "control_outcome") for r in rows) if t]
+    if not outcomes:
+        return ""
+    bad = [o for o in outcomes if not o.startswith("failed")]
+    return bad[0] if bad else outcomes[0]
+
+
+def case_class(row: Row) -> str:
+    """The class of a single case, by the same rules as a cell."""
+    return cell_for([row]).cls
