@@ -26,6 +26,7 @@ made after the previous heal. Every strike's window is kept (:attr:`FaultThread.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -154,6 +155,8 @@ def _restart(server: Any) -> str:
 #: claim it too before the fault strikes (seconds). Six clients of a healthy lock claim within
 #: milliseconds of the arming; a case whose holder has not claimed by then is "missed".
 CLAIM_WINDOW_S = 1.5
+#: Test-only: with this variable set to 1 a server fault's action does nothing (a fault that cannot bite).
+NOOP_ENV = "LOCKBENCH_TEST_NOOP_FAULT"
 #: How often bench looks for claims in the cases' mailboxes (seconds).
 CLAIM_POLL_S = 0.005
 
@@ -519,6 +522,13 @@ class FaultThread(threading.Thread):
         if spec.kind == "restart" and len(self.servers) > 1:
             target, missed = self._restart_target()
         start = time.monotonic_ns()
+        if os.environ.get(NOOP_ENV) == "1":
+            # test-only: a fault that breaks nothing, so a suite can show that a positive control
+            # that survived greys every cell of its scenario (tests/test_strike_preconditions.py)
+            time.sleep(0.05)
+            return FaultWindow(
+                spec.kind, start, time.monotonic_ns(), "no-op (test fault: nothing was done)", missed
+            )
         if spec.kind == "restart":
             detail = _restart(target)
         elif spec.kind == "kill-leader":

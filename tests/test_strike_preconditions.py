@@ -1,0 +1,239 @@
+"""Every green could have failed (issue 30): strikes count only when their precondition held,
+one strike serves every case of a group whose holder was inside, colours follow the verdict in
+every view, and a scenario whose positive control survived shows no green and exits 1.
+
+Pure rules on synthetic histories first, then real Redis servers (a shared strike), then a
+real matrix under a test-only fault that breaks nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.matrix.tables import grid, undecided
+from bench.measure import strikes
+from bench.nemesis.faults import FaultThread, FaultWindow, StrikeMark, parse_fault
+from bench.run.group import resource_db
+from bench.run.runner import RunSettings, stall_reason, with_fault_windows
+from dashboards.cells import cell_for
+from dashboards.matrix import summarize, trial_class
+from infra.redis_server import RedisServer
+from tests.helpers import bench
+from workloads.harness.resource import FlashSaleResource
+
+S = 1_000_000_000
+COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
+
+
+def _history(events: list[tuple]) -> pd.DataFrame:
+    frame = pd.DataFrame(events, columns=COLUMNS)
+    frame["token"] = frame["token"].astype("Int64")
+    frame["value"] = frame["value"].astype("Int64")
+    frame["seq"] = frame["seq"].astype("int64")
+    frame["t_ns"] = frame["t_ns"].astype("int64")
+    return frame.sort_values("t_ns", kind="stable").reset_index(drop=True)
+
+
+def _claim(client: str, start_s: float, end_s: float | None) -> list[tuple]:
+    rows = [(client, 5, "fault-hold", "invoke", "flash-sale:item-0", int(start_s * S), None, None, None)]
+    if end_s is not None:
+        rows.append((client, 5, "fault-hold", "ok", "flash-sale:item-0", int(end_s * S), None, None, None))
+    return rows
+
+
+def _grants(times_s: list[float]) -> list[tuple]:
+    return [
+        ("z", i, "acquire", "ok", "flash-sale:item-0", int(t * S), None, None, None)
+        for i, t in enumerate(times_s)
+    ]
+
+
+def _window(start_s: float) -> FaultWindow:
+    return FaultWindow("restart", int(start_s * S), int((start_s + 0.2) * S), "restarted")
+
+
+def test_a_server_strike_counts_only_when_its_holder_was_inside_when_it_hit() -> None:
+    base = _history(
+        [*_claim("a", 1.0, 4.0), *_claim("b", 9.5, 10.0), *_claim("c", 14.0, 17.0), *_grants([5, 12, 18])]
+    )
+    windows = [_window(2.0), _window(10.5), _window(15.0), _window(20.0)]
+    marks = [
+        StrikeMark(0, True, holder="a"),
+        StrikeMark(1, True, holder="b"),  # b's hold ended (a stale heal message) before the action
+        StrikeMark(2, True, holder="c"),
+        StrikeMark(3, False, "no holder of this case was inside its critical section when the fault struck"),
+    ]
+    history = with_fault_windows(base, windows, marks)
+    counted, missed = strikes.strike_record(history, "flash-sale", None, server_fault=True)
+    assert list(counted) == [int(2.0 * S), int(15.0 * S)]
+    assert len(missed) == 2
+    assert "let go before the fault hit" in missed[0] and "no holder" in missed[1]
+    cols = strikes.columns(history, counted, missed)
+    assert cols["strikes"] == 2 and cols["strikes_missed"] == 2
+    # an older history (no strike rows): every strike counts, as it did
+    old = with_fault_windows(base, windows)
+    assert len(strikes.strike_record(old, "flash-sale", None, server_fault=True)[0]) == 4
+
+
+def test_a_strike_whose_server_held_nothing_of_the_holder_is_missed() -> None:
+    base = _history([*_claim("a", 1.0, 4.0), *_grants([5])])
+    marks = [StrikeMark(0, False, "the restarted master redis-lock-3 held no key of this holder", "a")]
+    counted, missed = strikes.strike_record(
+        with_fault_windows(base, [_window(2.0)], marks), "flash-sale", None, True
+    )
+    assert len(counted) == 0 and "held no key" in missed[0]
+
+
+def test_a_clock_skew_strike_is_a_skewed_grant_while_an_unskewed_client_waits() -> None:
+    lock = "flash-sale:item-0"
+    events = [
+        ("s", -1, "skew", "ok", "", 0, None, 30000, None),
+        ("u", -1, "skew", "ok", "", 0, None, None, None),  # only skewed clients are marked; harmless
+        ("s", 0, "acquire", "invoke", lock, 1 * S, None, None, None),
+        ("s", 0, "acquire", "ok", lock, 2 * S, None, None, None),  # nobody else around: no strike
+        ("s", 1, "release", "invoke", lock, 3 * S, None, None, None),
+        ("v", 0, "acquire", "invoke", lock, 4 * S, None, None, None),  # v (unskewed) waits ...
+        ("s", 2, "acquire", "invoke", lock, 4 * S + 1, None, None, None),
+        ("s", 2, "acquire", "ok", lock, 5 * S, None, None, None),  # ... while s is granted: a strike
+    ]
+    events = [e for e in events if e[0] != "u"]
+    assert list(strikes.strike_record(_history(events), "clock-skew", None, False)[0]) == [5 * S]
+    no_skew = _history([e for e in events if e[2] != "skew"])
+    assert len(strikes.strike_record(no_skew, "clock-skew", None, False)[0]) == 0
+
+
+def _row(**kw: object) -> dict:
+    base = {
+        "case": "c", "impl": "x.lock", "matrix_scenario": "restart", "verdict": "valid", "fencing": "observe",
+        "strikes": 10, "acquisitions_after_strike": 1000, "evidence_target_k": 10, "evidence_target_n": 1000,
+        "overlapping_holds": 0, "stuck_locks": 0, "acquisitions": 1200, "data_safe": True,
+        "scenario": "restart+unfenced",
+    }  # fmt: skip
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(
+    "counter", [{"fencing_order_violations": 3}, {"legit_writes_refused": 1}], ids=["tokens", "refused"]
+)
+def test_an_invalid_case_is_red_in_every_view_whatever_made_it_invalid(counter: dict) -> None:
+    row = _row(verdict="invalid", data_safe=False, **counter)
+    assert cell_for([row]).cls == "bad"  # the grid, the decision page and matrix.md
+    assert trial_class(row) == "bad" and summarize([row]).cls == "bad"  # the verdict matrix
+    _, _, cells = grid([row])  # the console summary
+    assert cells[("x.lock", "restart")].cls == "bad"
+
+
+def test_an_unfenced_failure_whose_data_survived_is_red_and_says_so() -> None:
+    cell = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=True, fencing="observe")])
+    assert cell.cls == "bad" and "happened to survive" in cell.detail
+    fenced = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=True, fencing="enforce")])
+    assert fenced.cls == "warn"  # fencing (enforce) kept the data right: amber
+
+
+def test_a_scenario_whose_control_survived_has_no_green_and_is_undecided() -> None:
+    bit = _row(control_outcome="failed (redis.set-nx-px, 10 strikes)")
+    assert cell_for([bit]).cls == "good"
+    survived = _row(control_outcome="survived (redis.set-nx-px, 10 strikes)")
+    cell = cell_for([survived])
+    assert cell.cls == "nottested" and cell.word == "did not bite"
+    assert undecided([survived]) == [
+        "x.lock x restart: did not bite (control survived (redis.set-nx-px, 10 strikes); "
+        "positive control survived (redis.set-nx-px, 10 strikes))"
+    ]
+
+
+def test_a_violation_under_a_stalled_generator_says_so() -> None:
+    settings = RunSettings(ttl=1.0, lock_params={"session_timeout": 3})
+    row = {"verdict": "invalid", "loop_lag_late_share": 0.61, "loop_lag_p99_us": 3.4e6, "fault": "crash"}
+    reason = stall_reason(row, settings)
+    assert "loop late 61%" in reason and "3 s session" in reason and "not the scenario's crash" in reason
+    assert stall_reason({**row, "loop_lag_late_share": 0.02, "loop_lag_p99_us": 900.0}, settings) == ""
+    assert stall_reason({**row, "verdict": "valid"}, settings) == ""
+    cell = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=False, stall_reason=reason)])
+    assert cell.cls == "bad" and "found under a stall" in cell.detail
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    lock = RedisServer(tmp_path / "lock", name="redis-precondition-lock").start()
+    resource = RedisServer(tmp_path / "resource", name="redis-precondition-resource").start()
+    try:
+        yield lock, resource
+    finally:
+        lock.stop()
+        resource.stop()
+
+
+@pytest.mark.server
+def test_one_strike_of_a_group_counts_for_the_case_whose_holder_was_inside_and_not_for_the_other(
+    servers: tuple[RedisServer, RedisServer],
+) -> None:
+    lock, resource = servers
+    urls = [resource_db(resource.url, 0), resource_db(resource.url, 1)]
+    thread = FaultThread(
+        parse_fault("restart@held"), lock, urls, deadline_s=30, labels=["0", "1"], lease_s=2.0
+    )
+    thread.start()
+    inside, idle = FlashSaleResource(urls[0]), FlashSaleResource(urls[1])
+    try:
+        inside.reset(["item-0"], 100)
+        idle.reset(["item-0"], 100)  # this case's load runs, but its holder never claims the strike
+        deadline = time.monotonic() + 10  # a hang guard, not a speed claim
+        while not (inside.armed() and idle.armed()):
+            assert time.monotonic() < deadline, "the cases were never armed"
+            time.sleep(0.02)
+        claimed_ns = time.monotonic_ns()
+        assert inside.signal_held("client-a")
+        assert inside.wait_healed(9)  # the strike happened and its holder was let go
+        thread.stop()
+        thread.join(10)
+        assert [w.kind for w in thread.windows] == ["restart"]
+        marks = {m: thread.mailbox(m).marks for m in ("0", "1")}
+        assert marks["0"][0].hit and marks["0"][0].holder == "client-a"
+        assert not marks["1"][0].hit and "no holder" in marks["1"][0].reason
+        # the histories each case gets: one strike counted for the first, none for the second
+        hist_a = _history(_claim("client-a", (claimed_ns - 1) / S, None))
+        counted_a, _ = strikes.strike_record(
+            with_fault_windows(hist_a, thread.windows, marks["0"]), "flash-sale", None, True
+        )
+        counted_b, missed_b = strikes.strike_record(
+            with_fault_windows(_history(_grants([0.0])), thread.windows, marks["1"]), "flash-sale", None, True
+        )
+        assert len(counted_a) == 1 and len(counted_b) == 0 and "no holder" in missed_b[0]
+        # the two cases' mailboxes never met: separate databases of one resource server
+        assert inside.client.connection_pool.connection_kwargs["db"] == 0
+        assert idle.client.connection_pool.connection_kwargs["db"] == 1
+    finally:
+        thread.stop()
+        inside.client.close()
+        idle.client.close()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_matrix_whose_control_survived_shows_no_green_and_exits_1(tmp_path: Path) -> None:
+    # a test-only fault that does nothing: the positive control (redis.set-nx-px) cannot fail
+    r = bench(
+        "matrix", "--impl", "redis.set-nx-px-lua", "--scenario", "restart", "--evidence", "quick",
+        "--strikes", "3", "--results-dir", str(tmp_path), env={"LOCKBENCH_TEST_NOOP_FAULT": "1"},
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "undecided: redis.set-nx-px-lua x restart: did not bite" in r.stderr
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    cases = pd.read_csv(run / "cases.csv")
+    control = cases[cases["role"] == "control"]
+    assert len(control) == 1 and control.iloc[0]["verdict"] == "valid" and control.iloc[0]["strikes"] >= 1
+    subjects = cases[cases["role"] == "subject"]
+    assert len(subjects) == 2 and (subjects["control_outcome"].str.startswith("survived")).all()
+    assert not any(cell_for([r]).cls == "good" for r in subjects.to_dict("records"))
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["params"]["controls"]["restart"].startswith("survived (redis.set-nx-px")
+    assert meta["undecided"] and "did not bite" in meta["undecided"][0]
+    html = (run / "report.html").read_text()
+    assert "did not bite" in html and "control: survived" in html
