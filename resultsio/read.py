@@ -60,6 +60,8 @@ class Problem:
     column: str = ""
     cases: tuple[str, ...] | None = ()
     fatal: bool = False
+    #: "damage", or "version": a folder of another results schema, unreadable here but not damaged
+    kind: str = "damage"
 
     @property
     def short(self) -> str:
@@ -188,6 +190,7 @@ def _read_meta(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
                 "re-create it with this version (bench run, then bench baseline update), or read it "
                 "with the lockbench version that wrote it",
                 fatal=True,
+                kind="version",
             )
         )
         return None
@@ -276,7 +279,7 @@ def _read_parquet(parquet: Path, problems: list[Problem]) -> pd.DataFrame | None
         problems.append(
             Problem(
                 str(parquet),
-                f"cases.parquet is not readable ({type(exc).__name__}: {_first_line(exc)})",
+                f"is not readable ({type(exc).__name__}: {_first_line(exc)})",
                 FIX_TABLE,
                 cases=None,
             )

@@ -104,7 +104,7 @@ def test_missing_values_keep_their_place_and_constant_series_have_no_change() ->
 
 ROW = {
     "backend": "redis", "workload": "flash-sale", "users": 10, "processes": 1, "duration_s": 3.0,
-    "acquisitions": 1000, "acquire_p50_us": 130.0, "acquire_p99_us": 700_000.0, "handoff_p50_us": 170.0,
+    "acquisitions": 10_000, "acquire_p50_us": 130.0, "acquire_p99_us": 700_000.0, "handoff_p50_us": 170.0,
     "hold_inflation": 1.05, "overlapping_holds": 0, "witness_violations": 0, "oversold_units": 0,
     "lost_updates": 0, "verdict": "valid", "scenario": "flash-sale", "fencing": "off", "fault": "",
     "generator_bound": False,
@@ -210,6 +210,7 @@ def test_runs_of_other_versions_are_read_with_their_own_columns(tmp_path: Path) 
         columns=["hold_inflation", "generator_bound", "scenario"]
     )
     frame.to_parquet(old / "cases.parquet", index=False)
+    frame.to_csv(old / "cases.csv", index=False)  # an older run wrote both without them
     arrival = GATE_METRICS["arrival.p99"].column  # the gate's column for it, whatever its name
     make_run(root, 1, 200.0, row={arrival: 5_000.0, "fault": None})
     make_run(root, 2, 300.0, row={"generator_bound": "True"})  # text where the others have a boolean
@@ -330,7 +331,7 @@ def test_check_new_violations_are_a_regression_without_statistics(tmp_path: Path
     assert any(line.startswith("REGRESSION") and "violations" in line for line in res.out.splitlines())
     always = tmp_path / "always"
     for i in range(3):
-        make_run(always, i, 430.0, row={"overlapping_holds": 1})
+        make_run(always, i, 430.0, row={"overlapping_holds": 1, "verdict": "invalid"})
     res = cli("history", always, "--check", "--min-runs", 4)
     assert res.code == 2 and "unsafe in every run" in res.out, res  # not new; throughput still too short
 
@@ -366,7 +367,7 @@ def test_corrupt_folders_and_other_schemas_are_skipped_and_named(tmp_path: Path)
     assert res.code == 0, res
     skipped = [line for line in res.err.splitlines() if line.startswith("bench history: skipped")]
     assert len(skipped) == 3, res.err
-    assert any(bad_json.name in s and "not readable JSON" in s for s in skipped)
+    assert any(bad_json.name in s and "not valid JSON" in s for s in skipped)
     assert any(bad_parquet.name in s and "cases.parquet is not readable" in s for s in skipped)
     assert any(newer.name in s and "schema 2" in s for s in skipped)
     page = (root / "history" / "index.html").read_text()

@@ -29,7 +29,7 @@ class Finding:
 
     series: str
     metric: str
-    status: str  # "regression", "ok", "not enough data"
+    status: str  # "regression", "ok", "not enough data", "damaged" (the newest run is)
     line: str
 
 

@@ -19,7 +19,7 @@ from bench.errors import UserError
 from bench.gate.rules import DEFAULT_RULES, parse_rules
 from bench.history.changes import MAX_PVALUE, MEASURED_NOISE_CV, MIN_MAGNITUDE, MIN_RUNS, WINDOW
 from bench.history.check import Finding, check_series, commit_range, short_commit
-from bench.history.read import Loaded, is_run_folder, read_runs
+from bench.history.read import Loaded, is_run_folder, newest_damaged, read_runs
 from bench.history.series import Order, Series, build_series, metrics_for_rules, order_runs
 
 
@@ -151,6 +151,28 @@ def page_data(
     }
 
 
+def _newest_damaged(code: int, findings: list[Finding], path: Path) -> tuple[int, list[Finding]]:
+    """--check when the newest run is damaged: exit 2 (1 still wins), and no series is "safe" at it.
+
+    The damaged run was skipped, so each series' newest point is an older run; its safety
+    line would speak of that run as if it were the newest.
+    """
+    out = [
+        Finding(
+            "(newest run)", "damage", "damaged", f"DAMAGED {path}: the newest run is damaged and was skipped"
+        )
+    ]
+    for f in findings:
+        if f.metric == "violations" and f.status == "ok":
+            out.append(
+                Finding(f.series, f.metric, "damaged",
+                        f"UNKNOWN {f.series} violations: the newest run is damaged, its safety is unknown")
+            )  # fmt: skip
+        else:
+            out.append(f)
+    return (1 if code == 1 else 2), out
+
+
 def history_command(
     roots: list[Path],
     out: Path | None = None,
@@ -176,8 +198,13 @@ def history_command(
     series = build_series(loaded, order, metrics, max_pvalue=max_pvalue, min_magnitude=min_magnitude)
     findings = None
     code = 0
+    damaged = newest_damaged(loaded)
+    if damaged is not None:
+        say(f"bench history: the newest run {damaged.path} is damaged and was skipped: {damaged.why}")
     if check:
         code, findings = check_series(series, parsed, loaded.runs, min_runs)
+        if damaged is not None:
+            code, findings = _newest_damaged(code, findings, damaged.path)
     settings = {
         "max_pvalue": max_pvalue,
         "min_magnitude": min_magnitude,
@@ -198,6 +225,11 @@ def history_command(
             print(finding.line)
         if code == 1:
             say("bench history: REGRESSION (exit 1): the newest change point of a series is beyond its rule")
+        elif code == 2 and damaged is not None:
+            say(
+                f"bench history: DAMAGED (exit 2): the newest run {damaged.path} is damaged, so no series "
+                "can be judged at it; this is not a pass (bench report on it names every problem)"
+            )
         elif code == 2:
             say(
                 "bench history: NOT ENOUGH DATA (exit 2): "

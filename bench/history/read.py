@@ -1,23 +1,27 @@
-"""Every run folder under some roots, read in place: run.json with ``json``, cases.parquet with DuckDB.
+"""Every run folder under some roots, checked by the one results reader, then read in place with DuckDB.
 
-One DuckDB query reads every ``cases.parquet`` at once (``read_parquet([...], filename=true,
-union_by_name=true)``: runs of different versions have different columns). A folder that
-cannot be read (run.json not JSON, another schema, a damaged parquet file) is skipped and
-named, never fatal: one bad folder must not hide a year of history. Only when no folder at
-all is readable is it an error (exit 2).
+Each folder first goes through ``resultsio.read_results`` (the reader of the gate and the
+report: run.json and the case tables against one schema, histograms, parquet against csv).
+A folder with any problem (run.json not JSON, another schema, a damaged parquet file, a NaN
+or negative counter, a repeated row ...) is skipped and named, never fatal: one bad folder
+must not hide a year of history, and a damaged run is never drawn or called safe. One
+DuckDB query then reads every readable ``cases.parquet`` at once (``read_parquet([...],
+filename=true, union_by_name=true)``: runs of different versions have different columns).
+Only when no folder at all is readable is it an error (exit 2).
 """
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from bench.errors import UserError
-from bench.results.folder import SCHEMA_VERSION
+from resultsio import read_results
 
 #: Folders under a results root that hold no runs: baselines are copies of runs (they would
 #: count a run twice), comparisons and history are pages made from runs.
@@ -48,11 +52,16 @@ class Skipped:
     """A folder left out, and why.
 
     Why a value and not an exception: one bad folder must not stop the others; it is printed on
-    stderr and listed on the page.
+    stderr and listed on the page. ``damaged`` says the folder is a run whose files are
+    damaged (resultsio found problems), as against a folder of another schema version or a run
+    that finished no case; ``when`` places it in time, so ``--check`` can tell whether the
+    newest run is the damaged one.
     """
 
     path: Path
     why: str
+    damaged: bool = False
+    when: float = 0.0
 
 
 @dataclass
@@ -97,25 +106,66 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def read_meta(path: Path) -> RunInfo | Skipped:
-    """A run's metadata, or why the folder is skipped (unreadable, not an object, another schema)."""
+_RUN_ID_TIME = re.compile(r"^(\d{8}T\d{6}Z)")
+
+
+def folder_time(path: Path, started_at: Any = None) -> float:
+    """When a run started: run.json ``started_at``, else the time its run id begins with, else the folder's mtime.
+
+    A damaged run.json may have no usable time; the run id (``YYYYmmddTHHMMSSZ-...``) still
+    places it, so a damaged newest run is still known to be the newest.
+    """
+    for text, fmt in ((started_at, None), (path.name, "%Y%m%dT%H%M%SZ")):
+        if not isinstance(text, str) or not text:
+            continue
+        try:
+            if fmt is None:
+                stamp = datetime.fromisoformat(text)
+            else:
+                match = _RUN_ID_TIME.match(text)
+                if not match:
+                    continue
+                stamp = datetime.strptime(match[1], fmt)
+        except ValueError:
+            continue
+        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
     try:
-        meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return Skipped(path, "no run.json")
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        return Skipped(path, f"run.json is not readable JSON ({type(exc).__name__})")
-    if not isinstance(meta, dict):
-        return Skipped(path, "run.json is not a JSON object")
-    schema = meta.get("schema")
-    if schema != SCHEMA_VERSION:
-        return Skipped(
-            path,
-            f"run.json schema {schema!r}, this lockbench reads schema {SCHEMA_VERSION} "
-            "(read it with the lockbench version that wrote it)",
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def read_meta(path: Path) -> RunInfo | Skipped:
+    """A run's metadata, or why the folder is skipped: damaged (resultsio found a problem), another schema, no case.
+
+    Every folder goes through the one results reader (resultsio.read_results), the one the
+    gate and the report use: a run with a NaN or negative counter, a repeated row, a row
+    run.json does not list, a histogram that does not decode or deep JSON is skipped with
+    the problem named, never drawn, and never called safe.
+    """
+    results = read_results(path)
+    meta = results.meta
+    when = folder_time(path, meta.get("started_at"))
+    fatal = results.fatal
+    if fatal:
+        return Skipped(path, str(fatal[0]), damaged=fatal[0].kind != "version", when=when)
+    if results.problems:
+        more = (
+            f" (+{len(results.problems) - 1} more; bench report {path} lists them)"
+            if len(results.problems) > 1
+            else ""
         )
+        return Skipped(path, f"damaged: {results.problems[0]}{more}", damaged=True, when=when)
     if not (path / "cases.parquet").is_file():
-        return Skipped(path, "no cases.parquet (the run finished no case)")
+        if len(results.cases):
+            return Skipped(
+                path,
+                f"damaged: no cases.parquet though cases.csv has {len(results.cases)} row(s); "
+                "re-create the run with bench run",
+                damaged=True,
+                when=when,
+            )
+        return Skipped(path, "no cases.parquet (the run finished no case)", when=when)
     host = meta.get("host") if isinstance(meta.get("host"), dict) else {}
     params = meta.get("params") if isinstance(meta.get("params"), dict) else {}
     report = path / "report.html"
@@ -182,7 +232,9 @@ def read_runs(roots: list[Path]) -> Loaded:
         cases, bad = _read_parquet(list(files))
         for name, why in bad:
             info = runs.pop(files[name])
-            skipped.append(Skipped(info.path, why))
+            skipped.append(
+                Skipped(info.path, why, damaged=True, when=folder_time(info.path, info.started_at))
+            )
         if not cases.empty:
             cases["_folder"] = cases.pop("filename").map(lambda f: files.get(str(f), str(Path(f).parent)))
             cases = cases[cases["_folder"].isin(runs)].reset_index(drop=True)
@@ -190,3 +242,17 @@ def read_runs(roots: list[Path]) -> Loaded:
         why = "; ".join(f"{s.path}: {s.why}" for s in skipped[:3])
         raise UserError(f"no readable run folder under {names} ({len(skipped)} skipped: {why})")
     return Loaded(runs=runs, cases=cases, skipped=skipped)
+
+
+def newest_damaged(loaded: Loaded) -> Skipped | None:
+    """The damaged folder that is the newest run of all (no readable run started later), or None.
+
+    Why: a damaged newest run is skipped, and the series then end at the run before it; a
+    check that said "the newest run is safe" would be speaking of another run.
+    """
+    damaged = [s for s in loaded.skipped if s.damaged]
+    if not damaged:
+        return None
+    latest = max(damaged, key=lambda s: s.when)
+    readable = [folder_time(r.path, r.started_at) for r in loaded.runs.values()]
+    return latest if not readable or latest.when >= max(readable) else None
