@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards.html_bits import VIOLATIONS, e
+from dashboards.html_bits import DAMAGED, UNKNOWN_DAMAGED, VIOLATIONS, e
 from dashboards.load import flag, num, text
 
 Row = dict[str, Any]
@@ -169,8 +169,14 @@ def cell_for(rows: list[Row]) -> GridCell:
         bound_s = max((num(r, "stuck_bound_s") or 0 for r in rows), default=0)
         detail = f"none in {bound_s:g} s" if bound_s else evidence
         return GridCell("stuck", "stuck", detail, hover, k, n, contradicts)
-    if any(text(r, "verdict") == "unknown" and (_int(r, "strikes") or not fault_scenario) for r in rows):
-        return GridCell("unknown", "unknown", evidence, hover, k, n, contradicts)
+    # a case resting on damaged data (resultsio: verdict unknown, reason "damaged: ...") is unknown whatever struck
+    damaged = any((text(r, "verdict_reason") or "").startswith(DAMAGED) for r in rows)
+    if damaged or any(
+        text(r, "verdict") == "unknown" and (_int(r, "strikes") or not fault_scenario) for r in rows
+    ):
+        return GridCell(
+            "unknown", UNKNOWN_DAMAGED if damaged else "unknown", evidence, hover, k, n, contradicts
+        )
     if fault_scenario and not struck:
         word = "did not strike" if not missed else "missed"
         return GridCell("nottested", word, "not tested", hover, 0, 0, contradicts)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from dashboards.charts import acquisitions_per_client
 from dashboards.grid import cell_for
-from dashboards.html_bits import duration_us, e, fmt, rule_of_three
+from dashboards.html_bits import DAMAGED, UNKNOWN_DAMAGED, duration_us, e, fmt, rule_of_three
 from dashboards.load import RunData, flag, group_of, num, scenario_of, text
 from dashboards.matrix import summarize, trial_class
 
@@ -373,9 +373,11 @@ def sentence(row: ImplRow) -> str:
 def _chip(o: Outcome) -> str:
     mark = " ≠ catalog" if o.contradicts else ""
     expected = f"; catalog expects: {o.expected}" if o.expected else ""
+    # a case resting on damaged data (resultsio marks its reason "damaged: ...") is never just inconclusive
+    word = UNKNOWN_DAMAGED if o.cls == "unknown" and DAMAGED in o.tooltip else OUTCOME[o.cls]
     return (
         f'<span class="chip {o.cls}{" contradicts" if o.contradicts else ""}" data-scenario="{e(o.scenario)}" '
-        f'title="{e(OUTCOME[o.cls] + expected + "; " + o.tooltip)}">{e(o.scenario)}: {e(OUTCOME[o.cls])}'
+        f'title="{e(word + expected + "; " + o.tooltip)}">{e(o.scenario)}: {e(word)}'
         f"{e(mark)}</span>"
     )
 

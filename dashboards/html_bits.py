@@ -49,6 +49,20 @@ def verdict_class(verdict: str | None) -> str:
     return VERDICT_CLASS.get((verdict or "unknown").strip().lower(), "unknown")
 
 
+#: How resultsio marks a row that rests on damaged data (``Results.marked``): verdict unknown, this reason.
+DAMAGED = "damaged: "
+#: What a cell says for such a row: never "inconclusive" alone, never survived.
+UNKNOWN_DAMAGED = "unknown (damaged)"
+
+
+def verdict_word(verdict: str | None, reason: str | None) -> str:
+    """The verdict as a cell shows it: ``unknown (damaged)`` where the row rests on damaged data."""
+    word = verdict or "unknown"
+    if word.strip().lower() == "unknown" and (reason or "").startswith(DAMAGED):
+        return UNKNOWN_DAMAGED
+    return word
+
+
 def duration_us(value: float) -> str:
     """A duration given in microseconds, in the unit that keeps it short: '459 µs', '1.44 ms', '2.29 s'."""
     size = abs(value)

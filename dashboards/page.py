@@ -38,7 +38,7 @@ from dashboards.decision import contradictions_banner, decision_section, no_faul
 from dashboards.fidelity import fidelity_section
 from dashboards.first_screen import FIRST_CSS, first_screen_section, load_sources
 from dashboards.grid import GRID_CSS, safety_grid_section
-from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, wrap
+from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, verdict_word, wrap
 from dashboards.html_bits import cell as _cell
 from dashboards.html_bits import verdict_class as _verdict_class
 from dashboards.load import RunData, case_labels, flag, num, scenario_of, text
@@ -276,7 +276,9 @@ def verdict_section(run: RunData) -> str:
             cells += _cell(total, cls=cls, col=col)
         verdicts = [_verdict_class(text(r, "verdict")) for _, r in group.iterrows()]
         cls = "bad" if "bad" in verdicts else "unknown" if "unknown" in verdicts else "good"
-        shown = sorted({(text(r, "verdict") or "unknown") for _, r in group.iterrows()})
+        shown = sorted(
+            {verdict_word(text(r, "verdict"), text(r, "verdict_reason")) for _, r in group.iterrows()}
+        )
         cells += f'<td class="{cls}" data-col="verdict">{e(", ".join(shown))}{_verdict_why(group)}</td>'
         rows.append(f'<tr data-row="{e("|".join(key_text))}">{cells}</tr>')
     table = f'<table id="verdicts"><tr>{head}</tr>{"".join(rows)}</table>' if rows else "<p>No cases.</p>"

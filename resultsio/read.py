@@ -109,6 +109,8 @@ class Results:
     def marked(self) -> pd.DataFrame:
         """The case table for display: each damaged row's verdict ``unknown``, its reason ``damaged: ...``.
 
+        (A damaged row whose verdict is ``invalid`` keeps it: a failure shown is never a false "safe".)
+
         Damaged cells are emptied (NaN), so no sum or chart uses them; rows without a case id
         and repeated case ids (after the first) are dropped. A clean folder's table is returned
         unchanged.
@@ -139,7 +141,9 @@ class Results:
                 if column in frame
                 else pd.Series(pd.NA, index=frame.index, dtype="string")
             )
-        frame.loc[damaged, "verdict"] = "unknown"
+        # a failure stays a failure (showing it cannot call anything safe); any other verdict is unknown
+        failed = frame["verdict"].str.strip().str.lower().eq("invalid").fillna(False)
+        frame.loc[damaged & ~failed, "verdict"] = "unknown"
         frame.loc[damaged, "verdict_reason"] = [
             "damaged: " + "; ".join(dict.fromkeys(reasons[c])) for c in ids[damaged]
         ]
@@ -541,11 +545,11 @@ def read_results(path: Path | str) -> Results:
     parquet = _read_parquet(parquet_path, problems) if parquet_path.is_file() else None
     table_file = str(csv_path) if csv is not None else str(parquet_path)
     frame = csv if csv is not None else parquet if parquet is not None else empty
-    if csv is not None and parquet is not None:
-        problems += _compare(csv, parquet, str(parquet_path))
     if len(frame):
         problems += _schema_problems(frame, table_file)
     _check_plan(path, meta, frame, table_file, problems)
+    if csv is not None and parquet is not None:
+        problems += _compare(csv, parquet, str(parquet_path))
     _check_histograms(path, frame, problems)
     _check_histories(path, frame, problems)
     return Results(path, meta, frame.reset_index(drop=True), problems)
@@ -581,6 +585,6 @@ def _check_plan(
                 f"{path} is incomplete: {len(absent)} case(s) in run.json have no row in "
                 f"{Path(file).name} ({shown}), though run.json says {meta.get('status')}",
                 "the rows are missing; re-create the run with bench run",
-                column="case",
+                cases=None,  # a missing row may have been the failing one: no row of the run is trusted
             )
         )

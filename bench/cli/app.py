@@ -512,7 +512,7 @@ def _run_params(folder: Path) -> dict | None:
 
     try:
         meta = json.loads((Path(folder) / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None  # the gate itself says what is wrong with the folder
     params = meta.get("params") if isinstance(meta, dict) else None
     return params if isinstance(params, dict) else None

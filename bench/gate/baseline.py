@@ -19,6 +19,7 @@ from pathlib import Path
 from bench.errors import UserError
 from bench.gate.compare import load_side
 from bench.results.folder import write_merged_histograms
+from resultsio import parse_json
 
 DEFAULT_NAME = "ci"
 
@@ -29,7 +30,8 @@ def latest_run(results_dir: Path) -> Path:
         raise UserError(f"no results folder {results_dir}; run bench run first or name a RUN")
     for path in sorted((p for p in results_dir.iterdir() if p.is_dir()), reverse=True):
         try:
-            meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
+            # depth-limited: a damaged (deeply nested) run.json is skipped, not a RecursionError
+            meta = parse_json((path / "run.json").read_bytes())
         except (OSError, ValueError):
             continue
         if isinstance(meta, dict) and meta.get("status") in ("complete", "complete-with-failures"):

@@ -110,12 +110,12 @@ _RUN_ID_TIME = re.compile(r"^(\d{8}T\d{6}Z)")
 
 
 def folder_time(path: Path, started_at: Any = None) -> float:
-    """When a run started: run.json ``started_at``, else the time its run id begins with, else the folder's mtime.
+    """When a run started: the time its run id begins with, else run.json ``started_at``, else the folder's mtime.
 
-    A damaged run.json may have no usable time; the run id (``YYYYmmddTHHMMSSZ-...``) still
-    places it, so a damaged newest run is still known to be the newest.
+    The run id (``YYYYmmddTHHMMSSZ-...``) first: a damaged run.json may have no usable time,
+    and readable and damaged runs must be placed by the same clock to tell which is newest.
     """
-    for text, fmt in ((started_at, None), (path.name, "%Y%m%dT%H%M%SZ")):
+    for text, fmt in ((path.name, "%Y%m%dT%H%M%SZ"), (started_at, None)):
         if not isinstance(text, str) or not text:
             continue
         try:

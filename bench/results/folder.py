@@ -251,7 +251,7 @@ def mark_if_dead(folder: Path) -> bool:
     run_json = Path(folder) / "run.json"
     try:
         meta = json.loads(run_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # damaged (deeply nested, say): the reader names it
         return False
     if not isinstance(meta, dict) or meta.get("status") != "running" or "pid" not in meta:
         return False
