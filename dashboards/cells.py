@@ -27,6 +27,7 @@ from typing import Any
 
 from dashboards.html_bits import DAMAGED, UNKNOWN_DAMAGED, VIOLATIONS, e
 from dashboards.load import flag, num, text
+from dashboards.timeline import anchor
 
 Row = dict[str, Any]
 
@@ -36,7 +37,10 @@ CLASSES = {
     "thin": ("held, thin", "no violation, but fewer strikes or grants than the target"),
     "bad": ("failed", "the lock failed (two holders at once, damaged data, tokens out of order ...)"),
     "warn": ("failed, data safe", "the lock failed; fencing kept the data right"),
-    "stuck": ("stuck", "nobody got the lock again within its bound after a holder died (liveness)"),
+    "stuck": (
+        "stuck",
+        "nobody got the lock again within its bound after a holder died, or ever after a server fault (liveness)",
+    ),
     "nottested": (
         "not tested",
         "the fault never struck (or missed: its precondition did not hold), its positive control survived "
@@ -64,14 +68,17 @@ class GridCell:
     k: int
     n: int
     contradicts: bool = False
+    #: element id of the failed case's violation timeline (dashboards/timeline.py), "" for none
+    link: str = ""
 
     def html(self, column: str) -> str:
         extra = " contradicts" if self.contradicts else ""
         sort = ORDER.index(self.cls) if self.cls in ORDER else len(ORDER)
         detail = f"<small>{e(self.detail)}</small>" if self.detail else ""
+        why = f' <a class="tl-link" href="#{e(self.link)}">timeline</a>' if self.link else ""
         return (
             f'<td class="{self.cls}{extra}" data-col="{e(column)}" data-sort="{sort}" '
-            f'title="{e(self.hover)}">{e(self.word)}{detail}</td>'
+            f'title="{e(self.hover)}">{e(self.word)}{detail}{why}</td>'
         )
 
 
@@ -89,7 +96,9 @@ def _target(rows: list[Row]) -> tuple[int | None, int]:
 
 
 def _stuck(row: Row) -> bool:
-    return (num(row, "stuck_locks") or 0) > 0
+    # a killed holder's lock nobody got again, or a server-fault strike never followed by a grant:
+    # a liveness failure, never "held, thin"
+    return (num(row, "stuck_locks") or 0) > 0 or (num(row, "unrecovered_strikes") or 0) > 0
 
 
 def _recovery(rows: list[Row]) -> str:
@@ -164,10 +173,13 @@ def cell_for(rows: list[Row]) -> GridCell:
         if stall:
             detail = f"{detail}; found under a stall"
             hover = f"{hover}; {stall[0]}"
-        return GridCell(cls, word, detail, hover, k, n, contradicts)
+        return GridCell(cls, word, detail, hover, k, n, contradicts, link=anchor(str(failed[0].get("case"))))
     if any(_stuck(r) for r in rows):
         bound_s = max((num(r, "stuck_bound_s") or 0 for r in rows), default=0)
+        never = sum(_int(r, "unrecovered_strikes") for r in rows)
         detail = f"none in {bound_s:g} s" if bound_s else evidence
+        if never:
+            detail = f"never granted again after {never} strike{'s' if never != 1 else ''}"
         return GridCell("stuck", "stuck", detail, hover, k, n, contradicts)
     # a case resting on damaged data (resultsio: verdict unknown, reason "damaged: ...") is unknown whatever struck
     damaged = any((text(r, "verdict_reason") or "").startswith(DAMAGED) for r in rows)

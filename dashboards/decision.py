@@ -23,6 +23,7 @@ from dashboards.grid import cell_for
 from dashboards.html_bits import DAMAGED, UNKNOWN_DAMAGED, duration_us, e, fmt, rule_of_three
 from dashboards.load import RunData, flag, group_of, num, scenario_of, text
 from dashboards.matrix import summarize, trial_class
+from dashboards.timeline import anchor, has_timeline
 
 #: One row of cases.csv as a plain dict.
 Row = dict[str, Any]
@@ -109,6 +110,8 @@ class Outcome:
     #: strikes and grants after them (cases.csv ``strikes``, ``acquisitions_after_strike``), when counted
     strikes: int | None = None
     detail: str = ""
+    #: element id of the first failed case's violation timeline (dashboards/timeline.py), "" for none
+    link: str = ""
 
 
 @dataclass
@@ -190,6 +193,7 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
                 expected=", ".join(sorted(expected)),
                 contradicts=any(flag(r, "contradicts_catalog") is True for r in rows),
                 strikes=strikes, detail=detail,
+                link=next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "") if cls in ("bad", "warn") else "",
             )
         )  # fmt: skip
     return out
@@ -378,7 +382,7 @@ def _chip(o: Outcome) -> str:
     return (
         f'<span class="chip {o.cls}{" contradicts" if o.contradicts else ""}" data-scenario="{e(o.scenario)}" '
         f'title="{e(word + expected + "; " + o.tooltip)}">{e(o.scenario)}: {e(word)}'
-        f"{e(mark)}</span>"
+        f"{e(mark)}</span>" + (f'<a class="tl-link" href="#{e(o.link)}">timeline</a>' if o.link else "")
     )
 
 

@@ -44,6 +44,7 @@ from dashboards.html_bits import verdict_class as _verdict_class
 from dashboards.load import RunData, case_labels, flag, num, scenario_of, text
 from dashboards.matrix import scenario_matrix_section
 from dashboards.params import applicable_params, param_differences
+from dashboards.timeline import timeline_section
 
 _SUFFIX = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p999", 100.0: "max"}
 _LATENCY = (("acquire", "acquire_ok"), ("release", "release"), ("hold", "hold"))
@@ -449,6 +450,7 @@ def build_page(
         safety_grid_section(run),
         first_screen_section(run, sources),
         decision_section(run),
+        timeline_section(run),  # why each red: dashboards/timeline.py
         scenario_matrix_section(run, several),
     ]
     if several:

@@ -1,0 +1,690 @@
+"""The violation timeline: for every failed case, the interleaving that failed, drawn from its history.
+
+A red cell asks the reader to believe a lock is unsafe; this section shows *how*, as Jepsen's
+timeline does: the two clients that held one lock at once (or the grants whose tokens went
+backwards), what each was doing, what the fault was doing then, and where the first holder's
+lease or session ran out. Per failed case, around its first violation (a chooser picks the
+others, up to :data:`MAX_VIOLATIONS`):
+
+* one lane per client involved (the two holders first), acquire attempts, holds and releases
+  as bars, each grant's fencing token, the resource's accepted and refused writes;
+* the strike: server-fault windows (``fault`` rows of client ``bench``), the holder's pause,
+  the killed process's death;
+* where each hold's lease or session ended (grant + the case's TTL from run.json);
+* the loop lag of each lane's process (hist/<case>.json ``workers``), in the lane's label;
+* where clients ran on several hosts, the clock bound of each grant as an error bar: within
+  it the order of two events is uncertain, and the caption says so.
+
+Only the window around each violation is embedded (a few KB per view, in a JSON block); a
+view is drawn with the page's one plotly.js when its block scrolls into view or is chosen,
+so a matrix with many red cells stays fast. Each case's block has the anchor
+``timeline-<case id>`` (:func:`anchor`) that the safety grid's red cells and the decision
+table link to. The dashboards read files only (docs/architecture.md): the holds are paired
+here from the history, the same rule as the checkers' (acquire ok to the matching release
+invoke, nesting counted, a dead process's hold ends at its death).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dashboards.html_bits import VIOLATIONS, e
+from dashboards.load import RunData, num, scenario_of, text
+
+#: History rows the timeline reads (every other op is left on disk).
+OPS = ("acquire", "release", "purchase", "witness", "fault", "crash", "pause", "fault-hold", "service")
+COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
+#: Violations per case a reader can choose between.
+MAX_VIOLATIONS = 5
+#: Client lanes per view: the two holders, then the busiest others in the window.
+MAX_LANES = 6
+#: Padding around the violation: this share of its span on each side, at least MIN_PAD_NS.
+PAD_SHARE = 0.1
+MIN_PAD_NS = 20_000_000
+#: A process whose loop ran more than 1 ms late this share of the time "stalled" (fidelity's limit).
+LATE_SHARE_LIMIT = 0.25
+#: Counters that make a case "failed" beside its verdict.
+FAILURE_COUNTERS = (*VIOLATIONS, "fencing_order_violations", "stale_writes_accepted", "legit_writes_refused")
+COLOURS = ("#c0392b", "#2563eb", "#7c8796", "#9aa5b1", "#b0b8c2", "#c4cad2")
+
+
+def anchor(case: str) -> str:
+    """The element id of a case's timeline block (``timeline-<case id>``): what red cells link to."""
+    return f"timeline-{case}"
+
+
+def has_timeline(row: dict[str, Any] | pd.Series) -> bool:
+    """Whether the report draws a timeline for this case row (a failed case)."""
+    if text(row, "verdict") == "invalid":
+        return True
+    return any((num(row, c) or 0) > 0 for c in FAILURE_COUNTERS)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One outermost hold, as the timeline pairs it: who, which lock, from when to when, its token."""
+
+    client: str
+    lock: str
+    start_ns: int
+    end_ns: int
+    token: float
+    open: bool
+
+
+@dataclass(frozen=True)
+class Violation:
+    """Two holds that should not have been what they were: overlapping, or tokens out of grant order."""
+
+    kind: str  # "overlap" | "tokens" | "witness"
+    first: Hold
+    second: Hold
+    at_ns: int
+
+
+# holds and violations --------------------------------------------------------------------
+
+
+def holds_of(history: pd.DataFrame) -> list[Hold]:
+    """Outermost holds: acquire ok -> that client's matching release invoke on the lock (nesting counted).
+
+    A hold never released ends at its process's death (``crash ok``, else the ``crash info``
+    mark) or at the history's last event (``open``).
+    """
+    ev = history[
+        ((history["op"] == "acquire") & (history["type"] == "ok"))
+        | ((history["op"] == "release") & (history["type"] == "invoke"))
+    ]
+    if ev.empty:
+        return []
+    ev = ev.sort_values(["client", "lock", "seq", "t_ns"], kind="stable").reset_index(drop=True)
+    is_acq = (ev["op"] == "acquire").to_numpy(dtype=bool)
+    key = pd.factorize(ev["client"].astype(str) + "\x00" + ev["lock"].astype(str))[0]
+    depth = pd.Series(np.where(is_acq, 1, -1)).groupby(key).cumsum().clip(lower=0).to_numpy()
+    prev = pd.Series(depth).groupby(key).shift(1, fill_value=0).to_numpy()
+    # an outermost hold opens where the depth rises 0 -> 1 and closes where it falls back to 0
+    opens = ev[is_acq & (depth == 1) & (prev == 0)].assign(k=key[is_acq & (depth == 1) & (prev == 0)])
+    closes = ev[~is_acq & (depth == 0) & (prev == 1)].assign(k=key[~is_acq & (depth == 0) & (prev == 1)])
+    opens = opens.assign(n=opens.groupby("k").cumcount())
+    closes = closes.assign(n=closes.groupby("k").cumcount())[["k", "n", "t_ns"]].rename(
+        columns={"t_ns": "end"}
+    )
+    pairs = opens.merge(closes, on=["k", "n"], how="left")
+    end_all = int(history["t_ns"].max())
+    deaths = _deaths(history)
+    out: list[Hold] = []
+    for client, lock, start, token, end in zip(
+        pairs["client"].astype(str), pairs["lock"].astype(str), pairs["t_ns"].to_numpy(dtype=np.int64),
+        pairs["token"].to_numpy(dtype="float64", na_value=np.nan), pairs["end"].to_numpy(dtype="float64"),
+        strict=True,
+    ):  # fmt: skip
+        if end == end:
+            out.append(Hold(client, lock, int(start), max(int(end), int(start)), float(token), False))
+            continue
+        died = deaths.get(_process(client))
+        stop = max(int(start), died) if died is not None else end_all
+        out.append(Hold(client, lock, int(start), stop, float(token), died is None))
+    out.sort(key=lambda h: (h.lock, h.start_ns, h.client))
+    return out
+
+
+def _process(client: str) -> str:
+    return client.rsplit("-u", 1)[0]
+
+
+def _deaths(history: pd.DataFrame) -> dict[str, int]:
+    c = history[history["op"] == "crash"]
+    if c.empty:
+        return {}
+    died = c[c["type"] == "ok"].set_index(["client", "seq"])["t_ns"]
+    out: dict[str, int] = {}
+    for row in c[c["type"] == "info"].itertuples(index=False):
+        t = int(died.get((row.client, row.seq), row.t_ns))
+        proc = _process(str(row.client))
+        out[proc] = min(out.get(proc, t), t)
+    return out
+
+
+def find_violations(holds: list[Hold], history: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> list[Violation]:
+    """The first violations in time: overlaps of two clients' holds, else tokens out of grant order, else witness."""
+    found: list[Violation] = []
+    by_lock: dict[str, list[Hold]] = {}
+    for h in holds:
+        by_lock.setdefault(h.lock, []).append(h)
+    for mine in by_lock.values():
+        latest: Hold | None = None  # the earlier hold that ends last
+        for h in mine:
+            if latest is not None and h.start_ns < latest.end_ns and h.client != latest.client:
+                found.append(Violation("overlap", latest, h, h.start_ns))
+            if latest is None or h.end_ns > latest.end_ns:
+                latest = h
+    if not found:
+        for mine in by_lock.values():
+            found += _token_violations(mine)
+    if not found:
+        found = _witness_violations(holds, history)
+    found.sort(key=lambda v: v.at_ns)
+    return found[:limit]
+
+
+def _token_violations(mine: list[Hold]) -> list[Violation]:
+    """Grants whose token is not above every grant that ended before them, or repeats one (first few)."""
+    tokened = [h for h in mine if h.token == h.token]
+    if len(tokened) < 2:
+        return []
+    by_end = sorted(tokened, key=lambda h: h.end_ns)
+    ends = np.array([h.end_ns for h in by_end], dtype=np.int64)
+    toks = np.array([h.token for h in by_end])
+    best = np.maximum.accumulate(toks)
+    who = np.maximum.accumulate(np.where(toks == best, np.arange(len(toks)), 0))
+    out: list[Violation] = []
+    seen: dict[float, Hold] = {}
+    for h in tokened:
+        k = int(np.searchsorted(ends, h.start_ns, side="right"))
+        twin = seen.get(h.token)
+        if twin is not None:
+            out.append(Violation("tokens", twin, h, h.start_ns))
+        elif k and h.token <= best[k - 1]:
+            out.append(Violation("tokens", by_end[int(who[k - 1])], h, h.start_ns))
+        seen.setdefault(h.token, h)
+        if len(out) >= MAX_VIOLATIONS:
+            break
+    return out
+
+
+def _witness_violations(holds: list[Hold], history: pd.DataFrame) -> list[Violation]:
+    w = history[(history["op"] == "witness") & (history["type"] == "ok") & (history["value"].fillna(0) > 1)]
+    out: list[Violation] = []
+    for row in w.head(MAX_VIOLATIONS).itertuples(index=False):
+        t, lock, client = int(row.t_ns), str(row.lock), str(row.client)
+        inside = [h for h in holds if h.lock == lock and h.start_ns <= t <= h.end_ns]
+        me = next((h for h in inside if h.client == client), None)
+        other = next((h for h in inside if h.client != client), None)
+        if me is not None:
+            out.append(Violation("witness", other or me, me, t))
+    return out
+
+
+# one view --------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseContext:
+    """What a view needs beside the history: the lease, the clock bounds, each process's loop lag."""
+
+    ttl_s: float | None
+    bounds_ns: dict[str, int | None]
+    late_share: dict[str, float]
+    t0_ns: int
+    strikes: list[Span]
+    deaths: dict[str, int]
+
+    def s(self, t_ns: float) -> float:
+        return (t_ns - self.t0_ns) / 1e9
+
+    def bound(self, client: str) -> int | None:
+        worker = client.rsplit("/", 1)[0] if "/" in client else ""
+        return self.bounds_ns.get(worker, 0) if worker else 0
+
+    def late(self, client: str) -> float | None:
+        proc = _process(client)
+        return self.late_share.get(proc, self.late_share.get(proc.rsplit("/", 1)[-1]))
+
+
+def _window(v: Violation) -> tuple[int, int]:
+    """From the first grant to both holds' ends (the first holder's late write included), padded.
+
+    The tail after the second grant is capped at as long again as the lead up to it (at least
+    20 ms), so a hold that never ended does not stretch the window over the whole run.
+    """
+    lo = min(v.first.start_ns, v.second.start_ns)
+    at = max(v.second.start_ns, v.at_ns)
+    cap = at + max(at - lo, MIN_PAD_NS)
+    hi = max(at, min(max(v.first.end_ns, v.second.end_ns), cap))
+    pad = max(int((hi - lo) * PAD_SHARE), MIN_PAD_NS)
+    return lo - pad, hi + pad
+
+
+def _rows(history: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    t = history["t_ns"].to_numpy(dtype=np.int64)
+    return history[(t >= lo) & (t <= hi)]
+
+
+@dataclass(frozen=True)
+class Span:
+    """One operation from its invoke to its completion (``end_ns`` None: none in the window)."""
+
+    client: str
+    lock: str
+    start_ns: int | None
+    end_ns: int | None
+    type: str
+    error: str
+
+
+def _pairs(h: pd.DataFrame, op: str) -> list[Span]:
+    """invoke -> completion of ``op`` per (client, seq), in the order of their first event."""
+    rows = h[(h["op"] == op).to_numpy(dtype=bool)]
+    spans: dict[tuple[str, int], list[Any]] = {}
+    for client, seq, typ, lock, t, err in zip(
+        rows["client"].astype(str), rows["seq"].to_numpy(dtype=np.int64), rows["type"].astype(str),
+        rows["lock"].astype(str), rows["t_ns"].to_numpy(dtype=np.int64),
+        rows["error"].astype(object).where(rows["error"].notna(), ""), strict=True,
+    ):  # fmt: skip
+        span = spans.setdefault((client, int(seq)), [client, lock, None, None, "", ""])
+        if typ == "invoke":
+            span[2] = int(t)
+        elif span[3] is None:
+            span[3], span[4], span[5] = int(t), typ, str(err)
+    return [Span(*v) for v in spans.values()]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:g} s"
+
+
+def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: list[Hold]) -> dict[str, Any]:
+    """One violation's figure (plotly JSON: data, layout) and its one-line caption in plain words."""
+    lo, hi = _window(v)
+    lo = max(lo, ctx.t0_ns)
+    near = _rows(history, lo, hi)
+    a, b = v.first, v.second
+    lanes = list(dict.fromkeys([a.client, b.client]))
+    busy = near[(near["client"] != "bench") & (near["lock"] == a.lock)]["client"].astype(str).value_counts()
+    # other clients that held the lock in the window (waiting ones add lanes, not evidence)
+    holders = {h.client for h in holds if h.lock == a.lock and h.end_ns >= lo and h.start_ns <= hi}
+    others = sorted((c for c in busy.index if c not in lanes and c in holders), key=lambda c: -busy[c])
+    lanes += others[: MAX_LANES - len(lanes)]
+    labels = {}
+    for c in lanes:
+        late = ctx.late(c)
+        extra = f" (loop late {late:.0%})" if late is not None and late == late else ""
+        labels[c] = html.escape(f"client {c}{extra}")
+    y = [labels[c] for c in lanes]
+    lane_of = {c: i for i, c in enumerate(lanes)}
+    colour = {c: COLOURS[min(i, len(COLOURS) - 1)] for i, c in enumerate(lanes)}
+    traces: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+
+    def bar(name: str, rows: list[tuple[str, float, float, str]], width: float, fill: str | None) -> None:
+        if not rows:
+            return
+        traces.append(
+            {
+                "type": "bar", "orientation": "h", "name": name, "width": width, "showlegend": True,
+                "y": [labels[c] for c, _, _, _ in rows], "base": [ctx.s(s) for _, s, _, _ in rows],
+                "x": [max((e_ - s) / 1e9, 1e-6) for _, s, e_, _ in rows],
+                "marker": {"color": [fill or colour[c] for c, _, _, _ in rows], "opacity": 0.85},
+                "hovertext": [t for _, _, _, t in rows], "hoverinfo": "text",
+            }
+        )  # fmt: skip
+
+    # acquire attempts, holds, releases
+    attempts = []
+    for r in _pairs(near, "acquire"):
+        if r.client in lane_of and r.start_ns is not None:
+            end = r.end_ns if r.end_ns is not None else hi
+            outcome = r.type or "no answer in the window"
+            attempts.append((r.client, r.start_ns, end, html.escape(f"{r.client}: acquire -> {outcome}")))
+    bar("acquire attempt", attempts, 0.2, "#d8dde3")
+    in_lanes = [
+        h for h in holds if h.client in lane_of and h.lock == a.lock and h.end_ns >= lo and h.start_ns <= hi
+    ]
+    for who, name in (
+        (a.client, f"hold: client {a.client}"),
+        (b.client, f"hold: client {b.client}"),
+        (None, "hold: others"),
+    ):
+        mine = [h for h in in_lanes if (h.client == who if who else h.client not in (a.client, b.client))]
+        bar(
+            html.escape(name),
+            [(h.client, max(h.start_ns, lo), min(h.end_ns, hi), html.escape(
+                f"{h.client} held {h.lock} from {ctx.s(h.start_ns):.3f} s to "
+                f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}")) for h in mine],
+            0.55, None,
+        )  # fmt: skip
+    releases = [
+        (r.client, r.start_ns, r.end_ns if r.end_ns is not None else r.start_ns, html.escape(f"{r.client}: release"))
+        for r in _pairs(near, "release") if r.client in lane_of and r.start_ns is not None
+    ]  # fmt: skip
+    bar("release", releases, 0.2, "#334155")
+
+    # grants with their tokens, the clock bound as an error bar
+    grants = [h for h in in_lanes if h.start_ns >= lo]
+    if grants:
+        errs = [ctx.bound(h.client) for h in grants]
+        unknown = any(b_ is None for b_ in errs)
+        traces.append(
+            {
+                "type": "scatter", "mode": "markers+text", "name": "grant (token)",
+                "x": [ctx.s(h.start_ns) for h in grants], "y": [labels[h.client] for h in grants],
+                # the two grants of the violation carry their token as text; every grant has it on hover
+                "text": [f"token {int(h.token)}" if h.token == h.token and h in (a, b) else "" for h in grants],
+                "textposition": "top center", "marker": {"symbol": "triangle-right", "size": 10, "color": "#111"},
+                "hovertext": [
+                    html.escape(f"{h.client} granted at {ctx.s(h.start_ns):.4f} s"
+                                + (f", token {int(h.token)}" if h.token == h.token else ""))
+                    for h in grants
+                ],
+                "hoverinfo": "text",
+                **({"error_x": {"type": "data", "array": [(b_ or 0) / 1e9 for b_ in errs], "visible": True,
+                                "color": "#a16207", "thickness": 2, "width": 6}}
+                   if any(b_ for b_ in errs) and not unknown else {}),
+            }
+        )  # fmt: skip
+
+    # the resource's writes: accepted (purchase ok) and refused (stale)
+    buys = near[(near["op"] == "purchase") & near["type"].isin(["ok", "fail"]) & near["client"].isin(lanes)]
+    for kind, sel, symbol, col in (
+        ("write accepted", buys["type"] == "ok", "circle", "#15803d"),
+        (
+            "write refused (stale token)",
+            (buys["type"] == "fail") & (buys["error"] == "stale"),
+            "x",
+            "#b91c1c",
+        ),
+    ):
+        rows = buys[sel.to_numpy(dtype=bool)]
+        if rows.empty:
+            continue
+        traces.append(
+            {
+                "type": "scatter", "mode": "markers", "name": kind,
+                "x": [ctx.s(t) for t in rows["t_ns"]], "y": [labels[str(c)] for c in rows["client"]],
+                "marker": {"symbol": symbol, "size": 9, "color": col},
+                "hovertext": [html.escape(f"{c}: {kind} at {ctx.s(t):.4f} s") for c, t in zip(rows["client"], rows["t_ns"], strict=True)],
+                "hoverinfo": "text",
+            }
+        )  # fmt: skip
+    wit = near[(near["op"] == "witness") & (near["type"] == "ok") & near["client"].isin(lanes)]
+    wit = wit[wit["value"].fillna(0) > 1]
+    if not wit.empty:
+        traces.append(
+            {
+                "type": "scatter", "mode": "markers", "name": "witness saw another inside",
+                "x": [ctx.s(t) for t in wit["t_ns"]], "y": [labels[str(c)] for c in wit["client"]],
+                "marker": {"symbol": "diamond", "size": 10, "color": "#7e22ce"},
+                "hovertext": [f"witness {int(x)} inside" for x in wit["value"]], "hoverinfo": "text",
+            }
+        )  # fmt: skip
+
+    # where each hold's lease or session ended
+    lease_end: dict[str, int] = {}
+    if ctx.ttl_s:
+        ends = [(h, h.start_ns + int(ctx.ttl_s * 1e9)) for h in in_lanes]
+        ends = [(h, t) for h, t in ends if lo <= t <= hi and t < h.end_ns]
+        for h, t in ends:
+            lease_end.setdefault(h.client, t)
+        if a.client in lease_end:
+            notes.append({"x": ctx.s(lease_end[a.client]), "y": labels[a.client], "yshift": -22, "showarrow": False,
+                          "text": "lease ends", "font": {"size": 11, "color": "#a16207"}})  # fmt: skip
+        if ends:
+            traces.append(
+                {
+                    "type": "scatter", "mode": "markers", "name": f"lease/session ends ({ctx.ttl_s:g} s)",
+                    "x": [ctx.s(t) for _, t in ends], "y": [labels[h.client] for h, _ in ends],
+                    "marker": {"symbol": "line-ns-open", "size": 22, "color": "#a16207", "line": {"width": 3}},
+                    "hovertext": [html.escape(f"{h.client}: its {ctx.ttl_s:g} s lease ends at {ctx.s(t):.3f} s")
+                                  for h, t in ends], "hoverinfo": "text",
+                }
+            )  # fmt: skip
+
+    # the strike: server faults, pauses, deaths
+    strike_text = ""
+    for r in ctx.strikes:
+        s0 = r.start_ns if r.start_ns is not None else lo
+        s1 = r.end_ns if r.end_ns is not None else hi
+        if s1 < lo or s0 > hi:
+            continue
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": ctx.s(max(s0, lo)), "x1": ctx.s(min(s1, hi)),
+                       "y0": 0, "y1": 1, "fillcolor": "#f59e0b", "opacity": 0.18, "line": {"width": 0}, "layer": "below"})  # fmt: skip
+        notes.append({"x": ctx.s(max(s0, lo)), "y": 1, "yref": "paper", "xanchor": "left", "showarrow": False,
+                      "text": html.escape(f"fault: {r.lock}"), "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
+        if not strike_text:
+            strike_text = f"the strike ({r.lock}) ran {ctx.s(s0):.3f}-{ctx.s(s1):.3f} s"
+    paused: dict[str, tuple[float, float]] = {}
+    for r in _pairs(near, "pause"):
+        c = r.client
+        if c not in lane_of or r.start_ns is None:
+            continue
+        p1 = r.end_ns if r.end_ns is not None else hi
+        paused.setdefault(c, (r.start_ns, p1))
+        i = lane_of[c]
+        shapes.append({"type": "rect", "xref": "x", "yref": "y", "x0": ctx.s(r.start_ns), "x1": ctx.s(p1),
+                       "y0": i - 0.42, "y1": i + 0.42, "fillcolor": "#f59e0b", "opacity": 0.35,
+                       "line": {"width": 1, "color": "#b45309", "dash": "dot"}, "layer": "below"})  # fmt: skip
+        notes.append({"x": ctx.s(r.start_ns), "y": y[i], "xanchor": "left", "yshift": 16, "showarrow": False,
+                      "text": "paused", "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
+    for proc, t in ctx.deaths.items():
+        if lo <= t <= hi and any(_process(c) == proc for c in lanes):
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": ctx.s(t), "x1": ctx.s(t), "y0": 0,
+                           "y1": 1, "line": {"color": "#111", "dash": "dashdot", "width": 1.5}})  # fmt: skip
+            notes.append({"x": ctx.s(t), "y": 0, "yref": "paper", "showarrow": False, "yshift": -12,
+                          "text": html.escape(f"process {proc} killed"), "font": {"size": 11}})  # fmt: skip
+
+    caption = _caption(v, ctx, near, lease_end, paused, strike_text)
+    layout = {
+        "height": 150 + 62 * len(lanes),
+        "margin": {"l": 10, "r": 20, "t": 80, "b": 50},
+        "barmode": "overlay",
+        "xaxis": {"title": {"text": "seconds since the case's first event"}, "range": [ctx.s(lo), ctx.s(hi)],
+                  "zeroline": False},
+        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": y, "autorange": "reversed",
+                  "automargin": True},
+        "shapes": shapes, "annotations": notes,
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
+        "hovermode": "closest",
+    }  # fmt: skip
+    return {"data": traces, "layout": layout, "caption": caption}
+
+
+def _caption(
+    v: Violation,
+    ctx: CaseContext,
+    near: pd.DataFrame,
+    lease_end: dict[str, int],
+    paused: dict[str, tuple[float, float]],
+    strike_text: str,
+) -> str:
+    a, b = v.first, v.second
+    if v.kind == "tokens":
+        return (
+            f"client {a.client} was granted {a.lock} at {ctx.s(a.start_ns):.3f} s with token {int(a.token)} "
+            f"and let go at {ctx.s(a.end_ns):.3f} s; client {b.client} was granted it after that, at "
+            f"{ctx.s(b.start_ns):.3f} s, with token {int(b.token)}: "
+            + ("the same token twice" if b.token == a.token else "a lower token, out of grant order")
+            + (f"; {strike_text}" if strike_text else "")
+        )
+    parts = [f"client {a.client} held {a.lock} from {ctx.s(a.start_ns):.3f} s"]
+    t_end = lease_end.get(a.client)
+    if t_end is not None and t_end <= b.start_ns:
+        why = []
+        p = paused.get(a.client)
+        if p is not None and p[0] <= t_end <= p[1]:
+            why.append(f"while it was paused (the strike: {ctx.s(p[0]):.3f}-{ctx.s(p[1]):.3f} s)")
+        late = ctx.late(a.client)
+        if late is not None and late == late and late > LATE_SHARE_LIMIT:
+            why.append(f"while its process stalled (loop late {late:.0%})")
+        parts.append(
+            f"its {ctx.ttl_s:g} s lease ended at {ctx.s(t_end):.3f} s"
+            + (" " + " and ".join(why) if why else "")
+        )
+    elif ctx.ttl_s:
+        parts.append(f"its {ctx.ttl_s:g} s lease had not ended")
+    parts.append(f"client {b.client} was granted at {ctx.s(b.start_ns):.3f} s")
+    if v.kind == "witness":
+        parts.append(f"the witness counted two inside at {ctx.s(v.at_ns):.3f} s")
+    over_lo, over_hi = b.start_ns, min(a.end_ns, b.end_ns)
+    buys = near[(near["op"] == "purchase") & (near["type"] == "ok")]
+    t = buys["t_ns"].to_numpy(dtype=np.int64)
+    inside = buys[(t >= over_lo) & (t <= over_hi)]
+    writers = [c for c in (a.client, b.client) if (inside["client"] == c).any()]
+    if len(writers) == 2:
+        when = inside[inside["client"].isin(writers)]["t_ns"]
+        parts.append(
+            f"both wrote while both held ({ctx.s(int(when.min())):.3f}-{ctx.s(int(when.max())):.3f} s)"
+        )
+    elif writers:
+        w = inside[inside["client"] == writers[0]]["t_ns"]
+        parts.append(f"client {writers[0]} wrote at {ctx.s(int(w.min())):.3f} s while both held")
+    if a.open:
+        parts.append(f"client {a.client} never released it")
+    if strike_text:
+        parts.append(strike_text)
+    bounds = [ctx.bound(a.client), ctx.bound(b.client)]
+    same_worker = (a.client.rsplit("/", 1)[0] if "/" in a.client else "") == (
+        b.client.rsplit("/", 1)[0] if "/" in b.client else ""
+    )
+    if not same_worker and any(x is None or x > 0 for x in bounds):
+        if any(x is None for x in bounds):
+            parts.append("one worker's clock bound was not measured: the order is uncertain")
+        else:
+            tol = sum(int(x or 0) for x in bounds)
+            overlap = over_hi - over_lo
+            certain = "certain" if overlap > tol else "uncertain"
+            parts.append(
+                f"the clocks agree within {_ms(tol / 1e9)}, so the overlap of {_ms(overlap / 1e9)} is {certain}"
+            )
+    return "; ".join(parts)
+
+
+# the section -----------------------------------------------------------------------------
+
+
+def _ttl(run: RunData, row: dict[str, Any]) -> float | None:
+    params = run.meta.get("params") or {}
+    scenario = text(row, "matrix_scenario") or ""
+    scen = (params.get("scenarios") or {}).get(scenario) or {}
+    ttl = (scen.get("settings") or {}).get("ttl")
+    if ttl is None:
+        per = (params.get("per_workload") or {}).get(text(row, "workload") or "") or {}
+        ttl = per.get("ttl", params.get("ttl_s"))
+    try:
+        value = float(ttl)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every chosen violation's view of one case (empty when its history shows none)."""
+    case = str(row["case"])
+    history = run.history(case, COLUMNS, ops=OPS, quiet=True)
+    if history is None or history.empty:
+        return []
+    history = history.sort_values("t_ns", kind="stable").reset_index(drop=True)
+    holds = holds_of(history)
+    found = find_violations(holds, history)
+    if not found:
+        return []
+    extra = run.extra(case)
+    state = extra.get("final_state") or {}
+    bounds = state.get("clock_uncertainty_ns") or {}
+    late = {}
+    for key, w in (extra.get("workers") or {}).items():
+        share = w.get("loop_lag_late_share") if isinstance(w, dict) else None
+        if isinstance(share, (int, float)):
+            late[str(key)] = float(share)
+    ctx = CaseContext(
+        _ttl(run, row), dict(bounds), late, int(history["t_ns"].min()),
+        _pairs(history[(history["op"] == "fault").to_numpy(dtype=bool)], "fault"), _deaths(history),
+    )  # fmt: skip
+    return [view(history, v, ctx, holds) for v in found]
+
+
+def _json(value: Any) -> str:
+    """JSON for a <script> block: nothing in it can close the block."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False, default=float).replace("</", "<\\/")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return _clean(float(value))
+    return value
+
+
+TIMELINE_CSS = ".tl-link { font-size: 11px; margin-left: 4px; } .tl-caption { font-size: 14px; }"
+TIMELINE_JS = """
+(function () {
+  function draw(block) {
+    var views = JSON.parse(block.querySelector('script.tl-data').textContent);
+    var pick = block.querySelector('select');
+    var i = pick ? Number(pick.value) : 0;
+    var v = views[i];
+    block.querySelector('.tl-caption').textContent = v.caption;
+    Plotly.react(block.querySelector('.tl-plot'), v.data, v.layout, {displaylogo: false, responsive: true});
+    block.dataset.drawn = String(i);
+  }
+  document.querySelectorAll('.timeline').forEach(function (block) {
+    var pick = block.querySelector('select');
+    if (pick) { pick.addEventListener('change', function () { draw(block); }); }
+    if (!('IntersectionObserver' in window)) { draw(block); return; }
+    var seen = new IntersectionObserver(function (entries) {
+      entries.forEach(function (en) { if (en.isIntersecting) { draw(block); seen.disconnect(); } });
+    }, {rootMargin: '200px'});
+    seen.observe(block);
+  });
+})();
+"""
+
+
+def timeline_section(run: RunData) -> str:
+    """Every failed case's violation timeline, or "" when no case failed (or none can be drawn)."""
+    rows = [r for r in run.cases.to_dict("records") if has_timeline(r)]
+    if not rows:
+        return ""
+    blocks = []
+    for row in rows:
+        case = str(row["case"])
+        views = case_views(run, row)
+        head = f"<h3>{e(text(row, 'impl') or case)} x {e(scenario_of(row))} <small>({e(case)})</small></h3>"
+        if not views:
+            blocks.append(
+                f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">No interleaving to '
+                "draw: the history shows no two holders at once, no tokens out of order and no witness above 1 "
+                "(the failure is in the resource's final state: see the verdict's reason).</p></div>"
+            )
+            continue
+        chooser = ""
+        if len(views) > 1:
+            options = "".join(
+                f'<option value="{i}">violation {i + 1}: {e(v["caption"][:90])}</option>'
+                for i, v in enumerate(views)
+            )
+            chooser = f'<label>violation <select aria-label="violation">{options}</select></label>'
+        data = _json(_clean(views))
+        blocks.append(
+            f'<div class="timeline" id="{e(anchor(case))}" data-case="{e(case)}">{head}{chooser}'
+            f'<div class="tl-plot" style="min-height:{views[0]["layout"]["height"]}px"></div>'
+            f'<p class="caption tl-caption">{e(views[0]["caption"])}</p>'
+            f'<script type="application/json" class="tl-data">{data}</script></div>'
+        )
+    return (
+        '<h2 id="violation-timelines">Why each red: the violation\'s timeline</h2>'
+        '<p class="caption">For every failed case, from its history: one lane per client involved (the two '
+        "holders first, with their process's loop lag where recorded); grey: acquire attempts; coloured: holds "
+        "(acquire ok to release); dark: releases; triangles: grants with their fencing token (with the clock "
+        "bound as an error bar where clients ran on several hosts: inside it the order is uncertain); green "
+        "dots: writes the resource accepted, red crosses: writes it refused as stale; amber ticks: where a "
+        "hold's lease or session ended (grant + the case's TTL); amber bands: the fault window (all lanes) or "
+        "a pause (one lane); dash-dot: a killed process's death. Only the window around each violation is "
+        "kept; the chooser shows the next ones.</p>"
+        + "".join(blocks)
+        + f"<style>{TIMELINE_CSS}</style><script>{TIMELINE_JS}</script>"
+    )

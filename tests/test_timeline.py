@@ -1,0 +1,125 @@
+"""The violation timeline (dashboards/timeline.py) on synthetic histories written as a run folder.
+
+Each history plants one kind of violation; the section must find it, name the two clients,
+the strike and the lease, and keep only the window around it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from dashboards.load import RunData
+from dashboards.timeline import anchor, case_views, has_timeline, timeline_section
+from tests.test_checkers import history
+
+MS = 1_000_000
+S = 1_000 * MS
+
+
+def _run(
+    tmp_path: Path, cases: dict[str, pd.DataFrame], rows: list[dict], meta: dict | None = None
+) -> RunData:
+    (tmp_path / "history").mkdir(parents=True, exist_ok=True)
+    for case, h in cases.items():
+        h.to_parquet(tmp_path / "history" / f"{case}.parquet")
+    return RunData(path=tmp_path, meta=meta or {"params": {"ttl_s": 1.0}}, cases=pd.DataFrame(rows))
+
+
+def _lease_history() -> pd.DataFrame:
+    """1-u0 is granted, pauses 2 s under a 1 s lease; 2-u0 is granted when the lease ends; both write."""
+    lock = "flash-sale:item-0"
+    ev = [
+        ("1-u0", 0, "acquire", "invoke", lock, 0),
+        ("1-u0", 0, "acquire", "ok", lock, 1 * MS, 7),
+        ("1-u0", 1, "pause", "invoke", lock, 2 * MS),
+        ("2-u0", 0, "acquire", "invoke", lock, 5 * MS),
+        ("2-u0", 0, "acquire", "ok", lock, 1 * S + 20 * MS, 8),
+        ("2-u0", 1, "purchase", "invoke", lock, 1 * S + 30 * MS),
+        ("2-u0", 1, "purchase", "ok", lock, 1 * S + 40 * MS, None, 1),
+        ("1-u0", 1, "pause", "ok", lock, 2 * S + 2 * MS, None, 2000),
+        ("1-u0", 2, "purchase", "invoke", lock, 2 * S + 3 * MS),
+        ("1-u0", 2, "purchase", "ok", lock, 2 * S + 5 * MS, None, 1),
+        ("1-u0", 3, "release", "invoke", lock, 2 * S + 6 * MS),
+        ("2-u0", 2, "release", "invoke", lock, 2 * S + 50 * MS),
+    ]
+    # a long quiet tail, so the window is visibly cut
+    ev += [("3-u0", 9, "acquire", "invoke", lock, 60 * S), ("3-u0", 9, "acquire", "fail", lock, 61 * S)]
+    return history(*ev)
+
+
+def test_a_lease_overlap_names_both_holders_the_pause_and_the_lease(tmp_path: Path) -> None:
+    row = {"case": "x__lease-expiry", "impl": "x", "workload": "lease-expiry", "verdict": "invalid"}
+    run = _run(tmp_path, {"x__lease-expiry": _lease_history()}, [row])
+    views = case_views(run, row)
+    assert len(views) == 1
+    caption = views[0]["caption"]
+    assert caption.startswith("client 1-u0 held flash-sale:item-0 from 0.001 s")
+    assert "its 1 s lease ended at 1.001 s while it was paused (the strike: 0.002-2.002 s)" in caption
+    assert "client 2-u0 was granted at 1.020 s" in caption
+    assert "both wrote while both held (1.040-2.005 s)" in caption
+    xs = [x for t in views[0]["data"] for x in t.get("x", []) if isinstance(x, float)]
+    assert max(xs) < 10  # only the window around the violation, not the 60 s tail
+    html = timeline_section(run)
+    assert f'id="{anchor("x__lease-expiry")}"' in html and "1-u0" in html and "2-u0" in html
+
+
+def test_a_server_fault_window_is_the_strike_and_cross_host_clocks_make_it_uncertain(tmp_path: Path) -> None:
+    lock = "L"
+    h = history(
+        ("bench", 1, "fault", "invoke", "restart", 10 * MS),
+        ("h1/1-u0", 0, "acquire", "ok", lock, 5 * MS, 3),
+        ("h2/2-u0", 0, "acquire", "ok", lock, 30 * MS, 1),
+        ("bench", 1, "fault", "ok", "restart", 40 * MS),
+        ("h2/2-u0", 1, "release", "invoke", lock, 50 * MS),
+        ("h1/1-u0", 1, "release", "invoke", lock, 60 * MS),
+    )
+    row = {"case": "r", "impl": "r", "workload": "flash-sale", "verdict": "invalid"}
+    run = _run(tmp_path, {"r": h}, [row])
+    (tmp_path / "hist").mkdir()
+    (tmp_path / "hist" / "r.json").write_text(
+        json.dumps({"final_state": {"clock_uncertainty_ns": {"h1": 5 * MS, "h2": 20 * MS}}, "histograms": {}})
+    )
+    caption = case_views(run, row)[0]["caption"]
+    assert "client h1/1-u0 held L" in caption and "client h2/2-u0 was granted" in caption
+    assert "the strike (restart) ran 0.005-0.035 s" in caption
+    assert "the clocks agree within 25 ms, so the overlap of 20 ms is uncertain" in caption
+    grant = next(t for t in case_views(run, row)[0]["data"] if t["name"] == "grant (token)")
+    assert grant["error_x"]["array"] == [0.005, 0.02]  # each grant's clock bound, drawn
+
+
+def test_tokens_out_of_grant_order_without_an_overlap(tmp_path: Path) -> None:
+    h = history(
+        ("1-u0", 0, "acquire", "ok", "L", 1 * MS, 9),
+        ("1-u0", 1, "release", "invoke", "L", 2 * MS),
+        ("2-u0", 0, "acquire", "ok", "L", 3 * MS, 5),
+        ("2-u0", 1, "release", "invoke", "L", 4 * MS),
+    )
+    row = {"case": "t", "impl": "t", "verdict": "invalid", "fencing_order_violations": 1}
+    caption = case_views(_run(tmp_path, {"t": h}, [row]), row)[0]["caption"]
+    assert "client 1-u0 was granted L at 0.000 s with token 9" in caption
+    assert "client 2-u0 was granted it after that, at 0.002 s, with token 5: a lower token" in caption
+
+
+def test_only_failed_cases_get_a_timeline_and_labels_are_escaped(tmp_path: Path) -> None:
+    assert not has_timeline({"verdict": "valid", "overlapping_holds": 0})
+    assert has_timeline({"verdict": "valid", "fencing_order_violations": 2})  # fencing off: still explained
+    evil = "<img src=x onerror=alert(1)>"
+    h = history(
+        (evil, 0, "acquire", "ok", "L", 1 * MS),
+        ("b", 0, "acquire", "ok", "L", 2 * MS),
+        ("b", 1, "release", "invoke", "L", 3 * MS),
+    )
+    row = {"case": "e", "impl": evil, "verdict": "invalid"}
+    page = timeline_section(_run(tmp_path, {"e": h}, [row]))
+    blocks = re.findall(r'<script type="application/json" class="tl-data">(.*?)</script>', page, re.S)
+    assert len(blocks) == 1
+    # HTML outside the data block is escaped; inside it, what plotly draws is escaped, and the
+    # caption is plain text (the page sets it with textContent)
+    assert "<img" not in page.replace(blocks[0], "")
+    (view,) = json.loads(blocks[0])
+    assert "<img" not in json.dumps([view["data"], view["layout"]]) and evil in view["caption"]
+    assert timeline_section(_run(tmp_path / "ok", {}, [{"case": "v", "verdict": "valid"}])) == ""
