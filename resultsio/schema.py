@@ -200,6 +200,8 @@ def _columns() -> dict[str, pa.Column]:
         nullable=True,
         regex=True,
     )  # fmt: skip
+    for name in TEXT_COLUMNS:  # text: any string, or empty
+        cols.setdefault(name, pa.Column(None, nullable=True, name=name))
     for name, column in cols.items():
         column.required = name in REQUIRED_COLUMNS
     return cols
