@@ -159,10 +159,9 @@ def cell_for(rows: list[Row]) -> GridCell:
     failed = [r for r in rows if text(r, "verdict") == "invalid"]
     if failed:
         stall = [t for t in (text(r, "stall_reason") for r in failed) if t]
-        fenced = [r for r in failed if text(r, "fencing") == "enforce"]
-        data_safe = (
-            bool(fenced) and len(fenced) == len(failed) and all(flag(r, "data_safe") is True for r in fenced)
-        )
+        # amber only where fencing (enforce) ran and kept the data right: the same lock, fenced, is safe to use
+        fenced = [r for r in rows if text(r, "fencing") == "enforce"]
+        data_safe = bool(fenced) and all(flag(r, "data_safe") is True for r in fenced)
         if data_safe:
             detail = evidence
             cls, word = "warn", CLASSES["warn"][0]

@@ -78,3 +78,15 @@ def bench(
             proc.communicate()
             raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_exit_code(run_dir: Path) -> int:
+    """The exit code ``bench run`` owes a finished run: 1 when any case is invalid or unknown, else 0.
+
+    Jepsen's rule: a test whose checker found the system invalid fails, and so does one that
+    could not decide; only a run of valid cases passes.
+    """
+    import pandas as pd
+
+    verdicts = pd.read_csv(run_dir / "cases.csv")["verdict"]
+    return 1 if verdicts.isin(["invalid", "unknown"]).any() else 0

@@ -54,7 +54,9 @@ def test_broken_lock_is_caught(tmp_path: Path) -> None:
     """A lock with no mutual exclusion must show overlaps, witness violations and lost updates."""
     results = tmp_path / "results"
     r = bench("run", "--impl", "test.no-mutex", *SHORT, "--results-dir", str(results))
-    assert r.returncode == 0, r.stderr
+    # the checker found the lock unsafe: the run fails, naming the case (as Jepsen's runner does)
+    assert r.returncode == 1, r.stderr
+    assert "found the lock unsafe (verdict invalid): test.no-mutex" in r.stderr
     row = pd.read_csv(_only_run(results) / "cases.csv").iloc[0]
     assert row["verdict"] == "invalid"
     assert row["overlapping_holds"] > 0

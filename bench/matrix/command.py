@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import tempfile
 import threading
 import time
@@ -32,6 +33,7 @@ from bench.errors import Interrupted, UserError
 from bench.matrix import controls
 from bench.matrix.controls import control_for
 from bench.matrix.expectations import annotate, observed_outcome
+from bench.matrix.shards import Shard, auto_lanes, deal
 from bench.matrix.tables import markdown_table, print_summary, timing_summary, undecided
 from bench.measure.evidence import server_died
 from bench.measure.strikes import DEFAULT_TARGET, LEVELS, EvidenceTarget
@@ -262,6 +264,14 @@ def _sized_for_recovery(cls: type, case: MatrixCase) -> MatrixCase:
         sized.settings, stop_rule=stop.to_json(), duration=sized.settings.duration + strikes * bound
     )
     return replace(sized, settings=settings)
+
+
+def _load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the matrix's figures are read beside them)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def _clock(seconds: float) -> str:
@@ -658,12 +668,13 @@ def matrix_command(
     backends: list[str],
     impls: list[str],
     scenarios: list[str],
-    parallel: int,
+    parallel: int | None,
     user_urls: dict[str, list[str]],
     resource_url: str | None,
     results_dir: Path,
     warm: bool = True,
     render: bool,
+    shard: Shard | None = None,
     argv: list[str],
     console: Console,
     slo_us: float | None = None,
@@ -675,6 +686,9 @@ def matrix_command(
     ``evidence`` names the target a survived cell needs (bench/measure/strikes.py LEVELS);
     ``strikes`` runs that many strikes per cell instead of the target's k.
     """
+    lanes_why = "given"
+    if parallel is None:
+        parallel, lanes_why = auto_lanes()
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, got {parallel}")
     _check_user_dsns(user_urls)
@@ -693,10 +707,16 @@ def matrix_command(
     lanes = plan_lanes(cases, fixed)
     for lane in lanes:
         lane.units = form_groups(lane)
+    whole = [c for lane in lanes for unit in lane.units for c in unit]
+    plan = [c.case_id for c in whole]
+    if shard is not None:
+        mine = deal(lanes, shard.of)[shard.index - 1]
+        lanes = [ln for ln in lanes if ln in mine]
     cases = [c for lane in lanes for unit in lane.units for c in unit]
+    load_start = _load_average()
     if resource_url:
         parallel = 1  # every lane would share the user's resource server
-    planned = {c.matrix_scenario for c in cases} | {n["scenario"] for n in not_run}
+    planned = {c.matrix_scenario for c in whole} | {n["scenario"] for n in not_run}
     used = [name for name in sized if name in planned]  # the scenario table's order: the grid's columns
     params = {
         "scenarios": {
@@ -708,9 +728,13 @@ def matrix_command(
             }
             for name in used
         },
-        "users": USERS, "parallel": parallel, "lanes": len(lanes), "warm_locust": warm,
+        "users": USERS, "parallel": parallel, "lanes_why": lanes_why, "lanes": len(lanes), "warm_locust": warm,
+        "shard": (
+            {"index": shard.index, "of": shard.of, "lanes": [ln.name for ln in lanes], "plan": plan}
+            if shard is not None else None
+        ),
         "evidence": evidence, "strikes": level.strikes, "evidence_target": target.text(),
-        "impls": list(dict.fromkeys(c.impl for c in cases if c.role == "subject")), "not_run": not_run,
+        "impls": list(dict.fromkeys(c.impl for c in whole if c.role == "subject")), "not_run": not_run,
     }  # fmt: skip
     started = datetime.now(UTC).isoformat()
     folder = RunFolder(
@@ -723,13 +747,14 @@ def matrix_command(
             "host": meta.host_info(),
             "versions": {"libraries": meta.library_versions()},
             "params": params,
-            "impls": list(dict.fromkeys(c.impl for c in cases if c.role == "subject")),
+            "impls": list(dict.fromkeys(c.impl for c in whole if c.role == "subject")),
             "endpoints": {},
         },
     )
+    slice_ = f" (shard {shard.text}: {len(cases)} of {len(plan)} cases)" if shard is not None else ""
     console.print(
-        f"lockbench: matrix of {len(cases)} cases ({len(used)} scenarios) in {len(lanes)} lanes, "
-        f"{parallel} side by side; results in {folder.path}",
+        f"lockbench: matrix of {len(cases)} cases ({len(used)} scenarios) in {len(lanes)} lanes{slice_}, "
+        f"{parallel} side by side ({lanes_why}); results in {folder.path}",
         markup=False,
     )
     shared = _Shared(folder, console, len(cases), sum(c.settings.duration for c in cases))
@@ -746,7 +771,8 @@ def matrix_command(
             status = "complete-with-failures"
         if shared.failures:
             folder.note("failures", shared.failures)
-        folder.note("matrix", timing_summary(shared.timings, wall, parallel))
+        folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
+                               "load_average": {"start": load_start, "end": _load_average()}})  # fmt: skip
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})
         folder.finish(status)

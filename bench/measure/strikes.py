@@ -171,8 +171,9 @@ def columns(history: pd.DataFrame, strikes_ns: np.ndarray, missed: list[str] | N
     return {
         "strikes": k,
         "acquisitions_after_strike": n,
-        "strike_failure_bound": 3 / k if k else None,
-        "race_rate_bound": 3 / n if n else None,
+        # a bound on a probability: under 3 events it says nothing, which is 1, never more
+        "strike_failure_bound": min(1.0, 3 / k) if k else None,
+        "race_rate_bound": min(1.0, 3 / n) if n else None,
         "strikes_missed": len(missed),
         "strikes_missed_reason": "; ".join(missed[:3])
         + (f"; and {len(missed) - 3} more" if len(missed) > 3 else ""),

@@ -217,6 +217,7 @@ class RunFolder:
             ]
         try:
             atomic_write_frame(self.path / "cases.csv", frame)
+            self._written = len(self.rows)
             atomic_write_frame(self.path / "cases.parquet", frame)
         except OSError as exc:
             raise self._fail("the annotated cases", exc) from None

@@ -617,7 +617,9 @@ def judge(
         row["stuck_bound_s"] = settings.workload_options.get("stuck_bound")
     for key in ("recovery_expected_s", "recovery_by"):
         if key in case.params:
-            row[key] = case.params[key]
+            value = case.params[key]
+            # a lock that never frees a dead holder: empty here, and recovery_by says "never"
+            row[key] = None if isinstance(value, float) and value == float("inf") else value
     if recording.get("partition") is not None and fault_info.get("start_ns") is not None:
         # judged again with the workers' clock bounds: a grant within them of the cut or heal is undecided
         row.update(

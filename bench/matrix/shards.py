@@ -1,0 +1,92 @@
+"""Shards of a matrix: a deterministic slice of whole lanes, and how many lanes fit this machine.
+
+Why shards: the distribution belongs to the engine a team already has (CI's job matrix, a
+Kubernetes Indexed Job); lockbench adds only the slice (``bench matrix --shard I/N``) and the
+merge (``bench merge``, :mod:`bench.matrix.merge`). A shard is made of whole lanes because a
+lane owns its servers and its groups share strikes: cutting one would pay the strikes twice.
+
+Every shard plans the whole matrix (same commit, same options: same plan) and keeps the
+lanes dealt to it, longest first to the least loaded shard (ties to the lowest index), so
+shard I of N is the same set of lanes on every machine, and the shards together are the
+plan, each lane exactly once. run.json ``shard`` records the slice and the whole plan's case
+ids, which is what the merge checks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from bench.errors import UserError
+
+#: What one lane keeps busy, in cores, when it runs a group of cases under one strike
+#: (several Locust processes, their servers, the fault thread). Measured on the 2-core machine:
+#: a group of 6 cases kept both cores about half busy.
+LANE_CPU = 1.0
+#: Never more lanes side by side than this, whatever the machine has spare.
+MAX_AUTO_LANES = 4
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``I/N``: this process runs the I-th of N slices (1-based, as CI matrices count)."""
+
+    index: int
+    of: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.index}/{self.of}"
+
+
+def parse_shard(text: str | None) -> Shard | None:
+    """``2/4`` -> Shard(2, 4); None for no sharding; UserError (one line) for anything else."""
+    if text is None or text == "":
+        if text == "":
+            raise UserError("--shard is empty; give I/N, e.g. --shard 1/4 (the first of four slices)")
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m:
+        raise UserError(f"bad --shard {text!r}; give I/N, e.g. --shard 1/4 (the first of four slices)")
+    index, of = int(m.group(1)), int(m.group(2))
+    if of < 1 or not 1 <= index <= of:
+        raise UserError(f"bad --shard {text!r}: I must be between 1 and N, and N at least 1 (e.g. 1/4)")
+    return Shard(index, of)
+
+
+def lane_cost(lane: Any) -> float:
+    """A lane's expected length: each unit's cap (a group's cases run side by side: its longest)."""
+    units = getattr(lane, "units", None) or [[c] for c in lane.cases]
+    return sum(max(c.settings.duration for c in unit) for unit in units if unit)
+
+
+def deal(lanes: list[Any], of: int) -> list[list[Any]]:
+    """The lanes dealt to ``of`` shards: longest first to the least loaded (ties: lowest index, then name)."""
+    shards: list[list[Any]] = [[] for _ in range(of)]
+    load = [0.0] * of
+    for lane in sorted(lanes, key=lambda ln: (-lane_cost(ln), ln.name)):
+        i = min(range(of), key=lambda j: (load[j], j))
+        shards[i].append(lane)
+        load[i] += lane_cost(lane)
+    return shards
+
+
+def auto_lanes(cores: int | None = None, load1: float | None = None) -> tuple[int, str]:
+    """How many lanes to run side by side here, and why: the spare cores now, at ``LANE_CPU`` a lane.
+
+    A starved lane makes sessions expire and holders stall (a loaded standard run drew a
+    ZooKeeper crash cell as a violation while its Locust loop was late 61% of the time), so
+    the matrix is made shorter by doing less work per answer, never by more lanes than fit.
+    """
+    cores = cores or os.cpu_count() or 1
+    if load1 is None:
+        try:
+            load1 = os.getloadavg()[0]
+        except OSError:
+            load1 = 0.0
+    spare = max(0.0, cores - load1)
+    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / LANE_CPU)))
+    return lanes, f"{cores} cores, load average {load1:.2f}: {spare:.1f} spare, {LANE_CPU:g} a lane"

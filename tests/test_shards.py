@@ -1,0 +1,113 @@
+"""Shards of a matrix (``bench matrix --shard I/N``) and their merge (``bench merge``).
+
+The slice is whole lanes, dealt the same way on every machine; the merge of every shard gives
+the cells one unsharded run gives, and refuses (exit 2, one line) anything that is not one
+matrix: a shard missing or given twice, another commit, other options, a damaged folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.errors import UserError
+from bench.matrix.command import Lane, plan_lanes, plan_matrix
+from bench.matrix.shards import auto_lanes, deal, parse_shard
+from bench.matrix.tables import grid
+from tests.helpers import bench
+
+SELECTION = ("--impl", "file.flock", "--impl", "redis.set-nx-px-lua", "--scenario", "crash",
+             "--evidence", "quick", "--strikes", "1", "--no-report")  # fmt: skip
+
+
+def test_a_shard_is_i_of_n_and_anything_else_is_one_line() -> None:
+    assert parse_shard("2/4").index == 2 and parse_shard(" 1 / 1 ").of == 1
+    assert parse_shard(None) is None
+    for bad in ("", "0/2", "3/2", "1/0", "a/b", "1-2", "2"):
+        with pytest.raises(UserError):
+            parse_shard(bad)
+
+
+def test_the_lanes_are_dealt_whole_the_same_way_every_time_and_each_once() -> None:
+    cases, _ = plan_matrix(["redis", "file"], [], ["crash", "long-cs", "restart"], fixed_servers=set())
+    lanes = plan_lanes(cases, set())
+    assert len(lanes) >= 2
+    for of in (1, 2, 3, len(lanes) + 2):
+        dealt = deal(lanes, of)
+        again = deal(
+            plan_lanes(plan_matrix(["redis", "file"], [], ["crash", "long-cs", "restart"], set())[0], set()),
+            of,
+        )
+        assert [[ln.name for ln in s] for s in dealt] == [[ln.name for ln in s] for s in again]
+        names = [ln.name for s in dealt for ln in s]
+        assert sorted(names) == sorted(ln.name for ln in lanes)  # every lane exactly once
+    # a lane is never cut: its cases all go to one shard
+    first, second = deal(lanes, 2)
+    assert not {c.case_id for ln in first for c in ln.cases} & {c.case_id for ln in second for c in ln.cases}
+    assert isinstance(first[0], Lane)
+
+
+def test_auto_lanes_follow_the_spare_cores() -> None:
+    assert auto_lanes(cores=2, load1=0.1)[0] == 1
+    assert auto_lanes(cores=8, load1=0.5)[0] == 4  # never more than 4
+    assert auto_lanes(cores=8, load1=5.5)[0] == 2
+    lanes, why = auto_lanes(cores=2, load1=3.0)
+    assert lanes == 1 and "load average 3.00" in why  # a busy machine still runs one lane
+
+
+def _run(tmp: Path, name: str, *extra: str) -> Path:
+    r = bench("matrix", *SELECTION, *extra, "--results-dir", str(tmp / name), timeout=600)
+    assert r.returncode in (0, 1), r.stderr[-2000:]  # 1: cells thin at one strike (undecided)
+    return next(p for p in (tmp / name).iterdir() if p.is_dir())
+
+
+def _cells(run: Path) -> dict[tuple[str, str], str]:
+    meta = json.loads((run / "run.json").read_text())
+    rows = pd.read_csv(run / "cases.csv").to_dict("records")
+    _, _, cells = grid(rows, meta["params"].get("not_run"))
+    return {key: cell.cls for key, cell in cells.items()}
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_two_shards_merged_give_the_cells_of_one_run(tmp_path: Path) -> None:
+    whole = _run(tmp_path, "whole")
+    one = _run(tmp_path, "one", "--shard", "1/2")
+    two = _run(tmp_path, "two", "--shard", "2/2")
+    shard_ids = [set(pd.read_csv(p / "cases.csv")["case"]) for p in (one, two)]
+    assert shard_ids[0] and shard_ids[1] and not shard_ids[0] & shard_ids[1]
+
+    r = bench("merge", str(one), str(two), "--no-report", "--results-dir", str(tmp_path / "merged"))
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    merged = next(p for p in (tmp_path / "merged").iterdir() if p.is_dir())
+    assert set(pd.read_csv(merged / "cases.csv")["case"]) == set(pd.read_csv(whole / "cases.csv")["case"])
+    assert _cells(merged) == _cells(whole)
+    meta = json.loads((merged / "run.json").read_text())
+    assert meta["kind"] == "matrix" and meta["status"] == "complete"
+    assert [m["shard"] for m in meta["merged_from"]] == [1, 2] and (merged / "matrix.md").is_file()
+    for sub in ("hist", "history"):
+        assert {p.stem for p in (merged / sub).glob("*")} >= shard_ids[0] | shard_ids[1]
+
+    def refused(*folders: Path) -> str:
+        out = bench("merge", *map(str, folders), "--no-report", "--results-dir", str(tmp_path / "refused"))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+        return out.stderr
+
+    assert "shard 2/2 is missing" in refused(one)
+    assert "given twice" in refused(one, one)
+    assert "not a shard" in refused(one, whole)
+    other = tmp_path / "other" / two.name
+    shutil.copytree(two, other)
+    meta = json.loads((other / "run.json").read_text())
+    meta["git_commit"] = "0" * 40
+    (other / "run.json").write_text(json.dumps(meta))
+    assert "different commits" in refused(one, other)
+    meta["git_commit"] = json.loads((two / "run.json").read_text())["git_commit"]
+    meta["params"]["evidence"] = "thorough"
+    (other / "run.json").write_text(json.dumps(meta))
+    assert "different evidence levels" in refused(one, other)
