@@ -123,3 +123,16 @@ def test_only_failed_cases_get_a_timeline_and_labels_are_escaped(tmp_path: Path)
     (view,) = json.loads(blocks[0])
     assert "<img" not in json.dumps([view["data"], view["layout"]]) and evil in view["caption"]
     assert timeline_section(_run(tmp_path / "ok", {}, [{"case": "v", "verdict": "valid"}])) == ""
+
+
+def test_a_red_grid_cell_links_to_its_timeline_and_an_unrecovered_strike_is_stuck() -> None:
+    from dashboards.cells import cell_for
+
+    target = {"evidence_target_k": 3, "evidence_target_n": 30}
+    failed = [{"case": "a__restart", "verdict": "invalid", "strikes": 3, "overlapping_holds": 2, **target}]
+    cell = cell_for(failed)
+    assert cell.cls == "bad" and 'href="#timeline-a__restart"' in cell.html("restart")
+    never = [{"case": "b__restart", "verdict": "valid", "strikes": 1, "unrecovered_strikes": 1, **target}]
+    stuck = cell_for(never)
+    assert stuck.cls == "stuck" and "never granted again after 1 strike" in stuck.detail
+    assert "timeline" not in stuck.html("restart")
