@@ -46,7 +46,9 @@ def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025
              "matrix_scenario": scenario, "scenario": scenario, "verdict": "valid", "fencing": "observe",
              "strikes": 10, "acquisitions_after_strike": 1_500, "evidence_target_k": 10,
              "evidence_target_n": 1_000, "acquisitions": 2_000, "overlapping_holds": 0, "stuck_locks": 0,
-             **extra}
+             # every row bench writes has these (resultsio's schema): without them the folder is damaged
+             "workload": scenario, "throughput_acq_s": 100.0, "witness_violations": 0, "oversold_units": 0,
+             "lost_updates": 0, **extra}
         )  # fmt: skip
     frame = pd.DataFrame(rows)
     frame.to_csv(path / "cases.csv", index=False)
