@@ -92,47 +92,83 @@ class Violation:
 # holds and violations --------------------------------------------------------------------
 
 
-def holds_of(history: pd.DataFrame) -> list[Hold]:
+class Holds:
+    """Every outermost hold of a case as arrays, sorted by (lock, start): a million events pair in a second.
+
+    Only the holds a view draws become :class:`Hold` objects.
+    """
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        f = frame.sort_values(["lock", "start_ns", "client"], kind="stable").reset_index(drop=True)
+        self.client = f["client"].astype(str).to_numpy(dtype=object)
+        self.lock = f["lock"].astype(str).to_numpy(dtype=object)
+        self.start = f["start_ns"].to_numpy(dtype=np.int64)
+        self.end = f["end_ns"].to_numpy(dtype=np.int64)
+        self.token = f["token"].to_numpy(dtype=np.float64)
+        self.open = f["open"].to_numpy(dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def hold(self, i: int) -> Hold:
+        return Hold(
+            str(self.client[i]), str(self.lock[i]), int(self.start[i]), int(self.end[i]),
+            float(self.token[i]), bool(self.open[i]),
+        )  # fmt: skip
+
+    def around(self, lock: str, lo: int, hi: int) -> list[Hold]:
+        """The holds of ``lock`` that overlap [lo, hi]."""
+        rows = np.flatnonzero((self.lock == lock) & (self.end >= lo) & (self.start <= hi))
+        return [self.hold(int(i)) for i in rows]
+
+
+def holds_of(history: pd.DataFrame) -> Holds:
     """Outermost holds: acquire ok -> that client's matching release invoke on the lock (nesting counted).
 
     A hold never released ends at its process's death (``crash ok``, else the ``crash info``
     mark) or at the history's last event (``open``).
     """
+    empty = pd.DataFrame({"client": [], "lock": [], "start_ns": [], "end_ns": [], "token": [], "open": []})
     ev = history[
         ((history["op"] == "acquire") & (history["type"] == "ok"))
         | ((history["op"] == "release") & (history["type"] == "invoke"))
     ]
     if ev.empty:
-        return []
+        return Holds(empty)
     ev = ev.sort_values(["client", "lock", "seq", "t_ns"], kind="stable").reset_index(drop=True)
     is_acq = (ev["op"] == "acquire").to_numpy(dtype=bool)
     key = pd.factorize(ev["client"].astype(str) + "\x00" + ev["lock"].astype(str))[0]
     depth = pd.Series(np.where(is_acq, 1, -1)).groupby(key).cumsum().clip(lower=0).to_numpy()
     prev = pd.Series(depth).groupby(key).shift(1, fill_value=0).to_numpy()
     # an outermost hold opens where the depth rises 0 -> 1 and closes where it falls back to 0
-    opens = ev[is_acq & (depth == 1) & (prev == 0)].assign(k=key[is_acq & (depth == 1) & (prev == 0)])
-    closes = ev[~is_acq & (depth == 0) & (prev == 1)].assign(k=key[~is_acq & (depth == 0) & (prev == 1)])
+    rise, fall = is_acq & (depth == 1) & (prev == 0), ~is_acq & (depth == 0) & (prev == 1)
+    opens = ev[rise].assign(k=key[rise])
+    closes = ev[fall].assign(k=key[fall])
     opens = opens.assign(n=opens.groupby("k").cumcount())
     closes = closes.assign(n=closes.groupby("k").cumcount())[["k", "n", "t_ns"]].rename(
         columns={"t_ns": "end"}
     )
     pairs = opens.merge(closes, on=["k", "n"], how="left")
-    end_all = int(history["t_ns"].max())
+    start = pairs["t_ns"].to_numpy(dtype=np.int64)
+    end = pairs["end"].to_numpy(dtype=np.float64)
+    closed = ~np.isnan(end)
     deaths = _deaths(history)
-    out: list[Hold] = []
-    for client, lock, start, token, end in zip(
-        pairs["client"].astype(str), pairs["lock"].astype(str), pairs["t_ns"].to_numpy(dtype=np.int64),
-        pairs["token"].to_numpy(dtype="float64", na_value=np.nan), pairs["end"].to_numpy(dtype="float64"),
-        strict=True,
-    ):  # fmt: skip
-        if end == end:
-            out.append(Hold(client, lock, int(start), max(int(end), int(start)), float(token), False))
-            continue
-        died = deaths.get(_process(client))
-        stop = max(int(start), died) if died is not None else end_all
-        out.append(Hold(client, lock, int(start), stop, float(token), died is None))
-    out.sort(key=lambda h: (h.lock, h.start_ns, h.client))
-    return out
+    died = (
+        pairs["client"].astype(str).map(lambda c: deaths.get(_process(c), np.nan)).to_numpy(dtype=np.float64)
+    )
+    never = float(history["t_ns"].max())
+    stop = np.where(closed, end, np.where(np.isnan(died), never, died))
+    frame = pd.DataFrame(
+        {
+            "client": pairs["client"].astype(str),
+            "lock": pairs["lock"].astype(str),
+            "start_ns": start,
+            "end_ns": np.maximum(stop.astype(np.int64), start),
+            "token": pairs["token"].to_numpy(dtype="float64", na_value=np.nan),
+            "open": ~closed & np.isnan(died),
+        }
+    )
+    return Holds(frame)
 
 
 def _process(client: str) -> str:
@@ -152,61 +188,70 @@ def _deaths(history: pd.DataFrame) -> dict[str, int]:
     return out
 
 
-def find_violations(holds: list[Hold], history: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> list[Violation]:
+def _lock_rows(h: Holds) -> list[np.ndarray]:
+    if not len(h):
+        return []
+    cut = np.flatnonzero(h.lock[1:] != h.lock[:-1]) + 1
+    return np.split(np.arange(len(h)), cut)
+
+
+def find_violations(h: Holds, history: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> list[Violation]:
     """The first violations in time: overlaps of two clients' holds, else tokens out of grant order, else witness."""
     found: list[Violation] = []
-    by_lock: dict[str, list[Hold]] = {}
-    for h in holds:
-        by_lock.setdefault(h.lock, []).append(h)
-    for mine in by_lock.values():
-        latest: Hold | None = None  # the earlier hold that ends last
-        for h in mine:
-            if latest is not None and h.start_ns < latest.end_ns and h.client != latest.client:
-                found.append(Violation("overlap", latest, h, h.start_ns))
-            if latest is None or h.end_ns > latest.end_ns:
-                latest = h
+    for rows in _lock_rows(h):
+        end = h.end[rows]
+        top = np.maximum.accumulate(end)
+        # the earlier hold that ends last: a later start before its end is an overlap
+        owner = np.maximum.accumulate(np.where(end == top, np.arange(len(rows)), 0))
+        later = np.flatnonzero(h.start[rows][1:] < top[:-1]) + 1
+        for k in later:
+            i, j = int(rows[owner[k - 1]]), int(rows[k])
+            if h.client[i] != h.client[j]:
+                found.append(Violation("overlap", h.hold(i), h.hold(j), int(h.start[j])))
+            if len(found) >= limit * 4:
+                break
     if not found:
-        for mine in by_lock.values():
-            found += _token_violations(mine)
+        for rows in _lock_rows(h):
+            found += _token_violations(h, rows)
     if not found:
-        found = _witness_violations(holds, history)
+        found = _witness_violations(h, history)
     found.sort(key=lambda v: v.at_ns)
     return found[:limit]
 
 
-def _token_violations(mine: list[Hold]) -> list[Violation]:
+def _token_violations(h: Holds, rows: np.ndarray) -> list[Violation]:
     """Grants whose token is not above every grant that ended before them, or repeats one (first few)."""
-    tokened = [h for h in mine if h.token == h.token]
-    if len(tokened) < 2:
+    rows = rows[~np.isnan(h.token[rows])]
+    if len(rows) < 2:
         return []
-    by_end = sorted(tokened, key=lambda h: h.end_ns)
-    ends = np.array([h.end_ns for h in by_end], dtype=np.int64)
-    toks = np.array([h.token for h in by_end])
+    by_end = rows[np.argsort(h.end[rows], kind="stable")]
+    ends, toks = h.end[by_end], h.token[by_end]
     best = np.maximum.accumulate(toks)
     who = np.maximum.accumulate(np.where(toks == best, np.arange(len(toks)), 0))
+    k = np.searchsorted(ends, h.start[rows], side="right")
+    below = (k > 0) & (h.token[rows] <= best[np.maximum(k - 1, 0)])
+    _, first = np.unique(h.token[rows], return_index=True)
+    repeated = np.ones(len(rows), dtype=bool)
+    repeated[first] = False
     out: list[Violation] = []
-    seen: dict[float, Hold] = {}
-    for h in tokened:
-        k = int(np.searchsorted(ends, h.start_ns, side="right"))
-        twin = seen.get(h.token)
-        if twin is not None:
-            out.append(Violation("tokens", twin, h, h.start_ns))
-        elif k and h.token <= best[k - 1]:
-            out.append(Violation("tokens", by_end[int(who[k - 1])], h, h.start_ns))
-        seen.setdefault(h.token, h)
-        if len(out) >= MAX_VIOLATIONS:
-            break
+    for n in np.flatnonzero(below | repeated)[:MAX_VIOLATIONS]:
+        j = int(rows[n])
+        if repeated[n]:
+            i = int(rows[np.flatnonzero(h.token[rows] == h.token[j])[0]])
+        else:
+            i = int(by_end[who[k[n] - 1]])
+        out.append(Violation("tokens", h.hold(i), h.hold(j), int(h.start[j])))
     return out
 
 
-def _witness_violations(holds: list[Hold], history: pd.DataFrame) -> list[Violation]:
+def _witness_violations(h: Holds, history: pd.DataFrame) -> list[Violation]:
     w = history[(history["op"] == "witness") & (history["type"] == "ok") & (history["value"].fillna(0) > 1)]
     out: list[Violation] = []
     for row in w.head(MAX_VIOLATIONS).itertuples(index=False):
         t, lock, client = int(row.t_ns), str(row.lock), str(row.client)
-        inside = [h for h in holds if h.lock == lock and h.start_ns <= t <= h.end_ns]
-        me = next((h for h in inside if h.client == client), None)
-        other = next((h for h in inside if h.client != client), None)
+        inside = h.around(lock, t, t)
+        me = next((x for x in inside if x.client == client), None)
+        other = next((x for x in inside if x.client != client), None)
         if me is not None:
             out.append(Violation("witness", other or me, me, t))
     return out
@@ -290,7 +335,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:g} s"
 
 
-def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: list[Hold]) -> dict[str, Any]:
+def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) -> dict[str, Any]:
     """One violation's figure (plotly JSON: data, layout) and its one-line caption in plain words."""
     lo, hi = _window(v)
     lo = max(lo, ctx.t0_ns)
@@ -299,7 +344,8 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: list[Hold
     lanes = list(dict.fromkeys([a.client, b.client]))
     busy = near[(near["client"] != "bench") & (near["lock"] == a.lock)]["client"].astype(str).value_counts()
     # other clients that held the lock in the window (waiting ones add lanes, not evidence)
-    holders = {h.client for h in holds if h.lock == a.lock and h.end_ns >= lo and h.start_ns <= hi}
+    nearby = holds.around(a.lock, lo, hi)
+    holders = {h.client for h in nearby}
     others = sorted((c for c in busy.index if c not in lanes and c in holders), key=lambda c: -busy[c])
     lanes += others[: MAX_LANES - len(lanes)]
     labels = {}
@@ -335,9 +381,7 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: list[Hold
             outcome = r.type or "no answer in the window"
             attempts.append((r.client, r.start_ns, end, html.escape(f"{r.client}: acquire -> {outcome}")))
     bar("acquire attempt", attempts, 0.2, "#d8dde3")
-    in_lanes = [
-        h for h in holds if h.client in lane_of and h.lock == a.lock and h.end_ns >= lo and h.start_ns <= hi
-    ]
+    in_lanes = [h for h in nearby if h.client in lane_of]
     for who, name in (
         (a.client, f"hold: client {a.client}"),
         (b.client, f"hold: client {b.client}"),
@@ -606,8 +650,9 @@ def _json(value: Any) -> str:
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """JSON-ready: no NaN, numpy scalars as Python's, floats to the microsecond (seconds) to keep it small."""
+    if isinstance(value, float):
+        return round(value, 6) if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list):
