@@ -265,6 +265,8 @@ class CaseContext:
     """What a view needs beside the history: the lease, the clock bounds, each process's loop lag."""
 
     ttl_s: float | None
+    #: "lease" (ends at grant + ttl_s) or "session" (ends ttl_s after its client stalled: ZooKeeper)
+    kind: str
     bounds_ns: dict[str, int | None]
     late_share: dict[str, float]
     t0_ns: int
@@ -460,23 +462,39 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
             }
         )  # fmt: skip
 
-    # where each hold's lease or session ended
+    # where each hold's lease or session ended: a lease at grant + TTL; a session TTL after its
+    # client stalled (a pause of its own, or a fault window inside the hold), else not at all
     lease_end: dict[str, int] = {}
+    word = ctx.kind
     if ctx.ttl_s:
-        ends = [(h, h.start_ns + int(ctx.ttl_s * 1e9)) for h in in_lanes]
+        ttl_ns = int(ctx.ttl_s * 1e9)
+        ends = []
+        for h in in_lanes:
+            if word == "lease":
+                ends.append((h, h.start_ns + ttl_ns))
+                continue
+            stalls = [
+                p.start_ns
+                for p in _pairs(near[near["client"] == h.client], "pause")
+                if p.start_ns is not None
+            ]
+            stalls += [r.start_ns for r in ctx.strikes if r.start_ns is not None]
+            stalls = [t for t in stalls if h.start_ns <= t < h.end_ns]
+            if stalls:
+                ends.append((h, min(stalls) + ttl_ns))
         ends = [(h, t) for h, t in ends if lo <= t <= hi and t < h.end_ns]
         for h, t in ends:
             lease_end.setdefault(h.client, t)
         if a.client in lease_end:
             notes.append({"x": ctx.s(lease_end[a.client]), "y": labels[a.client], "yshift": -22, "showarrow": False,
-                          "text": "lease ends", "font": {"size": 11, "color": "#a16207"}})  # fmt: skip
+                          "text": f"{word} ends", "font": {"size": 11, "color": "#a16207"}})  # fmt: skip
         if ends:
             traces.append(
                 {
-                    "type": "scatter", "mode": "markers", "name": f"lease/session ends ({ctx.ttl_s:g} s)",
+                    "type": "scatter", "mode": "markers", "name": f"{word} ends ({ctx.ttl_s:g} s)",
                     "x": [ctx.s(t) for _, t in ends], "y": [labels[h.client] for h, _ in ends],
                     "marker": {"symbol": "line-ns-open", "size": 22, "color": "#a16207", "line": {"width": 3}},
-                    "hovertext": [html.escape(f"{h.client}: its {ctx.ttl_s:g} s lease ends at {ctx.s(t):.3f} s")
+                    "hovertext": [html.escape(f"{h.client}: its {ctx.ttl_s:g} s {word} ends at {ctx.s(t):.3f} s")
                                   for h, t in ends], "hoverinfo": "text",
                 }
             )  # fmt: skip
@@ -558,10 +576,10 @@ def _caption(
         if late is not None and late == late and late > LATE_SHARE_LIMIT:
             why.append(f"while its process stalled (loop late {late:.0%})")
         parts.append(
-            f"its {ctx.ttl_s:g} s lease ended at {ctx.s(t_end):.3f} s"
+            f"its {ctx.ttl_s:g} s {ctx.kind} ended at {ctx.s(t_end):.3f} s"
             + (" " + " and ".join(why) if why else "")
         )
-    elif ctx.ttl_s:
+    elif ctx.ttl_s and ctx.kind == "lease":
         parts.append(f"its {ctx.ttl_s:g} s lease had not ended")
     parts.append(f"client {b.client} was granted at {ctx.s(b.start_ns):.3f} s")
     if v.kind == "witness":
@@ -603,19 +621,42 @@ def _caption(
 # the section -----------------------------------------------------------------------------
 
 
-def _ttl(run: RunData, row: dict[str, Any]) -> float | None:
+#: Backends whose holder keeps its lock for a session (heartbeats), not a lease from the grant.
+SESSION_BACKENDS = ("zookeeper",)
+#: ZooKeeper's session timeout when the case's lock params do not set one (lockimpls/zk_locks.py).
+DEFAULT_SESSION_S = 10.0
+
+
+def _lease(run: RunData, row: dict[str, Any]) -> tuple[float | None, str]:
+    """(seconds, "lease" | "session") of the case's lock: the TTL from run.json, or ZooKeeper's session timeout."""
     params = run.meta.get("params") or {}
+    backend = text(row, "backend") or (text(row, "impl") or "").split(".")[0]
+    if backend in SESSION_BACKENDS:
+        lock_params = params.get("lock_params") or {}
+        if isinstance(lock_params, str):
+            try:
+                lock_params = json.loads(lock_params)
+            except ValueError:
+                lock_params = {}
+        timeout = (
+            lock_params.get("session_timeout", DEFAULT_SESSION_S) if isinstance(lock_params, dict) else None
+        )
+        return _positive(timeout), "session"
     scenario = text(row, "matrix_scenario") or ""
     scen = (params.get("scenarios") or {}).get(scenario) or {}
     ttl = (scen.get("settings") or {}).get("ttl")
     if ttl is None:
         per = (params.get("per_workload") or {}).get(text(row, "workload") or "") or {}
         ttl = per.get("ttl", params.get("ttl_s"))
+    return _positive(ttl), "lease"
+
+
+def _positive(value: Any) -> float | None:
     try:
-        value = float(ttl)
+        out = float(value)
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) and value > 0 else None
+    return out if math.isfinite(out) and out > 0 else None
 
 
 def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -638,7 +679,7 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(share, (int, float)):
             late[str(key)] = float(share)
     ctx = CaseContext(
-        _ttl(run, row), dict(bounds), late, int(history["t_ns"].min()),
+        *_lease(run, row), dict(bounds), late, int(history["t_ns"].min()),
         _pairs(history[(history["op"] == "fault").to_numpy(dtype=bool)], "fault"), _deaths(history),
     )  # fmt: skip
     return [view(history, v, ctx, holds) for v in found]

@@ -136,3 +136,21 @@ def test_a_red_grid_cell_links_to_its_timeline_and_an_unrecovered_strike_is_stuc
     stuck = cell_for(never)
     assert stuck.cls == "stuck" and "never granted again after 1 strike" in stuck.detail
     assert "timeline" not in stuck.html("restart")
+
+
+def test_a_zookeeper_holder_loses_its_session_a_timeout_after_it_stalled(tmp_path: Path) -> None:
+    lock = "L"
+    h = history(
+        ("1-u0", 0, "acquire", "ok", lock, 1 * MS),
+        ("1-u0", 1, "pause", "invoke", lock, 100 * MS),
+        ("2-u0", 0, "acquire", "ok", lock, 700 * MS),
+        ("2-u0", 1, "release", "invoke", lock, 720 * MS),
+        ("1-u0", 1, "pause", "ok", lock, 900 * MS, None, 800),
+        ("1-u0", 2, "release", "invoke", lock, 910 * MS),
+    )
+    row = {"case": "z", "impl": "zookeeper.kazoo", "backend": "zookeeper", "verdict": "invalid"}
+    meta = {"params": {"ttl_s": 30.0, "lock_params": '{"session_timeout": 0.5}'}}
+    caption = case_views(_run(tmp_path, {"z": h}, [row], meta), row)[0]["caption"]
+    # the session ends 0.5 s after the holder stalled, not 0.5 s (nor the 30 s TTL) after its grant
+    assert "its 0.5 s session ended at 0.599 s while it was paused (the strike: 0.099-0.899 s)" in caption
+    assert "client 2-u0 was granted at 0.699 s" in caption
