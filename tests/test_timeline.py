@@ -154,3 +154,14 @@ def test_a_zookeeper_holder_loses_its_session_a_timeout_after_it_stalled(tmp_pat
     # the session ends 0.5 s after the holder stalled, not 0.5 s (nor the 30 s TTL) after its grant
     assert "its 0.5 s session ended at 0.599 s while it was paused (the strike: 0.099-0.899 s)" in caption
     assert "client 2-u0 was granted at 0.699 s" in caption
+
+
+def test_a_server_faults_recovery_names_the_service_and_the_grant_apart() -> None:
+    from dashboards.cells import cell_for
+
+    target = {"evidence_target_k": 1, "evidence_target_n": 1}
+    row = {"case": "c__restart", "verdict": "valid", "strikes": 1, "acquisitions_after_strike": 5,
+           "recovery_ms_p50": 200.0, "recovery_ms_max": 200.0, "service_back_ms_p50": 1300.0, **target}  # fmt: skip
+    assert "the service answered again after 1.3 s; the next grant after 0.2 s" in cell_for([row]).detail
+    crash = {**row, "case": "c__crash", "service_back_ms_p50": None}
+    assert "recovered in 0.2 s" in cell_for([crash]).detail
