@@ -1,5 +1,5 @@
 """``python -m bench`` is the ``bench`` command."""
 
-from bench.cli.app import main
+from bench.cli import main
 
 main()

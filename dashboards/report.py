@@ -18,6 +18,14 @@ from dashboards.load import ReportInputError, load_run
 from dashboards.page import build_page
 
 
+class ReportWriteError(OSError):
+    """report.html could not be written (a full disk, a read-only folder): names the file and the way back.
+
+    Why its own type: the run's cases are safe in their folder; the caller says so and how to
+    re-render (``bench report <folder>``) instead of a bare "[Errno 28] No space left on device".
+    """
+
+
 def comparison_path(run_dirs: list[Path]) -> Path:
     """Where a comparison goes by default: <results>/comparisons/<a>__vs__<b>/report.html, beside the runs.
 
@@ -57,14 +65,20 @@ def render_report(
     if not out.parent.is_dir():
         raise ReportInputError(f"output folder does not exist: {out.parent}")
     page = build_page(runs, slo_us, safety_sources)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    tmp = ""
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(page)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
         os.replace(tmp, out)
+    except OSError as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise ReportWriteError(exc.errno, f"could not write {out}: {exc.strerror or exc}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return out
 

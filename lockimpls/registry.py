@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from lockimpls.base import Capabilities, Lock, LockConfigError
@@ -58,6 +59,10 @@ CANARIES: dict[str, str] = {
 
 ENTRY_POINT_GROUP = "lockbench.locks"
 
+#: Set by bench: whether a Ctrl-C or SIGTERM really arrived, so that a KeyboardInterrupt raised by a
+#: lock module at import is an error naming it, not "interrupted" (lockimpls may not import bench).
+SIGNALLED: Callable[[], bool] | None = None
+
 
 def _entry_point_specs() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -96,6 +101,17 @@ def _load_spec(spec: str) -> type:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise LockConfigError(f"cannot import module {module_name!r} ({exc})") from exc
+    except SystemExit as exc:  # sys.exit() at import: bench would exit with the plug-in's code, silently
+        raise LockConfigError(
+            f"importing module {module_name!r} called sys.exit({exc.code!r}); a lock module must not exit"
+        ) from None
+    except KeyboardInterrupt:  # a Ctrl-C, or the module raised it itself
+        if SIGNALLED is not None and not SIGNALLED():
+            raise LockConfigError(
+                f"importing module {module_name!r} raised KeyboardInterrupt without a Ctrl-C; "
+                "a lock module must not raise it"
+            ) from None
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's module failed while being imported
         raise LockConfigError(
             f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
@@ -113,6 +129,15 @@ def validate_class(cls: object, spec: str) -> type[Lock]:
     """Check that ``cls`` satisfies the Lock interface; say exactly what is missing."""
     if not isinstance(cls, type):
         raise LockConfigError(f"{spec} is not a class")
+    if not issubclass(cls, Lock):  # duck typing fails later, after servers start: say it now
+        raise LockConfigError(
+            f"{spec} is not a subclass of lockimpls.base.Lock; subclass it (examples/my_lock.py is a complete one)"
+        )
+    servers = getattr(cls, "servers", 1)
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise LockConfigError(
+            f"{spec}.servers must be a whole number >= 1 (servers it needs), got {servers!r}"
+        )
     missing = [m for m in ("acquire", "release") if not callable(getattr(cls, m, None))]
     if not isinstance(getattr(cls, "capabilities", None), Capabilities):
         missing.append("capabilities (a lockimpls.base.Capabilities)")

@@ -127,7 +127,7 @@ COMMAND_CASES: list[tuple[list[str], str]] = [
     ([*W, "--processes", "33"], "--processes"),
     (["worker", "--master", "host:notaport"], "--master must be HOST[:PORT]"),
     (["worker", "--master", "host:99999"], "--master must be HOST[:PORT]"),
-    (["worker", "--master", ""], "--master must be HOST[:PORT]"),
+    (["worker", "--master", ""], "--master is empty"),
     ([*W, "--processes", "many"], "--processes"),
     # bench report
     (["report", "--slo-us", "inf", "somewhere"], "--slo-us"),
@@ -139,7 +139,7 @@ COMMAND_CASES: list[tuple[list[str], str]] = [
     (["gate", "--rule", "violations:3", "a", "b"], "violations:0"),
     (["gate", "--alpha", "inf", "a", "b"], "--alpha"),
     # bench baseline update
-    (["baseline", "update", "nowhere", "--name", ""], "plain folder name"),
+    (["baseline", "update", "nowhere", "--name", ""], "--name is empty"),
     (["baseline", "update", "nowhere", "--name", "a/b"], "plain folder name"),
     (["baseline", "update", "nowhere", "--name", ".hidden"], "plain folder name"),
     (["baseline", "update", "nowhere"], "results folder not found"),

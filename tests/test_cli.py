@@ -36,7 +36,7 @@ def _one_clear_line(r, *needles: str) -> None:
         (["run", "--backend", "redis", "--cs", "weird:1"], ["--cs", "exp:1ms"]),
         (["run", "--backend", "redis", "--duration", "abc"], ["--duration", "valid number"]),
         (["run", "--impl", "no_such_module:Lock"], ["cannot import module 'no_such_module'"]),
-        (["run", "--impl", "json:JSONDecoder"], ["does not satisfy the Lock interface", "capabilities"]),
+        (["run", "--impl", "json:JSONDecoder"], ["is not a subclass of lockimpls.base.Lock"]),
         (["run", "--backend", "redis", "--frobnicate"], ["No such option", "--frobnicate"]),
         (["report", "/nonexistent/run"], ["/nonexistent/run"]),
         (["infra", "up", "oracle"], ["unknown server kind 'oracle'", "redis"]),

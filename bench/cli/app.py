@@ -263,8 +263,29 @@ def matrix_cmd(
         ),
     ] = [],  # noqa: B006
     parallel: Annotated[
-        int, _opt("parallel", "lanes (cases sharing no server) run side by side", metavar="N")
-    ] = 4,
+        int | None,
+        _opt(
+            "parallel",
+            "lanes (cases sharing no server) run side by side (default: --lanes auto)",
+            metavar="N",
+        ),
+    ] = None,
+    lanes: Annotated[
+        str,
+        _opt(
+            "lanes",
+            "lanes side by side: auto (the cores spare now, one a lane, at most 4) or N",
+            metavar="auto|N",
+        ),
+    ] = "auto",
+    shard: Annotated[
+        str | None,
+        _opt(
+            "shard",
+            "run only slice I of N (whole lanes, the same slice on every machine); join with bench merge",
+            metavar="I/N",
+        ),
+    ] = None,
     warm: Annotated[
         bool, _opt("warm", "start each case's Locust from a warm, pre-imported process (--no-warm: cold)")
     ] = True,
@@ -291,8 +312,14 @@ def matrix_cmd(
 
     check_options(ctx, write_dirs=("results_dir",))
     _mark_dead_runs(results_dir)
+    from bench.matrix.shards import parse_shard
+
+    if lanes != "auto" and not lanes.isdigit():
+        raise UserError(f"bad --lanes {lanes!r}; give auto or a number of lanes, e.g. --lanes 2")
     code = matrix_command(
-        backends=backend, impls=impl, scenarios=scenario, parallel=parallel, warm=warm,
+        backends=backend, impls=impl, scenarios=scenario, warm=warm,
+        parallel=parallel if parallel is not None else (None if lanes == "auto" else int(lanes)),
+        shard=parse_shard(shard),
         user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
         resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
         evidence=evidence, strikes=strikes,
@@ -333,6 +360,25 @@ def _mark_dead_runs(results_dir: Path) -> None:
 check_options = o.check_options
 _from = o.from_text
 _given = o.given
+
+
+@app.command("merge", short_help="Join the shards of one matrix (bench matrix --shard I/N) into one folder.")
+def merge_cmd(
+    shards: Annotated[
+        list[Path], typer.Argument(help="every shard's results folder, each once", metavar="DIR...")
+    ],
+    results_dir: o.ResultsDir = Path("results"),
+    report: o.Report = True,
+) -> None:
+    """Join the shard folders of one matrix into one matrix folder, one grid and one report.
+
+    Refuses (exit 2, one line) shards of different commits, options or evidence levels, a shard
+    missing or given twice, an unfinished or damaged shard. Exits 1 like bench matrix when a cell
+    is undecided or contradicts the catalog.
+    """
+    from bench.matrix.merge import merge_command
+
+    raise typer.Exit(merge_command(list(shards), results_dir, console, render=report))
 
 
 @app.command("calibrate", short_help="Print backend floors and each impl's solo hold.")
@@ -397,7 +443,7 @@ def report_cmd(
     """Render report.html from results folders alone (no server is contacted)."""
     from bench.results.folder import mark_if_dead
     from bench.results.matrices import sources_for_run
-    from dashboards import ReportInputError, render_report
+    from dashboards import ReportInputError, ReportWriteError, render_report
     from dashboards.load import load_run
     from dashboards.report import comparison_path
 
@@ -405,6 +451,8 @@ def report_cmd(
     for run in runs:
         if mark_if_dead(run):  # run.json tells the truth before the report reads it
             console.print(f"lockbench: {run} was left running by a bench that is gone: marked interrupted")
+    if out is not None:
+        _refuse_other_run_folder(out, list(runs))
     if out is None and any((Path(r) / "baseline.json").is_file() for r in runs):
         # never write into a (committed) baseline folder: reports of baselines go beside the comparisons
         out = _baseline_report_path(list(runs), comparison_path)
@@ -414,6 +462,8 @@ def report_cmd(
         path = render_report(list(runs), out=out, slo_us=slo_us, safety_sources=sources)
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
+    except ReportWriteError as exc:  # a full disk: name the file and the way back
+        raise UserError(f"{exc.strerror}; free some space, then run this bench report again") from None
     if damaged:
         more = f" (+{len(damaged) - 2} more)" if len(damaged) > 2 else ""
         console.print(
@@ -421,6 +471,17 @@ def report_cmd(
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
     print(path)
+
+
+def _refuse_other_run_folder(out: Path, runs: list[Path]) -> None:
+    """--out must not write into a run folder other than the one run being rendered (bench history refuses too)."""
+    own = {Path(r).resolve() for r in runs} if len(runs) == 1 else set()
+    for folder in Path(out).resolve().parents:
+        if (folder / "run.json").is_file() and folder not in own:
+            raise UserError(
+                f"--out {out} is inside the run folder {folder}: a run's folder holds only its own report; "
+                "write it elsewhere (default: results/comparisons/...)"
+            )
 
 
 def _baseline_report_path(runs: list[Path], comparison_path) -> Path:
@@ -724,6 +785,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, on_interrupt_signal)
     signal.signal(signal.SIGINT, on_interrupt_signal)
     sys.unraisablehook = quiet_swallowed_interrupts
+    from bench.errors import INTERRUPT
+    from lockimpls import registry
+
+    registry.SIGNALLED = INTERRUPT.is_set  # a lock module raising KeyboardInterrupt is an error, not a Ctrl-C
     # every temporary file of this process in one folder, which the next bench removes after kill -9
     leave_scratch = scratch.enter()
     try:

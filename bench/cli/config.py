@@ -30,17 +30,28 @@ def project_table(start: Path | None = None) -> dict[str, Any]:
     """The ``[tool.lockbench]`` table ({} when there is none); UserError for a malformed file."""
     path = _pyproject(start)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise UserError(f"{path}: cannot read it ({exc.strerror}); bench reads {TABLE} from it") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8: save it as UTF-8 "
+            "(bench and Locust read it)"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix it (Locust reads this file too)") from None
     tool = data.get("tool", {})
-    table = tool.get("lockbench", {}) if isinstance(tool, dict) else {}
+    if not isinstance(
+        tool, dict
+    ):  # Locust reads [tool.locust] from it and fails deep inside its config reader
+        raise UserError(
+            f"{path}: tool must be a table ([tool.<name>] sections), got tool = {tool!r}; fix or remove it"
+        )
+    table = tool.get("lockbench", {})
     if not isinstance(table, dict):
         raise UserError(f"{path}: tool.lockbench must be a table ({TABLE}), got {type(table).__name__}")
     return table
@@ -103,6 +114,8 @@ def _check_table(path: Path, where: str, table: dict[str, Any], command: Any) ->
                 f"{path}: {where} has {what} {raw_key!r} that bench {command.name or ''} does not take{hint} "
                 "(keys are the long options, e.g. users = 20; --lock-params is a JSON string); fix or remove it"
             )
+        if param.multiple and isinstance(value, str):
+            value = value.split()  # workload = "flash-sale" is one value, like LOCKBENCH_WORKLOAD=flash-sale
         _check_value(path, where, raw_key, value, param)
         out[key] = value
     return out

@@ -181,11 +181,66 @@ def check_options(ctx: typer.Context, write_dirs: tuple[str, ...] = ()) -> dict[
     (the command line, a ``LOCKBENCH_*`` variable or ``[tool.lockbench]``).
     """
     sources = {n: source(ctx, n) for n in ctx.params}
+    refuse_empty(ctx, sources)
     validate.check_all(ctx.params, sources)
     for name in write_dirs:
         if ctx.params.get(name) is not None:
             validate.check_results_dir(ctx.params[name], sources.get(name, ""))
+    warn_password_in_argv(ctx)  # after the checks: a refused value is one line, with no warning above it
     return sources
+
+
+def refuse_empty(ctx: typer.Context, sources: dict[str, str]) -> None:
+    """An empty value is refused like any other bad one: ``--fault ''`` must not start a fault-free run.
+
+    Click ignores an environment variable set to "" (``LOCKBENCH_DURATION=``), so that is checked
+    here too: set but empty is a mistake, not "use the default".
+    """
+    import os
+
+    from bench.errors import UserError
+
+    for param in ctx.command.params:
+        name = param.name or ""
+        envvar = param.envvar if isinstance(param.envvar, str) else None
+        src = ctx.get_parameter_source(name)
+        set_empty = bool(envvar) and envvar in os.environ and not os.environ[envvar].strip()
+        if set_empty and (src is None or src.name != "COMMANDLINE"):
+            raise UserError(f"{envvar} is set but empty: give it a value, or unset it (unset {envvar})")
+        if src is None or src.name == "DEFAULT":
+            continue
+        value = ctx.params.get(name)
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            flag = "--" + name.replace("_", "-")
+            raise UserError(
+                f"{flag} is empty{from_text(sources, name)}: give it a value (see --help), or leave the option out"
+            )
+
+
+def warn_password_in_argv(ctx: typer.Context) -> None:
+    """One line when a server URL on the command line carries a password: ``ps`` shows it all run long.
+
+    The ``LOCKBENCH_*`` variable keeps it out of the process list (other users can read
+    /proc/<pid>/cmdline, not /proc/<pid>/environ).
+    """
+    import re
+    import sys
+
+    for name, value in ctx.params.items():
+        if not name.endswith(("_url", "_dsn", "_hosts")):
+            continue
+        src = ctx.get_parameter_source(name)
+        if src is None or src.name != "COMMANDLINE":
+            continue
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(v, str) and re.search(r"://[^/@\s]*:[^/@\s]+@|password=", v) for v in values):
+            flag = "--" + name.replace("_", "-")
+            print(
+                f"lockbench: warning: the password in {flag} is visible in `ps` for the whole run; "
+                f"give the URL in {env(name)} instead",
+                file=sys.stderr,
+            )
 
 
 def given(ctx: typer.Context, name: str) -> bool:

@@ -459,6 +459,8 @@ def run_command(
         # only the cases they were started for)
         cases = with_calibration(cases)
     needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
+    if not test_hosts:  # test hosts reach their servers from their own network
+        _refuse_before_start(needed, user_urls, resource_url)
     all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
     started = datetime.now(UTC).isoformat()
     topology = {b: fault_spec.topology(b) for b in needed} if fault_spec else {}
@@ -491,6 +493,25 @@ def run_command(
         )  # fmt: skip
     except KeyboardInterrupt:
         raise Interrupted(run.interrupted_message()) from None
+
+
+def _refuse_before_start(
+    needed: list[str], user_urls: dict[str, list[str]], resource_url: str | None
+) -> None:
+    """An unknown backend or a server URL nobody answers at is refused before any server or warm Locust starts."""
+    from infra import catalog
+    from infra.stack import probe
+
+    for backend in needed:
+        if backend not in catalog.SERVERS:
+            raise UserError(
+                f"no server for backend {backend!r} (an impl's `backend`); bench starts: {', '.join(catalog.SERVERS)}"
+            )
+    for backend in needed:
+        for url in user_urls.get(backend) or []:
+            probe(url)  # InfraError: one line naming the URL without its password
+    if resource_url:
+        probe(resource_url)
 
 
 def _use_warm(warm: bool | None) -> bool:
@@ -595,16 +616,26 @@ class _Execution:
         _write_trial_summaries(folder, console)
         _summary(folder, console)
         report_path = folder.path / "report.html"
+        report_failed = ""
         if render and folder.rows:
-            from dashboards import render_report
+            from dashboards import ReportWriteError, render_report
 
             raise_if_interrupted()
             sources = sources_for_run(folder.path)  # the newest matrix of each lock answers "is it safe?"
-            report_path = render_report([folder.path], slo_us=slo_us, safety_sources=sources)
-            folder.note("report", "report.html")
+            try:
+                report_path = render_report([folder.path], slo_us=slo_us, safety_sources=sources)
+                folder.note("report", "report.html")
+            except ReportWriteError as exc:  # a full disk: the cases are safe, say how to get the report
+                report_failed = f"{exc.strerror}; free some space, then run `bench report {folder.path}`"
+                with contextlib.suppress(ResultsWriteError, OSError):
+                    folder.note("report", f"not written: {exc.strerror}")
         elif not render:
             folder.note("report", "not requested (--no-report): bench report <folder> makes it")
         timing.phases["render"] += time.monotonic() - rendering
+        if report_failed:
+            console.print(f"lockbench: {report_failed}", soft_wrap=True, highlight=False, markup=False)
+            print(folder.path)
+            return 1
         print(report_path if render and folder.rows else folder.path)
         lacking = evidence.lacking(folder.rows)
         if lacking:
@@ -613,6 +644,17 @@ class _Execution:
             console.print(
                 f"lockbench: case {first['case']} has no verdict: {first['verdict_reason']}{more}",
                 soft_wrap=True,
+            )
+        broken = [r for r in folder.rows if r.get("verdict") == "invalid"]
+        if broken:
+            # as Jepsen's runner fails a test whose checker found it invalid: CI learns the lock broke
+            names = ", ".join(str(r.get("case")) for r in broken[:3])
+            more = f" (+{len(broken) - 3} more)" if len(broken) > 3 else ""
+            console.print(
+                f"lockbench: {len(broken)} case(s) found the lock unsafe (verdict invalid): {names}{more}",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
             )
         advice = fidelity.processes_needed(folder.rows, os.cpu_count() or 1)
         if advice is not None:  # what would make the bound figures the lock's
@@ -623,7 +665,7 @@ class _Execution:
         console.print(timing.last_line(), soft_wrap=True, highlight=False, markup=False)
         if status == "incomplete":
             return 1
-        return 1 if failures or lacking else 0
+        return 1 if failures or lacking or broken else 0
 
 
 def _number(value: Any) -> str:

@@ -30,7 +30,19 @@ RECONNECT_PAUSE_S = 2.0
 
 
 def parse_host_port(text: str, flag: str, default_port: int = DEFAULT_MASTER_PORT) -> tuple[str, int]:
-    """``HOST[:PORT]`` -> (host, port); a bad value is a one-line user error naming ``flag``."""
+    """``HOST[:PORT]`` -> (host, port); a bad value is a one-line user error naming ``flag``.
+
+    The host must be a host name or an IP address: Locust hangs on ``256.1.1.1`` and raises a
+    ZMQError traceback on ``http://h``, after the worker has started.
+    """
+    import ipaddress
+    import re
+
+    if "://" in text or "/" in text:
+        raise UserError(
+            f"{flag} takes HOST[:PORT] without a scheme or path (e.g. 10.0.0.10:5557), got {text!r}"
+        )
+    bracketed = text.strip().startswith("[")
     host, sep, port_text = text.strip().rpartition(":")
     if not sep:
         host, port_text = text.strip(), str(default_port)
@@ -41,6 +53,17 @@ def parse_host_port(text: str, flag: str, default_port: int = DEFAULT_MASTER_POR
         port = -1
     if not host or not 0 < port < 65536:
         raise UserError(f"{flag} must be HOST[:PORT] with a port 1..65535, got {text!r}")
+    try:
+        ipaddress.ip_address(host)
+        return host, port
+    except ValueError:
+        pass
+    label = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+    numeric = re.fullmatch(r"[0-9.]+", host) is not None  # 256.1.1.1: an IPv4 address out of range
+    if bracketed or numeric or not re.fullmatch(rf"{label}(\.{label})*\.?", host):
+        raise UserError(
+            f"{flag} must be HOST[:PORT] with a host name or IP address (e.g. 10.0.0.10:5557), got {text!r}"
+        )
     return host, port
 
 
