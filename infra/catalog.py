@@ -24,6 +24,7 @@ SERVERS: dict[str, str | None] = {
 #: (backend, topology) -> server class for the multi-node set-ups faults need.
 TOPOLOGIES: dict[tuple[str, str], str] = {
     ("redis", "sentinel"): "infra.redis_sentinel:RedisSentinelGroup",
+    ("redis", "aof-everysec"): "infra.redis_server:RedisAofEverysec",
     ("zookeeper", "ensemble"): "infra.zookeeper_server:ZooKeeperEnsemble",
     ("etcd", "ensemble"): "infra.etcd_server:EtcdCluster",
 }

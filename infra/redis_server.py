@@ -6,6 +6,7 @@ import socket
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST
@@ -90,3 +91,20 @@ class RedisServer:
             if part.startswith("v="):
                 return part[2:]
         return out.strip()
+
+
+class RedisAofEverysec(RedisServer):
+    """A Redis with its append-only file on, fsynced every second (``appendfsync everysec``).
+
+    Why: the RedLock restart arm with persistence. A SIGKILL loses nothing the kernel already
+    holds (Redis writes the AOF before it replies; only the fsync waits a second), so this
+    arm tells whether a *process* crash breaks RedLock with AOF on; a machine crash, which
+    could lose that second, is not simulated here.
+    """
+
+    def __init__(self, workdir: Path, name: str = "redis", *, place: Any = None, **kw: Any) -> None:
+        at = place(name) if place is not None else None
+        if at is not None:
+            kw.setdefault("host", at.host)
+            kw.setdefault("launcher", at.launcher)
+        super().__init__(workdir, name, extra_args=["--appendonly", "yes", "--appendfsync", "everysec"], **kw)

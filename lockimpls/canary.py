@@ -22,6 +22,9 @@ from typing import Any
 
 from lockimpls.base import BackendUnavailable, Lease, Lock, LockOutcomeUnknown, LockTimeout
 
+#: A canary waits in slices this long, looking for an outage between them (seconds).
+SLICE_S = 0.1
+
 
 def fail_open(base: type[Lock], backend: str) -> type[Lock]:
     """A subclass of ``base`` that grants the lock whenever ``base`` cannot reach its server."""
@@ -37,13 +40,31 @@ def fail_open(base: type[Lock], backend: str) -> type[Lock]:
         canary = True
 
         def acquire(self, timeout: float | None = None) -> Lease:
-            try:
-                return super().acquire(timeout)
-            except LockTimeout:
-                raise
-            except (BackendUnavailable, LockOutcomeUnknown, OSError):
-                now = time.monotonic_ns()
-                return Lease(self.name, f"fail-open-{uuid.uuid4().hex[:8]}", None, now, None)
+            # Waits in slices so that an outage seen while waiting opens the lock: a ZooKeeper
+            # waiter parked on a watch gets no error when its connection drops, only a state
+            # change (SUSPENDED) of its session, which the session counts.
+            outages = self._outages()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                step = SLICE_S if left is None else max(0.0, min(SLICE_S, left))
+                try:
+                    return super().acquire(step)
+                except LockTimeout:
+                    if self._outages() > outages:
+                        return self._open_lease()
+                    if left is not None and left <= SLICE_S:
+                        raise
+                except (BackendUnavailable, LockOutcomeUnknown, OSError):
+                    return self._open_lease()
+
+        def _outages(self) -> int:
+            counters = getattr(getattr(self, "session", None), "counters", None) or {}
+            return int(counters.get("suspensions", 0)) + int(counters.get("sessions_lost", 0))
+
+        def _open_lease(self) -> Lease:
+            now = time.monotonic_ns()
+            return Lease(self.name, f"fail-open-{uuid.uuid4().hex[:8]}", None, now, None)
 
         def release(self, lease: Lease) -> bool:
             if lease.owner.startswith("fail-open-"):

@@ -665,6 +665,9 @@ def list_cmd() -> None:
     from bench.nemesis.scenarios import SCENARIOS
 
     print(f"matrix scenarios: {' '.join(SCENARIOS)}")
+    from lockimpls.registry import CANARIES
+
+    print(f"canaries (built to fail: the matrix's positive controls, never ranked): {' '.join(CANARIES)}")
 
 
 @app.command("history", short_help="Trends over every run with change points; --check for CI.")

@@ -43,7 +43,7 @@ from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
 from bench.run.command import _check_user_dsns, plan_impls, with_recovery_bound
-from bench.run.group import GROUP_MAX, groupable, run_group
+from bench.run.group import group_size, groupable, run_group
 from bench.run.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
 from bench.run.runner import _run_locust as cold_locust
 from bench.run.warm import WarmLocust, WarmLocustError
@@ -55,7 +55,7 @@ from workloads.harness.catalog import WORKLOADS
 
 #: A lane of more cases than this, or whose cases may take longer than this in all (their caps
 #: added up), is split by impl, so no single lane sets the matrix's pace.
-LANE_CASES = 24
+LANE_CASES = 400
 LANE_BUDGET_S = 900.0
 
 
@@ -266,6 +266,30 @@ def _sized_for_recovery(cls: type, case: MatrixCase) -> MatrixCase:
     return replace(sized, settings=settings)
 
 
+def strike_cycles(cycles: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, dict[str, Any]]:
+    """Per scenario: strikes, strike series, and the mean seconds of each part of a strike's cycle.
+
+    claim (arming until the holders claimed), strike (the action), service back (from the action's
+    start), holder wait (the holder kept its lock after the action), heal and grants (before the
+    next strike: the heal, then the purchases the service had to grant), and their sum per strike.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for scenario, series in cycles.items():
+        every = [c for strikes_ in series.values() for c in strikes_]
+        if not every:
+            continue
+        parts = ("claim_s", "strike_s", "service_back_s", "holder_wait_s", "heal_s", "grants_s")
+        mean = {p: round(sum(c.get(p, 0.0) for c in every) / len(every), 3) for p in parts}
+        per = sum(v for p, v in mean.items() if p != "service_back_s")
+        out[scenario] = {
+            "strikes": len(every),
+            "series": len(series),
+            "mean": mean,
+            "per_strike_s": round(per, 3),
+        }
+    return out
+
+
 def _load_average() -> list[float]:
     """The 1, 5 and 15 minute load averages (the matrix's figures are read beside them)."""
     try:
@@ -287,6 +311,19 @@ def _can_make_hosts() -> bool:
     return True
 
 
+def _capped_s(cases: list[MatrixCase]) -> float:
+    """How long ``cases`` may take in one lane: a group's cases run side by side (its longest counts)."""
+    groups: dict[tuple[str, int], float] = {}
+    alone = 0.0
+    for c in cases:
+        if groupable(c):
+            key = (c.matrix_scenario, c.trial)
+            groups[key] = max(groups.get(key, 0.0), c.settings.duration)
+        else:
+            alone += c.settings.duration
+    return alone + sum(groups.values())
+
+
 def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
     """Cases grouped into lanes of one backend and topology, large groups split by impl.
 
@@ -301,7 +338,7 @@ def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
     lanes: list[Lane] = []
     for (backend, topology, hosted), members in groups.items():
         impls = list(dict.fromkeys(c.impl for c in members))
-        capped_s = sum(c.settings.duration for c in members)
+        capped_s = _capped_s(members)
         wanted = max(math.ceil(len(members) / LANE_CASES), math.ceil(capped_s / LANE_BUDGET_S))
         chunks = 1 if backend in fixed_servers else min(len(impls), wanted)
         per = math.ceil(len(impls) / chunks)
@@ -340,10 +377,12 @@ def form_groups(lane: Lane) -> list[list[MatrixCase]]:
             units.append([item])
             continue
         members = buckets[item]
-        control = members[0].control_impl
+        # a shared nemesis needs its control inside each group; a workload's own strikes do not
+        control = members[0].control_impl if members[0].fault is not None else ""
         subjects = [c for c in members if not (control and c.impl == control)]
         own = [c for c in members if control and c.impl == control]
-        room = GROUP_MAX - 1 if control else GROUP_MAX
+        size = group_size(item[0])
+        room = max(1, size - 1 if control else size)
         chunks = [subjects[i : i + room] for i in range(0, len(subjects), room)] or [[]]
         for j, chunk in enumerate(chunks):
             group = f"{lane.name}/{item[0]}/t{item[1]}/g{j}"
@@ -358,6 +397,9 @@ def form_groups(lane: Lane) -> list[list[MatrixCase]]:
                         params={**template.params, "servers": int(getattr(cls, "servers", 1))},
                     )  # fmt: skip
                     chunk = [copy, *chunk]
+            if len(chunk) == 1:
+                units.append(chunk)  # alone: run as a lone case (its server's command counts are its own)
+                continue
             units.append([replace(c, group=group) for c in chunk])
         for rest in own:  # a control selected in both fencing modes: its other mode joins the last group
             units[-1].append(replace(rest, group=units[-1][0].group))
@@ -419,6 +461,8 @@ class _Shared:
         self.endpoints: dict[str, Any] = {}
         self.versions: dict[str, str] = {}
         self.cancel = threading.Event()
+        #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
+        self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
@@ -445,7 +489,12 @@ class _Shared:
             else None
         )
         row["observed_outcome"] = observed_outcome(row)
+        cycles = ((result.get("extra") or {}).get("fault") or {}).get("cycles") or []
         with self._lock:
+            if cycles:  # one series per strike series: the cases of a group share theirs
+                self.cycles.setdefault(case.matrix_scenario, {}).setdefault(
+                    case.group or case.case_id, cycles
+                )
             self.folder.add_case(
                 row, result["histograms"], result["history_file"], result["extra"], result.get("log")
             )
@@ -772,7 +821,8 @@ def matrix_command(
         if shared.failures:
             folder.note("failures", shared.failures)
         folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
-                               "load_average": {"start": load_start, "end": _load_average()}})  # fmt: skip
+                               "load_average": {"start": load_start, "end": _load_average()},
+                               "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})
         folder.finish(status)

@@ -54,6 +54,26 @@ _REDLOCK_RESTART = (
     "or may not show it"
 )
 
+#: The RedLock restart arms (bench/nemesis/scenarios.py), each with its source.
+_REDLOCK_ARMS = {
+    "restart-bare": _e(
+        V,
+        "the holder owns exactly 3 of 5 masters and one of them forgets its key on a restart without "
+        "persistence: 3 masters are free for a waiter while the holder holds (Kleppmann 2016, 'How to do "
+        "distributed locking'; the Redis distributed-locks page, 'Safety arguments')",
+    ),
+    "restart-aof": _e(
+        "",
+        "with appendfsync everysec a machine crash may lose the last second of writes; a process crash "
+        "(SIGKILL) loses nothing the kernel holds, so the catalog cannot say: the rate is reported (Redis "
+        "page: 'fsync=always' is needed for safety across power loss)",
+    ),
+    "restart-delayed": _e(
+        S,
+        "the restarted master stays down longer than the lease, so the holder's keys expire before it "
+        "can vote again (the Redis page's 'delayed restarts')",
+    ),
+}
 _REDIS_LEASE: dict[str, Expectation] = {
     "long-cs": _e(V, _LEASE),
     "lease-expiry-task": _e(V, _LEASE),
@@ -96,6 +116,7 @@ CATALOG: dict[str, dict[str, Expectation]] = {
     "redis.redlock": {
         **{k: v for k, v in _REDIS_LEASE.items() if k != "failover"},
         "restart": _e("", _REDLOCK_RESTART),
+        **_REDLOCK_ARMS,
         "clock-skew": _e(
             S,
             "validity is measured as elapsed time on each client's own clock: a constant offset does not "
@@ -110,6 +131,7 @@ CATALOG: dict[str, dict[str, Expectation]] = {
     "redis.pottery-redlock": {
         **{k: v for k, v in _REDIS_LEASE.items() if k != "failover"},
         "restart": _e("", _REDLOCK_RESTART),
+        **_REDLOCK_ARMS,
     },
     "postgres.unique-insert": {
         "long-cs": _e(S, _NO_EXPIRY),

@@ -216,33 +216,3 @@ def stuck_bound(expected_s: float | None, ttl_s: float) -> float:
     """The stuck bound for a lock whose own timeout frees a dead holder after ``expected_s`` (None: never)."""
     base = expected_s if expected_s is not None else ttl_s
     return max(MIN_STUCK_S, STUCK_FACTOR * float(base))
-
-
-def recovery_columns(history: pd.DataFrame) -> dict[str, Any]:
-    """Recovery after each server-fault strike: the strike's holder let go -> the next grant to anyone.
-
-    That is how long the service could not serve once the lock was free again, per strike
-    (p50 and max over strikes, milliseconds); ``unrecovered_strikes`` counts strikes after
-    which nobody got the lock before the history ended.
-    """
-    if history is None or history.empty:
-        return {}
-    released = history[(history["op"] == "fault-hold") & (history["type"] == "ok")]["t_ns"].to_numpy(np.int64)
-    if len(released) == 0:
-        return {}
-    grants = np.sort(
-        history[(history["op"] == "acquire") & (history["type"] == "ok")]["t_ns"].to_numpy(np.int64)
-    )
-    waits: list[float] = []
-    unrecovered = 0
-    for t in np.sort(released):
-        i = int(np.searchsorted(grants, t, side="right"))
-        if i < len(grants):
-            waits.append((grants[i] - t) / 1e6)
-        else:
-            unrecovered += 1
-    return {
-        "recovery_ms_p50": float(np.median(waits)) if waits else float("nan"),
-        "recovery_ms_max": float(max(waits)) if waits else float("nan"),
-        "unrecovered_strikes": unrecovered,
-    }

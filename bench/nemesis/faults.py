@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -53,7 +54,15 @@ KINDS: dict[str, tuple[tuple[str, ...], str | dict[str, str] | None]] = {
     "partition-leader": (("redis", "zookeeper", "etcd"), {"redis": "sentinel", **_ENSEMBLES}),
     "partition-majority": (_SERVERS, _ENSEMBLES),
     "partition-client": (_SERVERS, None),
+    # RedLock under a master restart, as Kleppmann (2016) and the Redis distributed-locks page
+    # discuss it: the holder wins with exactly 3 of 5 masters (bench keeps 2 masters stopped
+    # while it acquires) and one of its 3 restarts (see FaultThread._redlock_restart)
+    "restart-bare": (("redis",), None),  # no persistence, started again at once
+    "restart-aof": (("redis",), "aof-everysec"),  # appendonly yes, appendfsync everysec, kill -9
+    "restart-delayed": (("redis",), None),  # no persistence, kept down longer than the lease
 }
+#: The RedLock restart arms (each needs several masters).
+REDLOCK_ARMS = ("restart-bare", "restart-aof", "restart-delayed")
 
 #: After a strike's action is done, how long at most its holder keeps the lock before bench
 #: tells it the fault is over (seconds), waiting for the service to hand the lock to someone
@@ -67,6 +76,7 @@ KINDS: dict[str, tuple[tuple[str, ...], str | dict[str, str] | None]] = {
 #: Never more than half the lease (``lease_s``): a hold past its lease proves nothing of the fault.
 REGRANT_WAIT_S = {
     "restart": 3.0,
+    **dict.fromkeys(("restart-bare", "restart-aof", "restart-delayed"), 3.0),
     "failover": 3.0,
     "kill-member": 3.0,
     "kill-leader": 4.0,
@@ -81,6 +91,7 @@ REGRANT_POLL_S = 0.05
 #: one took 8.2 s on the shared machine, and a holder that had let go by then proved nothing.
 HOLD_FOR = {
     "restart": 12.0,  # a cap: the restart (a ZooKeeper JVM takes seconds) plus REGRANT_WAIT_S
+    **dict.fromkeys(("restart-bare", "restart-aof", "restart-delayed"), 12.0),
     "failover": 12.0,  # a cap: bench releases the holder at most 3 s after the promotion
     "kill-member": 10.0,
     "kill-leader": 12.0,
@@ -138,6 +149,13 @@ class FaultWindow:
     detail: str
     #: case label -> why this strike's server was not one the case's holder's grant rested on
     missed: dict[str, str] = field(default_factory=dict)
+    #: when the struck service answered again (monotonic ns; 0: at ``end_ns``). A restart's action
+    #: ends once the server answers; a member or leader kill leaves the others serving at once.
+    service_at_ns: int = 0
+
+    @property
+    def service_ns(self) -> int:
+        return self.service_at_ns or self.end_ns
 
 
 def _restart(server: Any) -> str:
@@ -270,6 +288,7 @@ class FaultThread(threading.Thread):
         lease_s: float | None = None,
         labels: list[str] | None = None,
         servers: list[Any] | None = None,
+        session_s: float | None = None,
     ) -> None:
         super().__init__(name=f"fault-{spec.kind}", daemon=True)
         self.spec = spec
@@ -292,9 +311,15 @@ class FaultThread(threading.Thread):
         self.windows: list[FaultWindow] = []
         #: why striking stopped before ``strikes`` (None: all struck, or the case ended first)
         self.stopped_early: str | None = None
+        #: where each strike's time went (seconds): waiting for holders to claim, the action, the
+        #: service back (from the action's start), the holder's wait after it, and before it the
+        #: heal and the grants the service had to make since the previous strike
+        self.cycles: list[dict[str, float]] = []
         self.deadline_s = deadline_s
         #: the lease the holder's lock has (``--ttl``): a strike's holder never waits past half of it
         self.lease_s = lease_s
+        #: a session timeout the lock rests on (ZooKeeper), which a partition's cut must outlast
+        self.session_s = session_s
         self.error: str | None = None
         self._cancel = threading.Event()
 
@@ -402,13 +427,30 @@ class FaultThread(threading.Thread):
     def run(self) -> None:
         try:
             for i in range(self.strikes):
-                if i and not (self._heal() and self._paced()):
-                    break
+                cycle: dict[str, float] = {}
+                if i:
+                    t = time.monotonic()
+                    healed = self._heal()
+                    cycle["heal_s"] = time.monotonic() - t
+                    t = time.monotonic()
+                    paced = healed and self._paced()
+                    cycle["grants_s"] = time.monotonic() - t
+                    if not paced:
+                        break
+                began_ns = time.monotonic_ns()
                 window = self._strike()
                 if window is None:
                     break
                 self._mark(len(self.windows), window)
+                released = time.monotonic()
                 self._release_holder()
+                cycle.update(
+                    claim_s=(window.start_ns - began_ns) / 1e9,
+                    strike_s=(window.end_ns - window.start_ns) / 1e9,
+                    service_back_s=(window.service_ns - window.start_ns) / 1e9,
+                    holder_wait_s=time.monotonic() - released,
+                )
+                self.cycles.append(cycle)
                 self.windows.append(window)
                 self.holders.append(self.holder)
                 if self._cancel.is_set():
@@ -515,10 +557,13 @@ class FaultThread(threading.Thread):
         if spec.is_partition:
             if self.ground is None:
                 raise RuntimeError(f"{spec.kind} needs the case on test hosts")
-            start, healed, detail = partitions.strike(spec.kind, self.ground, self.holder, self._cancel)
+            cut = partitions.cut_seconds(self.lease_s, self.session_s)
+            start, healed, detail = partitions.strike(spec.kind, self.ground, self.holder, self._cancel, cut)
             return FaultWindow(spec.kind, start, healed, detail)
         missed: dict[str, str] = {}
         target = self.server
+        if spec.kind in REDLOCK_ARMS:
+            return self._redlock_restart(trigger)
         if spec.kind == "restart" and len(self.servers) > 1:
             target, missed = self._restart_target()
         start = time.monotonic_ns()
@@ -529,18 +574,73 @@ class FaultThread(threading.Thread):
             return FaultWindow(
                 spec.kind, start, time.monotonic_ns(), "no-op (test fault: nothing was done)", missed
             )
+        service_ns = 0
         if spec.kind == "restart":
-            detail = _restart(target)
+            detail = _restart(target)  # returns once the server answers its readiness probe again
         elif spec.kind == "kill-leader":
             detail = self.server.kill_leader()
+            service_ns = self._leader_again()
         else:
-            detail = self.server.kill_member()
-        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail, missed)
+            detail = self.server.kill_member()  # the others keep quorum: the service never stopped
+        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail, missed, service_ns)
 
-    def _restart_target(self) -> tuple[Any, dict[str, str]]:
+    def _leader_again(self, timeout_s: float = 30.0) -> int:
+        """When the ensemble had a leader again after a leader kill (monotonic ns; 0: not seen in time)."""
+        end = time.monotonic() + timeout_s
+        while not self._cancel.is_set() and time.monotonic() < end:
+            try:
+                if self.server.leader() is not None:
+                    return time.monotonic_ns()
+            except Exception:  # noqa: BLE001 - a member that cannot answer yet: ask again
+                pass
+            time.sleep(0.02)
+        return 0
+
+    #: Of RedLock's 5 masters, these are stopped (SIGSTOP) while the holder acquires, so that it
+    #: wins with exactly the other 3: a bare majority, the case a restart can break.
+    STOPPED_FOR_BARE_MAJORITY = (3, 4)
+
+    def _redlock_restart(self, trigger: Callable[[], bool]) -> FaultWindow | None:
+        """Restart one of the holder's 3 masters (the arms of :data:`REDLOCK_ARMS`).
+
+        Two masters are stopped before the arming, so every grant meanwhile rests on the other
+        three; once a holder claims, one of its masters is killed (SIGKILL) and, with the two
+        stopped ones resumed, three masters are free of its key: a waiter can take the lock
+        while the holder still holds it, unless the restarted master kept the key (AOF) or
+        stayed down longer than the lease (``restart-delayed``).
+        """
+        if len(self.servers) < 5:
+            raise RuntimeError(f"{self.spec.kind} needs RedLock's 5 masters, got {len(self.servers)}")
+        stopped = [self.servers[i] for i in self.STOPPED_FOR_BARE_MAJORITY]
+        for server in stopped:
+            server.process.kill(signal.SIGSTOP)
+        try:
+            if not trigger():
+                return None
+            running = [sv for sv in self.servers if sv not in stopped]
+            target, missed = self._restart_target(running)
+            start = time.monotonic_ns()
+            target.process.kill()
+            if target.process.popen is not None:
+                target.process.popen.wait(10)
+            delayed = self.spec.kind == "restart-delayed"
+        finally:
+            for server in stopped:
+                server.process.kill(signal.SIGCONT)
+        if delayed:  # kept down longer than the lease: the holder's keys elsewhere expire first
+            self._cancel.wait((self.lease_s or 10.0) + 0.5)
+        target.start()
+        name = target.process.name
+        how = {"restart-bare": "at once, no persistence", "restart-aof": "at once, with its AOF (everysec)",
+               "restart-delayed": f"after {(self.lease_s or 10.0) + 0.5:g} s, no persistence"}[self.spec.kind]  # fmt: skip
+        detail = f"held on 3 of 5 masters (2 stopped while it acquired); killed {name}, started again {how}"
+        return FaultWindow(self.spec.kind, start, time.monotonic_ns(), detail, missed)
+
+    def _restart_target(self, candidates: list[Any] | None = None) -> tuple[Any, dict[str, str]]:
         """Of several masters (RedLock), the one holding the most holders' keys, and whose it is not."""
+        servers = candidates or self.servers
         holding: list[set[str]] = []
-        for server in self.servers:
+        for server in servers:
             owners: set[str] = set()
             try:
                 client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
@@ -555,11 +655,11 @@ class FaultThread(threading.Thread):
             except (redis.RedisError, AttributeError):
                 pass
             holding.append(owners)
-        best = max(range(len(self.servers)), key=lambda i: len(holding[i]))
-        name = getattr(getattr(self.servers[best], "process", None), "name", f"master {best}")
+        best = max(range(len(servers)), key=lambda i: len(holding[i]))
+        name = getattr(getattr(servers[best], "process", None), "name", f"master {best}")
         missed = {
             b.label: f"the restarted master {name} held no key of this holder"
             for b in self.mailboxes
             if b.holder and b.label not in holding[best]
         }
-        return self.servers[best], missed
+        return servers[best], missed

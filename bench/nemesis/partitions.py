@@ -34,6 +34,20 @@ HEAL_AFTER_S = 8.0
 #: how long the holder that claimed the fault keeps its lock: it works through the cut
 #: and writes to the resource just before the heal, after its lease is gone
 HOLD_S = 7.0
+#: the cut is this many times the longest lease or session, plus :data:`CUT_MARGIN_S` (for the
+#: election that may extend a lease), never shorter than :data:`MIN_CUT_S`: a cut that follows
+#: the lock's own timeouts, not a fixed 8 s (the matrix's 2 s leases and 3 s sessions give 8 s)
+CUT_FACTOR = 2.0
+CUT_MARGIN_S = 2.0
+MIN_CUT_S = 4.0
+
+
+def cut_seconds(lease_s: float | None, session_s: float | None = None) -> float:
+    """How long a partition lasts for a lock whose lease is ``lease_s`` and session ``session_s``."""
+    longest = max(float(lease_s or 0.0), float(session_s or 0.0))
+    if longest <= 0:
+        return HEAL_AFTER_S
+    return max(MIN_CUT_S, CUT_FACTOR * longest + CUT_MARGIN_S)
 
 
 @dataclass
@@ -120,15 +134,16 @@ def sides(kind: str, ground: PartitionGround, holder: TestHost) -> tuple[list[Te
 
 
 def strike(
-    kind: str, ground: PartitionGround, holder_client: str | None, cancel: Any
+    kind: str, ground: PartitionGround, holder_client: str | None, cancel: Any, cut_s: float = HEAL_AFTER_S
 ) -> tuple[int, int, str]:
-    """Cut, wait :data:`HEAL_AFTER_S` (or until ``cancel`` is set), heal; (start_ns, heal_ns, detail)."""
+    """Cut, wait ``cut_s`` (or until ``cancel`` is set), heal; (start_ns, heal_ns, detail)."""
     holder = ground.holder_host(holder_client)
     side_a, side_b, detail = sides(kind, ground, holder)
+    detail = detail.replace(f"healed after {HEAL_AFTER_S:g}s", f"healed after {cut_s:g}s")
     start = time.monotonic_ns()
     try:
         ground.net.partition(side_a, side_b)
-        cancel.wait(HEAL_AFTER_S)
+        cancel.wait(cut_s)
     finally:
         ground.net.heal()
     return start, time.monotonic_ns(), detail

@@ -278,6 +278,38 @@ BASE_SCENARIOS: dict[str, Scenario] = {
                 ),
             )
         ),
+        *(
+            Scenario(
+                name=kind,
+                **_SERVER,
+                # the restart, the holder's wait (half its 4 s lease), the grants after; delayed: 4.5 s down
+                per_strike_s=9.0 if kind != "restart-delayed" else 13.0,
+                workload="flash-sale",
+                summary=summary,
+                fault=f"{kind}@held",
+                fencing=False,
+                stop=StopRule("fault", **AFTER_FAULT),
+                settings={"duration": 20.0, "ttl": 4.0},
+                impls=("redis.redlock", "redis.pottery-redlock"),
+            )
+            for kind, summary in (
+                (
+                    "restart-bare",
+                    "the holder owns exactly 3 of 5 masters; one of them is killed and restarted at "
+                    "once without persistence (Kleppmann 2016)",
+                ),
+                (
+                    "restart-aof",
+                    "as restart-bare, the masters with appendonly yes and appendfsync everysec, "
+                    "killed with SIGKILL",
+                ),
+                (
+                    "restart-delayed",
+                    "as restart-bare, the killed master kept down longer than the lease (4 s) "
+                    "before it starts again (the Redis page's delayed restart)",
+                ),
+            )
+        ),
         Scenario(
             name="clock-skew",
             workload="flash-sale",

@@ -1,4 +1,4 @@
-"""Several cases on the same servers under one nemesis: a group.
+"""Several cases on the same servers side by side, under one nemesis where there is one: a group.
 
 Why: a server-fault strike costs seconds (a restart, a heal, the holder's wait, the grants
 after it) and does not care how many locks it breaks. Paying that once per impl made the
@@ -15,12 +15,18 @@ side by side, as Jepsen's ``independent`` runs many keys under one nemesis:
   (:class:`~bench.nemesis.faults.StrikeMark`); a case counts only the strikes that hit it;
 * a case that has its evidence ends (its stop rule), and the fault strikes the others on.
 
+Cases of a workload fault (long-cs, the lease pauses, crash, clock-skew) and the fault-free row
+have no shared nemesis (each makes its own strikes), but they too run side by side: they
+wait on sleeps, leases and stuck bounds far more than on the CPU, so a lane takes about its
+longest case per group instead of the sum of them (:data:`GROUP_SIZES` keeps heavy ones small).
+
 The server's command counts cannot be split between the cases, so a grouped case has no
 ``server_cmds_per_acquire`` (the matrix measures safety; cost belongs to ``bench run``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +42,8 @@ from infra.stack import Stack
 
 #: At most this many cases share one strike: each is a Locust process of its own with six
 #: users, and more of them side by side on 2 cores would make the generator, not the lock, late.
-GROUP_MAX = 8
+#: ``LOCKBENCH_GROUP_MAX`` overrides it (a measurement knob: 1 runs every case alone beside its control).
+GROUP_MAX = int(os.environ.get("LOCKBENCH_GROUP_MAX", "8") or 8)
 #: A Redis server has 16 databases; each case of a group takes one for its resource.
 _DATABASES = 16
 
@@ -57,9 +64,22 @@ def resource_db(url: str, index: int) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{index}", parts.query, parts.fragment))
 
 
+#: Smaller groups where each case is heavy for the generator: a crash case runs a Locust process
+#: per crash (six at five strikes); clock-skew and the fault-free row are contended flat out.
+GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 4}
+
+
 def groupable(case: Case) -> bool:
-    """Cases that may share a strike: a server fault armed by the holder, not a partition (one client host)."""
-    return case.fault is not None and case.fault.at_seconds is None and not case.fault.is_partition
+    """Cases that may run side by side on a lane's servers: all but partitions (one client host
+    at a time) and faults timed by the clock rather than by a holder."""
+    if case.fault is None:
+        return True
+    return case.fault.at_seconds is None and not case.fault.is_partition
+
+
+def group_size(scenario: str) -> int:
+    """At most this many cases of ``scenario`` side by side (GROUP_MAX, smaller for heavy cases)."""
+    return max(1, min(GROUP_MAX, GROUP_SIZES.get(scenario, GROUP_MAX)))
 
 
 def run_group(
@@ -96,11 +116,14 @@ def run_group(
     server = stack.servers.get(f"{backend}-lock") or (
         servers[0] if servers else next(iter(stack.servers.values()))
     )
-    fault = FaultThread(
-        first.fault, server, resources, deadline_s=duration, strikes=first.settings.strikes,
-        grants_between=first.settings.grants_between, lease_s=first.settings.ttl,
-        labels=[str(i) for i in range(len(cases))], servers=servers,
-    )  # fmt: skip
+    fault = None
+    if first.fault is not None:  # a server fault: one nemesis for every case of the group
+        fault = FaultThread(
+            first.fault, server, resources, deadline_s=duration, strikes=first.settings.strikes,
+            grants_between=first.settings.grants_between, lease_s=first.settings.ttl,
+            labels=[str(i) for i in range(len(cases))], servers=servers,
+            session_s=first.settings.lock_params.get("session_timeout"),
+        )  # fmt: skip
     codes: list[int | BaseException] = [0] * len(cases)
     exited: list[int] = [0] * len(cases)
 
@@ -111,9 +134,11 @@ def run_group(
             codes[i] = exc
         finally:
             exited[i] = time.monotonic_ns()
-            fault.finished(str(i))
+            if fault is not None:
+                fault.finished(str(i))
 
-    fault.start()
+    if fault is not None:
+        fault.start()
     launched_ns = time.monotonic_ns()
     threads = [
         threading.Thread(target=one, args=(i,), name=f"group-{i}", daemon=True) for i in range(len(cases))
@@ -125,8 +150,9 @@ def run_group(
             while t.is_alive():
                 t.join(0.5)
     finally:
-        fault.stop()
-        fault.join(60)
+        if fault is not None:
+            fault.stop()
+            fault.join(60)
     interrupted = next((c for c in codes if isinstance(c, KeyboardInterrupt)), None)
     if interrupted is not None:
         raise interrupted

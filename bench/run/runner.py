@@ -41,6 +41,7 @@ from infra.ports import free_port
 from infra.process import die_with_parent
 from infra.stack import Stack
 from lockimpls.base import DEFAULT_RETRY_INTERVAL
+from workloads.checks.recovery import server_recovery_columns
 from workloads.checks.stop_rules import StopRule
 from workloads.harness.catalog import WorkloadInfo
 from workloads.harness.recording import decode_histogram
@@ -218,7 +219,10 @@ def locust_argv(
     if settings.clock_skew:
         argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
     if case.fault is not None and case.fault.at_seconds is None:
-        argv += ["--fault-signal", "--fault-hold", str(HOLD_FOR[case.fault.kind])]
+        hold = HOLD_FOR[case.fault.kind]
+        if case.fault.is_partition:  # work through the cut, write just before its heal
+            hold = partitions.cut_seconds(settings.ttl, settings.lock_params.get("session_timeout")) - 1.0
+        argv += ["--fault-signal", "--fault-hold", f"{hold:g}"]
     for key, flag in case.workload.options.items():
         value = settings.workload_options.get(key)
         if value is not None:
@@ -417,7 +421,7 @@ def run_case(
         fault = FaultThread(
             case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground,
             strikes=settings.strikes, grants_between=settings.grants_between, lease_s=settings.ttl,
-            servers=lock_servers_of(stack, case.backend),
+            servers=lock_servers_of(stack, case.backend), session_s=settings.lock_params.get("session_timeout"),
         )  # fmt: skip
     if fault is not None:
         fault.start()
@@ -490,6 +494,7 @@ def finish_case(
         recording["fault"] = {
             "spec": case.fault.label, "error": fault.error, "holder": fault.holder, "strikes_asked": fault.strikes,
             "stopped_early": box.stopped or fault.stopped_early, "group": len(fault.mailboxes),
+            "cycles": fault.cycles,
             "windows": [
                 {
                     "start_ns": w.start_ns, "end_ns": w.end_ns, "detail": w.detail,
@@ -549,6 +554,14 @@ def with_fault_windows(
         "t_ns": [t for w in windows for t in (w.start_ns, w.end_ns)],
         "error": [w.detail for w in windows for _ in (0, 1)],
     }
+    for i, w in enumerate(windows):  # when the struck service answered again (recovery counts from it)
+        frames["client"].append("bench")
+        frames["seq"].append(i)
+        frames["op"].append("service")
+        frames["type"].append("ok")
+        frames["lock"].append(w.kind)
+        frames["t_ns"].append(w.service_ns)
+        frames["error"].append("")
     by_strike = {m.strike: m for m in marks or []}
     if marks is not None:
         for i, w in enumerate(windows):
@@ -612,7 +625,7 @@ def judge(
         times, missed = strikes.strike_record(history, kind, settings.ttl, case.fault is not None)
         row.update(strikes.columns(history, times, missed))
         if case.fault is not None and case.fault.at_seconds is None:
-            row.update(strikes.recovery_columns(history))
+            row.update(server_recovery_columns(history))
     if case.workload.name == "crash":
         row["stuck_bound_s"] = settings.workload_options.get("stuck_bound")
     for key in ("recovery_expected_s", "recovery_by"):
