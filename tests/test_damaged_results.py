@@ -1,0 +1,328 @@
+"""A corpus of damaged results folders, made from one real run, through every reader (issue 34).
+
+The suite's own version of SQLite's corrupt-database tests: one real ``bench run`` (a real
+redis-server, started by bench) gives a clean folder; each kind of damage below is applied
+to a copy of it, and the copy goes through each reader of a results folder:
+
+* ``bench gate``, with the damaged copy as the candidate and as the baseline: exit 2 with
+  one line naming the side and what is wrong, never a table, never PASS;
+* ``bench report``: a page with the red damage banner naming it, and the damaged lock's
+  cells reading "unknown (damaged)", never survived (or, when nothing is left to read,
+  one line and exit 2);
+* ``bench history --check``: the damaged run skipped with a named warning, the newest run
+  reported damaged (exit 2), and no "the newest run is safe".
+
+The clean folder goes through the same three first, so each outcome is shown to differ
+from the clean one's.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from resultsio import read_results
+from tests.helpers import bench
+
+IMPL = "redis.set-nx-px-lua"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def cli(*args: object) -> Result:
+    """``bench ARGS`` in this process (exit code and both streams captured, signal handlers restored)."""
+    from bench.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main([str(a) for a in args])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real small run: 3 trials of one Redis lock under flash-sale, every file bench writes."""
+    root = tmp_path_factory.mktemp("clean-results")
+    r = bench(
+        "run", "--impl", IMPL, "--workload", "flash-sale", "--trials", "3", "--duration", "2",
+        "--users", "3", "--no-report", "--results-dir", str(root),
+    )  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr  # 1: a case bench itself judged unknown (a busy machine)
+    run = Path(r.stdout.strip().splitlines()[-1])
+    if not run.is_dir():  # --no-report prints the folder, or the report path beside it
+        run = run.parent
+    assert (run / "cases.parquet").is_file() and list((run / "hist").glob("*.json")), list(run.iterdir())
+    assert read_results(run).problems == [], [str(p) for p in read_results(run).problems]
+    return run
+
+
+# the kinds of damage --------------------------------------------------------------------------------
+
+Spoil = Callable[[Path], None]
+
+
+def _tables(fn: Callable[[pd.DataFrame], pd.DataFrame], parquet: bool = True) -> Spoil:
+    """Apply ``fn`` to cases.csv (and cases.parquet, so the damage agrees in both and the schema must see it)."""
+
+    def spoil(run: Path) -> None:
+        frame = fn(pd.read_csv(run / "cases.csv"))
+        frame.to_csv(run / "cases.csv", index=False)
+        if parquet:
+            frame.to_parquet(run / "cases.parquet", index=False)
+
+    return spoil
+
+
+def _cell(column: str, value: object, row: int = 0, parquet: bool = True) -> Spoil:
+    def fn(frame: pd.DataFrame) -> pd.DataFrame:
+        frame[column] = frame[column].astype(object if isinstance(value, str) else float)
+        frame.loc[row, column] = value
+        return frame
+
+    return _tables(fn, parquet)
+
+
+def _file(name: str, content: bytes | Callable[[bytes], bytes]) -> Spoil:
+    def spoil(run: Path) -> None:
+        path = run / name
+        path.write_bytes(content(path.read_bytes()) if callable(content) else content)
+
+    return spoil
+
+
+def _first_case(run: Path) -> str:
+    return str(pd.read_csv(run / "cases.csv")["case"].iloc[0])
+
+
+def _hist(content: bytes | Callable[[bytes], bytes], merged: bool = False) -> Spoil:
+    def spoil(run: Path) -> None:
+        case = _first_case(run)
+        name = f"{case.rsplit('__t', 1)[0]}.merged.json" if merged else f"{case}.json"
+        _file(f"hist/{name}", content)(run)
+
+    return spoil
+
+
+def _history_file(run: Path) -> None:
+    (run / "history" / f"{_first_case(run)}.parquet").write_bytes(b"PAR1 not a parquet file at all")
+
+
+def _meta(key: str, value: object) -> Spoil:
+    def spoil(run: Path) -> None:
+        meta = json.loads((run / "run.json").read_text())
+        meta[key] = value
+        (run / "run.json").write_text(json.dumps(meta))
+
+    return spoil
+
+
+def _undecodable(text: bytes) -> bytes:
+    data = json.loads(text)
+    data["histograms"]["acquire_ok"] = "bm90IGFuIEhEUiBoaXN0b2dyYW0="  # base64 of "not an HDR histogram"
+    return json.dumps(data).encode()
+
+
+def _half(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _rename(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[0, "case"] = f"{IMPL}__flash-sale__t7"
+    return frame
+
+
+def _repeat_trial(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[1, "trial"] = frame.loc[0, "trial"]
+    return frame
+
+
+def _csv_only_differs(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[0, "utilization"] = frame.loc[0, "utilization"] / 2
+    return frame
+
+
+DEEP = b"[" * 100_000
+
+#: (kind, damage, what the gate's line and the report's banner must name, nothing left to read)
+CORPUS: list[tuple[str, Spoil, str, bool]] = [
+    ("NaN overlapping_holds", _cell("overlapping_holds", float("nan")), "overlapping_holds", False),
+    ("negative overlapping_holds", _cell("overlapping_holds", -1), "overlapping_holds", False),
+    ("fractional overlapping_holds", _cell("overlapping_holds", 0.5), "overlapping_holds", False),
+    ("NaN acquisitions", _cell("acquisitions", float("nan")), "acquisitions", False),
+    ("huge acquisitions", _cell("acquisitions", 1e30), "acquisitions", False),
+    ("huge throughput", _cell("throughput_acq_s", 1e300), "throughput_acq_s", False),
+    ("inf throughput", _cell("throughput_acq_s", float("inf")), "throughput_acq_s", False),
+    ("negative throughput", _cell("throughput_acq_s", -5.0), "throughput_acq_s", False),
+    ("text throughput", _cell("throughput_acq_s", "fast", parquet=False), "throughput_acq_s", False),
+    ("p99 of 0", _cell("acquire_p99_us", 0.0), "acquire_p99_us", False),
+    ("violation beside valid", _cell("oversold_units", 3.0), "verdict", False),
+    ("changed impl id", _cell("impl", "redis.other"), "impl", False),
+    (
+        "dropped safety columns",
+        _tables(lambda f: f.drop(columns=["witness_violations", "oversold_units", "lost_updates"])),
+        "witness_violations",
+        False,
+    ),
+    ("duplicated row", _tables(lambda f: pd.concat([f, f.iloc[:1]])), "appears more than once", False),
+    ("missing row", _tables(lambda f: f.iloc[:-1]), "have no row", False),
+    ("renamed id", _tables(_rename), "not in run.json", False),
+    ("repeated trial", _tables(_repeat_trial), "repeats a trial", False),
+    ("empty cases.csv", _file("cases.csv", b""), "cases.csv", False),
+    (
+        "header-only cases.csv",
+        _file("cases.csv", lambda d: d.split(b"\n", 1)[0] + b"\n"),
+        "have no row",
+        False,
+    ),
+    ("truncated cases.csv", _file("cases.csv", _half), "cases.csv", False),
+    ("garbage cases.csv", _file("cases.csv", os.urandom(3000)), "cases.csv", False),
+    ("garbage cases.parquet", _file("cases.parquet", b"PAR1 garbage PAR1"), "cases.parquet", False),
+    ("truncated cases.parquet", _file("cases.parquet", _half), "cases.parquet", False),
+    ("empty cases.parquet", _file("cases.parquet", b""), "cases.parquet", False),
+    ("parquet and csv disagree", _tables(_csv_only_differs, parquet=False), "differs between", False),
+    ("garbage run.json", _file("run.json", b"\x00\xffnot json"), "run.json", True),
+    ("truncated run.json", _file("run.json", _half), "run.json", True),
+    ("empty run.json", _file("run.json", b""), "run.json", True),
+    ("deep run.json", _file("run.json", DEEP), "run.json", True),
+    ('run.json "cases": 5', _meta("cases", 5), "cases must be a JSON list", False),
+    ("run.json params a string", _meta("params", "fast"), "params must be a JSON dict", False),
+    ("garbage histogram file", _hist(b"{oops"), "hist/", False),
+    ("deep histogram file", _hist(DEEP), "hist/", False),
+    ("undecodable histogram", _hist(_undecodable), "hist/", False),
+    ("truncated merged histograms", _hist(_half, merged=True), "hist/", False),
+    ("garbage history file", _history_file, "history/", False),
+]
+
+
+def _damaged_copy(clean: Path, root: Path, spoil: Spoil) -> Path:
+    """The clean run copied under ``root`` as the newest run (a later run id), then damaged."""
+    stamp = datetime.strptime(clean.name.split("-", 1)[0], "%Y%m%dT%H%M%SZ") + timedelta(minutes=1)
+    target = root / f"{stamp:%Y%m%dT%H%M%SZ}-ffffff"
+    shutil.copytree(clean, target)
+    spoil(target)
+    return target
+
+
+def _one_error_line(r: Result) -> str:
+    lines = [line for line in r.err.splitlines() if line.strip()]
+    assert r.code == 2 and len(lines) == 1 and lines[0].startswith("bench: error:"), (r.code, r.out, r.err)
+    assert "Traceback" not in r.err
+    return lines[0]
+
+
+# the clean run: what each reader says when nothing is wrong -----------------------------------------
+
+
+@pytest.mark.slow
+def test_the_clean_run_is_judged_rendered_and_drawn(clean_run: Path, tmp_path: Path) -> None:
+    gate = cli("gate", clean_run, clean_run, "--rule", "throughput:-5%")
+    assert "| case | metric |" in gate.out and "bench: error" not in gate.err, (gate.out, gate.err)
+    assert gate.code in (0, 2)  # 2 only as "not enough data" (a generator-bound trial), never an error
+    if gate.code == 2:
+        assert "NOT ENOUGH DATA" in gate.out
+
+    page = tmp_path / "clean.html"
+    report = cli("report", clean_run, "--out", page)
+    assert report.code == 0 and "DAMAGED" not in report.err, report
+    html = page.read_text()
+    assert 'id="damage-banner"' not in html and "unknown (damaged)" not in html
+
+    root = tmp_path / "results"
+    shutil.copytree(clean_run, root / clean_run.name)
+    history = cli("history", root, "--check", "--out", tmp_path / "history.html")
+    assert "the newest run is safe" in history.out and "DAMAGED" not in history.out, history
+    assert "skipped" not in history.err
+
+
+# every kind of damage, through every reader ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "spoil", "needle", "fatal"), CORPUS, ids=[c[0] for c in CORPUS])
+def test_a_damaged_folder_is_never_passed_unbannered_or_safe(
+    clean_run: Path, tmp_path: Path, kind: str, spoil: Spoil, needle: str, fatal: bool
+) -> None:
+    root = tmp_path / "results"
+    clean = root / clean_run.name
+    shutil.copytree(clean_run, clean)
+    damaged = _damaged_copy(clean_run, root, spoil)
+    results = read_results(damaged)
+    assert results.problems, kind
+    assert bool(results.fatal) == fatal, [str(p) for p in results.problems]
+
+    # the gate: exit 2, one line naming the side and the damage, on either side; never a verdict table
+    for base, cand, side in ((clean, damaged, "candidate"), (damaged, clean, "baseline")):
+        r = cli("gate", base, cand, "--rule", "throughput:-5%")
+        line = _one_error_line(r)
+        assert line.startswith(f"bench: error: {side} ") and needle in line, line
+        assert str(damaged) in line or damaged.name in line, line
+        assert "PASS" not in r.out and "| case |" not in r.out
+
+    # the report: a red banner naming the damage, and no lock called safe on it; or one line, exit 2
+    page = tmp_path / "report.html"
+    r = cli("report", damaged, "--out", page)
+    if fatal:
+        assert needle in _one_error_line(r) and not page.exists()
+    else:
+        assert r.code == 0 and "DAMAGED DATA" in r.err, (r.out, r.err)
+        html = page.read_text()
+        banner = html[html.index('id="damage-banner"') :]
+        banner = banner[: banner.index("</div>")]
+        assert needle in banner, banner
+        assert html.index('id="damage-banner"') < html.index("<table")  # at the top, above the tables
+        assert "flash-sale: survived" not in html
+        from dashboards.load import load_run
+
+        if load_run(damaged).cases.empty:  # no row left to show (a header-only table): the banner says why
+            assert "No cases." in html
+        else:  # the lock's cells rest on the damage: they read unknown (damaged)
+            assert "flash-sale: unknown (damaged)" in html
+            assert '<td class="unknown" data-col="verdict">unknown (damaged)' in html
+
+    # history: skipped with a named warning; --check says the newest run is damaged, exit 2, never "safe"
+    r = cli("history", root, "--check", "--out", tmp_path / "history.html")
+    assert r.code == 2, (r.out, r.err)
+    skipped = [line for line in r.err.splitlines() if line.startswith("bench history: skipped")]
+    assert len(skipped) == 1 and damaged.name in skipped[0], r.err
+    assert f"DAMAGED {damaged}" in r.out and "DAMAGED (exit 2)" in r.err, (r.out, r.err)
+    assert "the newest run is safe" not in r.out
+
+
+@pytest.mark.slow
+def test_merge_and_every_reader_share_the_one_reader(clean_run: Path, tmp_path: Path) -> None:
+    """The problems the gate refuses on are exactly the ones the report lists (one reader, one schema)."""
+    from dashboards.load import load_run
+
+    damaged = _damaged_copy(clean_run, tmp_path, _cell("overlapping_holds", -3))
+    problems = [str(p) for p in read_results(damaged).problems]
+    assert load_run(damaged).damaged == problems
+    line = _one_error_line(cli("gate", clean_run, damaged, "--rule", "throughput:-5%"))
+    assert problems[0] in line
+    row = load_run(damaged).cases.iloc[0]
+    assert row["verdict"] == "unknown" and str(row["verdict_reason"]).startswith("damaged: overlapping_holds")
+    assert pd.isna(row["overlapping_holds"])  # a damaged counter is never summed
