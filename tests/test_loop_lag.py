@@ -218,3 +218,29 @@ def test_one_client_is_not_bound(tmp_path: Path) -> None:
         assert row["generator_bound"] == False, row.to_dict()  # noqa: E712 - measured: False, not NaN
         assert row["loop_lag_processes"] == 1 and row["loop_lag_p99_us"] > 0
     assert "generator-bound (" not in console
+
+
+def test_the_last_line_names_the_real_bottleneck_and_quotes_the_measured_rate() -> None:
+    """Issue 33 item 3: a loaded machine is not a generator that needs 14 processes and 7 hosts."""
+    idle_locust = [
+        {"case": f"c{i}", "generator_bound": True, "client_cpu_ms_per_acq": 9.0, "throughput_acq_s": 14.0,
+         "model_acq_s": 122.0, "processes": 1}
+        for i in range(9)
+    ] + [{"case": "ok", "generator_bound": False}]  # fmt: skip
+    busy = fidelity.MachineLoad(load_avg_max=9.0, cores=2, steal_share=0.0)
+    line = fidelity.bottleneck_line(idle_locust, 2, busy)
+    assert line is not None and line.startswith("lockbench: 9 of 10 case(s) generator-bound")
+    assert "the machine was short of CPU, not Locust" in line and "load average up to 9.0 on 2 cores" in line
+    assert "busiest process used 0.13 of a core" in line and "would not help" in line
+    assert "--processes" not in line and "hosts of" not in line and "122" not in line
+    stolen = fidelity.bottleneck_line(idle_locust, 2, fidelity.MachineLoad(1.0, 2, steal_share=0.3))
+    assert stolen is not None and "30% of CPU stolen" in stolen
+    quiet = fidelity.bottleneck_line(idle_locust, 2, fidelity.MachineLoad(0.6, 2))
+    assert quiet is not None and "but not for CPU" in quiet and "--processes" not in quiet
+    # Locust's own processes at their limit: processes are the fix, sized from the measured rate
+    at_limit = [{"case": "a", "generator_bound": True, "client_cpu_ms_per_acq": 0.25, "throughput_acq_s": 4000.0,
+                 "model_acq_s": 90_000.0, "processes": 2}]  # fmt: skip
+    line = fidelity.bottleneck_line(at_limit, 8, busy)
+    assert line is not None and "4,000 acq/s" in line and line.endswith("rerun with --processes 3")
+    assert "90,000" not in line
+    assert fidelity.bottleneck_line([{"case": "x", "generator_bound": False}], 2, busy) is None

@@ -337,9 +337,9 @@ class ScaleOut:
 def processes_needed(rows: list[dict[str, Any]], cores_per_host: int) -> ScaleOut | None:
     """From the bound rows' client CPU per acquisition, the processes that would run them on time.
 
-    Each bound case needs ``client_cpu_ms_per_acq`` x its rate CPU-milliseconds per second;
-    the rate is the model for independent clients where there is one (the measured rate of
-    a bound case is only a lower bound), else the measured rate. At
+    Each bound case needs ``client_cpu_ms_per_acq`` x its measured rate CPU-milliseconds per
+    second (the measured rate, never the model: a model of 122/s against a measured 14/s sized
+    14 processes for a run whose Locust processes were nearly idle). At
     :data:`PROCESS_CPU_TARGET` of a core per process, and never fewer than one more process
     than the case had (it was bound with those). None when no row is bound; a bound case
     without client CPU figures is counted but cannot be sized.
@@ -350,9 +350,7 @@ def processes_needed(rows: list[dict[str, Any]], cores_per_host: int) -> ScaleOu
     best: ScaleOut | None = None
     for r in bound:
         cpu = _finite(r.get("client_cpu_ms_per_acq"))
-        measured = _finite(r.get("throughput_acq_s"))
-        model = _finite(r.get("model_acq_s"))
-        rate = max(v for v in (measured, model, 0.0) if v is not None)
+        rate = _finite(r.get("throughput_acq_s")) or 0.0
         if cpu is None or not rate:
             continue
         had = int(_finite(r.get("processes")) or 1)
@@ -386,3 +384,65 @@ def scale_out_line(advice: ScaleOut) -> str:
         f"`bench worker --master THIS_HOST:5557 --processes {advice.cores_per_host}`, and here "
         f"`bench run ... --master-bind 0.0.0.0:5557 --expect-workers {advice.hosts * advice.cores_per_host}`"
     )
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """How busy the machine was while the cases ran: the run's own Locust processes included.
+
+    Why it is measured: a generator-bound case on a machine whose load average is above its
+    cores, or whose CPU is stolen by the hypervisor, was starved by the machine, not by
+    Locust; more Locust processes or hosts would not fix that, a quieter machine would.
+    """
+
+    load_avg_max: float
+    cores: int
+    steal_share: float = 0.0  # share of CPU time stolen by the hypervisor while the cases ran
+
+
+def busiest_process_share(rows: list[dict[str, Any]]) -> float | None:
+    """The largest share of one core a Locust process of a bound case used (client CPU x measured rate)."""
+    shares = []
+    for r in rows:
+        if not (r.get("generator_bound") is True or str(r.get("generator_bound")) == "True"):
+            continue
+        cpu, rate = _finite(r.get("client_cpu_ms_per_acq")), _finite(r.get("throughput_acq_s"))
+        if cpu is None or rate is None:
+            continue
+        shares.append(cpu * rate / 1000 / max(1, int(_finite(r.get("processes")) or 1)))
+    return max(shares) if shares else None
+
+
+def bottleneck_line(
+    rows: list[dict[str, Any]], cores_per_host: int, machine: MachineLoad | None
+) -> str | None:
+    """The line ``bench run`` ends with when figures are bound, naming what was really short.
+
+    Generator-bound (Locust's own processes at their limit, :data:`PROCESS_CPU_TARGET`): how many
+    processes or hosts, sized from the measured rate. Machine-bound (load average above the cores
+    or CPU stolen, Locust's processes below their limit): the machine, and that more processes
+    would not help. Neither: the figures are bound but CPU is not why. None when nothing is bound.
+    """
+    advice = processes_needed(rows, cores_per_host)
+    if advice is None:
+        return None
+    busiest = busiest_process_share(rows)
+    head = f"lockbench: {advice.bound_cases} of {advice.cases} case(s) generator-bound ({BOUND_MEANING})"
+    at_limit = busiest is not None and busiest >= PROCESS_CPU_TARGET
+    if busiest is None or at_limit:
+        return scale_out_line(advice)
+    used = f"Locust's busiest process used {busiest:.2f} of a core (its limit {PROCESS_CPU_TARGET:g})"
+    short = machine is not None and (machine.load_avg_max > machine.cores or machine.steal_share > 0.1)
+    if short and machine is not None:
+        steal = (
+            f", {machine.steal_share:.0%} of CPU stolen by the hypervisor"
+            if machine.steal_share > 0.01
+            else ""
+        )
+        return (
+            f"{head}: the machine was short of CPU, not Locust: load average up to {machine.load_avg_max:.1f} "
+            f"on {machine.cores} cores{steal}, while {used}; more processes or hosts would not help, "
+            "a quieter machine would (other processes: `top`)"
+        )
+    load = f"; load average up to {machine.load_avg_max:.1f} on {machine.cores} cores" if machine else ""
+    return f"{head}, but not for CPU: {used}{load}; the reasons are in the report's fidelity section"

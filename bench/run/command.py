@@ -530,6 +530,58 @@ def _use_warm(warm: bool | None) -> bool:
     raise UserError(f"LOCKBENCH_WARM must be 1 or 0 (true/false, yes/no, on/off), got {value!r}")
 
 
+def _cpu_times() -> tuple[float, float]:
+    """(steal, total) jiffies of all CPUs from /proc/stat; (0, 0) where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [float(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return (fields[7] if len(fields) > 7 else 0.0), sum(fields[:8])
+
+
+class LoadSampler:
+    """The load average (highest seen, every 2 s) and the CPU steal share while the cases run.
+
+    Why: a generator-bound figure on a machine whose load is above its cores was starved by
+    the machine, not by Locust; the closing line must say which (fidelity.bottleneck_line).
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.load_max = 0.0
+        self._start = self._end = (0.0, 0.0)
+
+    def _sample(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                self.load_max = max(self.load_max, os.getloadavg()[0])
+            if self._stop.wait(2.0):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        import threading
+
+        self._start = _cpu_times()
+        self._thread = threading.Thread(target=self._sample, name="load-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._end = _cpu_times()
+
+    def result(self) -> fidelity.MachineLoad | None:
+        if self._thread is None:
+            return None
+        steal = self._end[0] - self._start[0]
+        total = self._end[1] - self._start[1]
+        return fidelity.MachineLoad(self.load_max, os.cpu_count() or 1, steal / total if total > 0 else 0.0)
+
+
 class _Execution:
     """One ``bench run`` from servers up to the report, and what to say if Ctrl-C stops it.
 
@@ -545,6 +597,8 @@ class _Execution:
         self.timing = RunTiming()
         self.folder: RunFolder | None = None
         self.stage = "starting servers"
+        #: the machine's load while the cases run: the closing advice names the real bottleneck
+        self.load = LoadSampler()
 
     def interrupted_message(self) -> str:
         if self.folder is None:
@@ -591,7 +645,7 @@ class _Execution:
             self.stage = "running cases"
             live = LiveProgress(console, self.cases)
             try:
-                with live:
+                with live, self.load:
                     failures = run_plan(
                         self.cases, stack, folder, progress=live.case_started, on_tick=live.tick,
                         on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
@@ -656,9 +710,9 @@ class _Execution:
                 highlight=False,
                 markup=False,
             )
-        advice = fidelity.processes_needed(folder.rows, os.cpu_count() or 1)
-        if advice is not None:  # what would make the bound figures the lock's
-            console.print(fidelity.scale_out_line(advice), soft_wrap=True, highlight=False, markup=False)
+        advice = fidelity.bottleneck_line(folder.rows, os.cpu_count() or 1, self.load.result())
+        if advice is not None:  # what was short: Locust's processes, the machine, or neither
+            console.print(advice, soft_wrap=True, highlight=False, markup=False)
         # the last line: the run's wall time and how much of it was load (run.json timing has the parts)
         with contextlib.suppress(ResultsWriteError):
             folder.note("timing", timing.as_json())
