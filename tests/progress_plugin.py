@@ -1,0 +1,79 @@
+"""A sense of time for scripts/test: one line per finished test module, with an ETA.
+
+pytest-xdist shows dots only, so a 7-minute suite and a stuck one look alike. This plugin
+(loaded with ``-p tests.progress_plugin``) prints, on the controlling process, a line when the
+last test of a module reports: how many modules and tests are done, the time so far, and an
+estimate of the time left from the tests' own pace (tests done / elapsed). ``--durations=15``
+in scripts/test names the slowest tests at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class ModuleProgress:
+    """Counts finished tests per module against the collected ones and prints a line per module done.
+
+    Why a class: the totals come from collection (on the controller under xdist, from the
+    workers' collections) and the counts from the reports, at different hooks.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.total: Counter[str] = Counter()
+        self.done: Counter[str] = Counter()
+        self.finished_modules: set[str] = set()
+        self.collected = False
+        self.started = time.monotonic()
+
+    def _set_totals(self, nodeids: list[str]) -> None:
+        if self.collected:  # every xdist worker collects the same ids
+            return
+        self.total = Counter(_module(n) for n in nodeids)
+        self.collected = True
+        self.started = time.monotonic()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:
+            self._set_totals([i.nodeid for i in session.items])
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._set_totals(list(ids))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown" or not self.collected:
+            return
+        module = _module(report.nodeid)
+        self.done[module] += 1
+        if self.done[module] < self.total.get(module, 0) or module in self.finished_modules:
+            return
+        self.finished_modules.add(module)
+        done_tests, all_tests = sum(self.done.values()), sum(self.total.values())
+        elapsed = time.monotonic() - self.started
+        left = elapsed / done_tests * (all_tests - done_tests) if done_tests else 0.0
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"[{len(self.finished_modules)}/{len(self.total)} modules, {done_tests}/{all_tests} tests] "
+                f"{module} done; {_clock(elapsed)} so far, about {_clock(left)} left"
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), not a worker
+        config.pluginmanager.register(ModuleProgress(config), "lockbench-module-progress")
