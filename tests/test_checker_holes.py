@@ -47,7 +47,9 @@ def test_fencing_off_still_checks_the_tokens_the_lock_handed_out() -> None:
 
 
 def test_fencing_off_without_tokens_says_nothing_about_them() -> None:
-    ev = holds_history(hold("1-u0", 100, 200, lock="flash-sale:item-0"), hold("1-u1", 300, 400, lock="flash-sale:item-0"))
+    ev = holds_history(
+        hold("1-u0", 100, 200, lock="flash-sale:item-0"), hold("1-u1", 300, 400, lock="flash-sale:item-0")
+    )
     v = check_flash_sale(ev, _off())
     assert v.status == "valid" and "fencing_order_violations" not in v.counters
 
@@ -92,7 +94,10 @@ def _failing_buyers(n: int) -> pd.DataFrame:
     lock = "flash-sale:item-0"
     ev: list[tuple] = []
     for i in range(n):
-        steps = [("acquire", "invoke", i * MS, None, None), ("acquire", "fail", i * MS + MS, None, "lock down")]
+        steps = [
+            ("acquire", "invoke", i * MS, None, None),
+            ("acquire", "fail", i * MS + MS, None, "lock down"),
+        ]
         ev += _visit(f"1-u{i}", 0, lock, i * MS, i * MS, steps, ("fail", i * MS + MS, "lock down"))
     return history_frame(ev)
 
