@@ -272,6 +272,8 @@ class CaseContext:
     t0_ns: int
     strikes: list[Span]
     deaths: dict[str, int]
+    #: when each struck service first answered again (``service ok`` rows of client bench)
+    service_ns: list[int]
 
     def s(self, t_ns: float) -> float:
         return (t_ns - self.t0_ns) / 1e9
@@ -512,6 +514,15 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
                       "text": html.escape(f"fault: {r.lock}"), "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
         if not strike_text:
             strike_text = f"the strike ({r.lock}) ran {ctx.s(s0):.3f}-{ctx.s(s1):.3f} s"
+            back = [t for t in ctx.service_ns if t >= s1]
+            if back:
+                strike_text += f", the service answered again at {ctx.s(min(back)):.3f} s"
+    for t in ctx.service_ns:
+        if lo <= t <= hi:
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": ctx.s(t), "x1": ctx.s(t), "y0": 0,
+                           "y1": 1, "line": {"color": "#92400e", "dash": "dot", "width": 1.5}})  # fmt: skip
+            notes.append({"x": ctx.s(t), "y": 0, "yref": "paper", "showarrow": False, "yshift": -12,
+                          "text": "service back", "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
     paused: dict[str, tuple[float, float]] = {}
     for r in _pairs(near, "pause"):
         c = r.client
@@ -681,6 +692,7 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
     ctx = CaseContext(
         *_lease(run, row), dict(bounds), late, int(history["t_ns"].min()),
         _pairs(history[(history["op"] == "fault").to_numpy(dtype=bool)], "fault"), _deaths(history),
+        [int(t) for t in history.loc[(history["op"] == "service").to_numpy(dtype=bool), "t_ns"].dropna()],
     )  # fmt: skip
     return [view(history, v, ctx, holds) for v in found]
 

@@ -74,6 +74,7 @@ def test_a_server_fault_window_is_the_strike_and_cross_host_clocks_make_it_uncer
         ("h1/1-u0", 0, "acquire", "ok", lock, 5 * MS, 3),
         ("h2/2-u0", 0, "acquire", "ok", lock, 30 * MS, 1),
         ("bench", 1, "fault", "ok", "restart", 40 * MS),
+        ("bench", 1, "service", "ok", "restart", 45 * MS),
         ("h2/2-u0", 1, "release", "invoke", lock, 50 * MS),
         ("h1/1-u0", 1, "release", "invoke", lock, 60 * MS),
     )
@@ -85,7 +86,7 @@ def test_a_server_fault_window_is_the_strike_and_cross_host_clocks_make_it_uncer
     )
     caption = case_views(run, row)[0]["caption"]
     assert "client h1/1-u0 held L" in caption and "client h2/2-u0 was granted" in caption
-    assert "the strike (restart) ran 0.005-0.035 s" in caption
+    assert "the strike (restart) ran 0.005-0.035 s, the service answered again at 0.040 s" in caption
     assert "the clocks agree within 25 ms, so the overlap of 20 ms is uncertain" in caption
     grant = next(t for t in case_views(run, row)[0]["data"] if t["name"] == "grant (token)")
     assert grant["error_x"]["array"] == [0.005, 0.02]  # each grant's clock bound, drawn
