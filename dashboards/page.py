@@ -232,6 +232,12 @@ def status_banner(run: RunData) -> str:
         return ""
     missing = run.missing_cases()
     detail = f" {len(missing)} planned case(s) have no results: {', '.join(missing)}." if missing else ""
+    params = run.meta.get("params") if isinstance(run.meta.get("params"), dict) else {}
+    not_run = [n for n in params.get("not_run") or [] if isinstance(n, dict) and n.get("word") == "not run"]
+    if not_run:  # a matrix that stopped: every planned impl x scenario it never ran, and why
+        names = ", ".join(f"{n.get('impl')} x {n.get('scenario')}" for n in not_run[:10])
+        more = f" (+{len(not_run) - 10} more)" if len(not_run) > 10 else ""
+        detail += f" Did not run: {names}{more} ({not_run[0].get('reason') or 'no reason recorded'})."
     why = {
         "incomplete": "This run was interrupted: only the cases below finished.",
         "running": "run.json still says 'running': the run is in progress or died before finishing.",

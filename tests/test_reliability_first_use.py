@@ -301,3 +301,46 @@ def test_two_lanes_needing_the_same_missing_package_install_it_once(tmp_path: Pa
     installs = [c for c in calls if " install " in f" {c} "]
     assert len(installs) == 1, calls  # once, although both lanes found it missing
     assert all("DPkg::Lock::Timeout=" in c for c in calls), calls  # waits for dpkg's lock, never races it
+
+
+# the matrix: an aborted matrix is never 'complete', a signal never leaves it 'running' -----------
+
+
+@pytest.mark.server
+def test_an_aborted_matrix_is_recorded_failed_and_names_the_lock_that_never_ran(tmp_path: Path) -> None:
+    """A lane that cannot start (here: an etcd nobody answers at) used to leave run.json 'complete'."""
+    port = _closed_port()
+    r = bench("matrix", "--impl", "redis.set-nx-px-lua", "--impl", "etcd.lease", "--evidence", "quick",
+              "--scenario", "flash-sale", "--etcd-url", f"http://127.0.0.1:{port}", "--parallel", "1",
+              "--results-dir", str(tmp_path / "r"), "--no-report", timeout=600)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("bench: error: cannot reach"), r.stderr
+    (folder,) = (tmp_path / "r").iterdir()
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "failed"
+    assert {(n["impl"], n["word"]) for n in meta["params"]["not_run"]} == {("etcd.lease", "not run")}
+    page = bench("report", str(folder))
+    assert page.returncode == 0, page.stderr
+    html = (folder / "report.html").read_text()
+    assert 'id="status-banner"' in html and "The run failed" in html
+    banner = html[html.index('id="status-banner"') :]
+    assert (
+        "Did not run: etcd.lease x flash-sale (matrix stopped: cannot reach"
+        in banner[: banner.index("</div>")]
+    )
+
+
+@pytest.mark.parametrize("after_s", [0.7, 1.5])
+def test_sigterm_early_in_a_matrix_never_leaves_it_running(tmp_path: Path, after_s: float) -> None:
+    env = {**os.environ, **NO_SERVERS, MARK_ENV: "early-matrix-signal"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "matrix", "--impl", "redis.set-nx-px-lua", "--scenario", "flash-sale",
+         "--evidence", "quick", "--results-dir", str(tmp_path / "r"), "--no-report"],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+    for run_json in (tmp_path / "r").glob("*/run.json"):
+        assert json.loads(run_json.read_text())["status"] != "running", err

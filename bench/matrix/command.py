@@ -801,12 +801,16 @@ def matrix_command(
         },
     )
     slice_ = f" (shard {shard.text}: {len(cases)} of {len(plan)} cases)" if shard is not None else ""
-    console.print(
-        f"lockbench: matrix of {len(cases)} cases ({len(used)} scenarios) in {len(lanes)} lanes{slice_}, "
-        f"{parallel} side by side ({lanes_why}); results in {folder.path}",
-        markup=False,
-    )
-    shared = _Shared(folder, console, len(cases), sum(c.settings.duration for c in cases))
+    try:  # a signal from here on finds run.json saying so, never 'running'
+        console.print(
+            f"lockbench: matrix of {len(cases)} cases ({len(used)} scenarios) in {len(lanes)} lanes{slice_}, "
+            f"{parallel} side by side ({lanes_why}); results in {folder.path}",
+            markup=False,
+        )
+        shared = _Shared(folder, console, len(cases), sum(c.settings.duration for c in cases))
+    except BaseException:
+        folder.finish("incomplete")
+        raise
     status = "complete"
     t0 = time.monotonic()
     try:
@@ -814,12 +818,24 @@ def matrix_command(
             run_lanes(lanes, shared, parallel, user_urls, resource_url, Path(tmp), warm)
     except KeyboardInterrupt:
         status = "incomplete"  # one line, from main(), once the folder is consistent; nothing rendered
+    except BaseException as exc:  # a lane could not start (a server missing and not installable ...)
+        status = "failed"  # never 'complete' with cases missing
+        shared.failures.append(f"matrix stopped: {' '.join(str(exc).split())}")
+        raise
     finally:
         wall = time.monotonic() - t0
         if status == "complete" and shared.failures:
             status = "complete-with-failures"
         if shared.failures:
             folder.note("failures", shared.failures)
+        if status in ("failed", "incomplete"):  # the grid and report name every planned case that did not run
+            ran = {str(r.get("case")) for r in folder.rows}
+            why = "interrupted" if status == "incomplete" else shared.failures[-1]
+            folder.meta["params"]["not_run"] = not_run + [
+                {"impl": c.impl, "scenario": c.matrix_scenario, "word": "not run", "reason": why}
+                for c in cases
+                if c.case_id not in ran
+            ]
         folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
                                "load_average": {"start": load_start, "end": _load_average()},
                                "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip
@@ -868,13 +884,12 @@ def matrix_command(
         console.print(f"  undecided: {line}", markup=False)
     if len(open_cells) > 40:
         console.print(f"  ... and {len(open_cells) - 40} more (run.json 'undecided')", markup=False)
-    if shared.failures:
-        console.print(
-            f"lockbench: {len(shared.failures)} case(s) could not run: {shared.failures[0]}", markup=False
-        )
-    if open_cells or contradictions:
-        console.print(
-            f"lockbench: exit 1: {len(open_cells)} cell(s) undecided, {len(contradictions)} contradicting the catalog",
-            markup=False,
-        )
+    stopped = [f"{n['impl']} x {n['scenario']}" for n in not_run if n.get("word") == "not run"]
+    if shared.failures or open_cells or contradictions:  # the last line says why the exit is 1
+        parts = [f"{len(open_cells)} cell(s) undecided", f"{len(contradictions)} contradicting the catalog"]
+        if shared.failures:
+            names = ", ".join(stopped[:5]) + (f" (+{len(stopped) - 5} more)" if len(stopped) > 5 else "")
+            parts.insert(0, f"{len(shared.failures)} failure(s), cases that could not run: {names or 'none'} "
+                         f"({' '.join(shared.failures[0].split())})")  # fmt: skip
+        console.print(f"lockbench: exit 1: {'; '.join(parts)}", markup=False, soft_wrap=True)
     return 1 if shared.failures or open_cells or contradictions else 0
