@@ -90,7 +90,14 @@ def numbers(column: pd.Series) -> pd.Series:
     """A column as float64: text that is no number becomes NaN (the "is a number" check reports it)."""
     if pd.api.types.is_bool_dtype(column.dtype):
         return column.astype("float64")
+    if pd.api.types.is_float_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype):
+        return column.astype("float64")
     return pd.to_numeric(column, errors="coerce").astype("float64")
+
+
+def _verdict(column: pd.Series, ok: np.ndarray) -> bool | pd.Series:
+    """True when every cell passed (the common case, cheap), else the mask that names the failed rows."""
+    return True if bool(ok.all()) else pd.Series(ok, index=column.index)
 
 
 def _blank(column: pd.Series) -> pd.Series:
@@ -98,31 +105,39 @@ def _blank(column: pd.Series) -> pd.Series:
     return column.isna() | text.isna() | (text == "") | (text.str.lower() == "nan")
 
 
-def _is_number(column: pd.Series) -> pd.Series:
-    return numbers(column).notna() | _blank(column)
+def _is_number(column: pd.Series) -> bool | pd.Series:
+    if pd.api.types.is_numeric_dtype(column.dtype):
+        return True  # read as numbers: nothing in it is text
+    return _verdict(column, (numbers(column).notna() | _blank(column)).to_numpy(dtype=bool))
 
 
-def _finite(column: pd.Series) -> pd.Series:
-    values = numbers(column)
-    return values.isna() | np.isfinite(values)
+def _finite(column: pd.Series) -> bool | pd.Series:
+    values = numbers(column).to_numpy()
+    return _verdict(column, ~np.isinf(values))
 
 
-def _between(lo: float, hi: float) -> Callable[[pd.Series], pd.Series]:
-    def check(column: pd.Series) -> pd.Series:
-        values = numbers(column)
-        return values.isna() | ~np.isfinite(values) | ((values >= lo) & (values <= hi))
+def _between(lo: float, hi: float) -> Callable[[pd.Series], bool | pd.Series]:
+    def check(column: pd.Series) -> bool | pd.Series:
+        values = numbers(column).to_numpy()
+        with np.errstate(invalid="ignore"):
+            ok = ~np.isfinite(values) | ((values >= lo) & (values <= hi))
+        return _verdict(column, ok)
 
     return check
 
 
-def _whole(column: pd.Series) -> pd.Series:
-    values = numbers(column)
-    return values.isna() | ~np.isfinite(values) | (values % 1 == 0)
+def _whole(column: pd.Series) -> bool | pd.Series:
+    values = numbers(column).to_numpy()
+    with np.errstate(invalid="ignore"):
+        ok = ~np.isfinite(values) | (values % 1 == 0)
+    return _verdict(column, ok)
 
 
-def _flag(column: pd.Series) -> pd.Series:
+def _flag(column: pd.Series) -> bool | pd.Series:
+    if pd.api.types.is_bool_dtype(column.dtype):
+        return True
     text = column.astype("string").str.strip().str.lower()
-    return _blank(column) | text.isin(_FLAG_TEXT)
+    return _verdict(column, (_blank(column) | text.isin(_FLAG_TEXT).fillna(False)).to_numpy(dtype=bool))
 
 
 def _check(fn: Callable[[pd.Series], pd.Series], error: str) -> pa.Check:
