@@ -15,8 +15,9 @@ cd "$(dirname "$0")/.."
 extras=${1:-base}
 case "$extras" in
   base) spec=. ;;
+  history) spec='.[history]' ;;  # bench history (scripts/bench history): base plus Apache Otava
   test) spec='.[test]' ;;
-  *) echo "usage: scripts/bootstrap.sh [base|test] (got: $extras)" >&2; exit 2 ;;
+  *) echo "usage: scripts/bootstrap.sh [base|history|test] (got: $extras)" >&2; exit 2 ;;
 esac
 
 PY=${PYTHON:-python3}
@@ -25,14 +26,14 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   exit 2
 fi
 
-# The stamp holds what was installed (base or test); test includes base. A stamp older than
+# The stamp holds what was installed (base, history or test); test includes both others. A stamp older than
 # pyproject.toml means the dependencies changed. (An empty stamp is an older bootstrap's: test.)
 stamp=.venv/.lockbench-installed
 up_to_date() {
   [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ ! pyproject.toml -nt "$stamp" ] || return 1
   local have
   have=$(cat "$stamp")
-  [ "$extras" = base ] || [ "${have:-test}" = test ]
+  [ "$extras" = base ] || [ "${have:-test}" = test ] || [ "$have" = "$extras" ]
 }
 
 if [ -n "${LOCKBENCH_BOOTSTRAP_DRY_RUN:-}" ]; then
@@ -44,7 +45,8 @@ if [ -n "${LOCKBENCH_BOOTSTRAP_DRY_RUN:-}" ]; then
 fi
 up_to_date && exit 0
 # a .venv that had the test extras keeps them current (scripts/bench after scripts/test)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" != base ]; then extras=test; spec='.[test]'; fi
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = test ]; then extras=test; spec='.[test]'; fi
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = history ] && [ "$extras" = base ]; then extras=history; spec='.[history]'; fi
 
 apt_install() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -67,7 +69,10 @@ find_uv() {
 uv=
 if [ -z "${LOCKBENCH_NO_UV:-}" ]; then
   # a wheel from PyPI; refused where the system Python is externally managed (PEP 668): see below
-  uv=$(find_uv) || { "$PY" -m pip install -q --user --disable-pip-version-check uv >/dev/null 2>&1 || true; uv=$(find_uv) || uv=; }
+  uv=$(find_uv) || {
+    echo "lockbench: installing uv (a fast pip, one wheel) with pip --user into ~/.local; its cache goes to" \
+      "~/.cache/uv (LOCKBENCH_NO_UV=1: pip only)" >&2
+    "$PY" -m pip install -q --user --disable-pip-version-check uv >/dev/null 2>&1 || true; uv=$(find_uv) || uv=; }
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -33,3 +33,17 @@ def test_bootstrap_says_what_happens_on_first_use(tmp_path: Path) -> None:
     again = subprocess.run(["bash", "scripts/bootstrap.sh"], cwd=tmp_path, capture_output=True, text=True,
                            env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake)}, timeout=60)  # fmt: skip
     assert again.returncode == 0 and again.stderr == "", again.stderr  # quiet once installed
+
+
+def test_scripts_bench_history_installs_the_history_extra(tmp_path: Path) -> None:
+    """The README lists `bench history` among the commands: scripts/bench sets up what it needs."""
+    from tests.test_run_timing import _copy_scripts, _plan
+
+    root = _copy_scripts(tmp_path)
+    assert "extras=history spec=-e .[history] state=install" in _plan(root, "scripts/bench", "history")
+    assert "extras=base spec=-e . " in _plan(root, "scripts/bench", "run")
+    stamp = root / ".venv" / ".lockbench-installed"
+    for have, history_state in (("base", "install"), ("history", "up-to-date"), ("test", "up-to-date")):
+        stamp.write_text(f"{have}\n")
+        assert f"state={history_state}" in _plan(root, "scripts/bench", "history"), have
+        assert "state=up-to-date" in _plan(root, "scripts/bench", "list"), have
