@@ -344,3 +344,41 @@ def test_sigterm_early_in_a_matrix_never_leaves_it_running(tmp_path: Path, after
     assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
     for run_json in (tmp_path / "r").glob("*/run.json"):
         assert json.loads(run_json.read_text())["status"] != "running", err
+
+
+# 80 columns ---------------------------------------------------------------------------------------
+
+
+def test_a_default_run_s_table_rows_and_live_line_fit_one_line_at_80_columns() -> None:
+    """Issue 33 papercut: at 80 columns every row wrapped onto a second line (hold under acq/s)."""
+    from rich.console import Console
+
+    from bench.run.command import summary_table
+    from bench.run.progress import LiveProgress
+    from tests.test_browser import REDIS_LOCKS
+
+    rows = [
+        {"case": f"{impl}__flash-sale__u50__t0", "impl": impl, "scenario": "flash-sale", "throughput_acq_s": 271.0,
+         "acquire_p50_us": 180_000.0, "acquire_p99_us": 2_250_000.0, "verdict": "valid", "hold_inflation": 1.23,
+         "generator_bound": i % 2 == 0}
+        for i, impl in enumerate(REDIS_LOCKS)
+    ]  # fmt: skip
+    table, _ = summary_table(rows, "lockbench run 20261202T000000Z-abcdef")
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(table)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for impl in REDIS_LOCKS:
+        (line,) = [ln for ln in lines if f" {impl} " in f" {ln} "]
+        assert "271" in line and "valid" in line, line  # the whole row on its line
+    assert len([ln for ln in lines if ln.strip()]) <= len(REDIS_LOCKS) + 4  # title, header, rule: no wraps
+
+    class Case:
+        impl, scenario, solo, trial, params = "redis.python-redis-lock", "flash-sale", False, 0, {}
+
+        class settings:  # noqa: N801 - the shape of RunSettings the live line reads
+            duration, users, processes = 8.0, 50, 1
+
+    live = LiveProgress(Console(width=80, file=open(os.devnull, "w")), [Case()] * 10)  # noqa: SIM115
+    live.case_index, live.rate = 3, 1234.0
+    assert len(live.text()) <= 76  # with the spinner, one line of 80

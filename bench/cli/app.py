@@ -6,6 +6,7 @@ mistake is one line on stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -416,7 +417,7 @@ def calibrate_cmd(
     )  # fmt: skip
     code = calibrate_command(
         backends=backend, impls=impl, workload=workload, settings=settings, console=console,
-        out=RichConsole(width=None if sys.stdout.isatty() else 140),
+        out=RichConsole(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 140),
     )  # fmt: skip
     raise typer.Exit(code)
 

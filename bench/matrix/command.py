@@ -503,9 +503,15 @@ class _Shared:
             if self.cancel.is_set():
                 return  # interrupted: the one line about the folder is all that is printed
             flag = "  CONTRADICTS THE CATALOG" if row["contradicts_catalog"] else ""
+            # "n/a" means "does not apply" in the grid's legend; here the catalog simply has no entry
+            expected = (
+                f"expected {row['expected_outcome']}"
+                if row["expected_outcome"]
+                else "the catalog says nothing"
+            )
             self.console.print(
                 f"[{self.done}/{self.total}] {lane.name}: {case.impl} x {case.scenario}: "
-                f"{row['observed_outcome']} (expected {row['expected_outcome'] or 'n/a'}){flag} · "
+                f"{row['observed_outcome']} ({expected}){flag} · "
                 f"{self.time_left()}",
                 markup=False,
             )

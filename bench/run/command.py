@@ -488,6 +488,11 @@ def run_command(
             meta_fields={
                 "started_at": started, "command": redact_text(" ".join(["bench", *argv[1:]])),
                 "git_commit": meta.git_commit(), "host": meta.host_info(), "params": params, "impls": all_impls,
+                # what each lock promises, for readers that may not import it (the timeline's lease marks)
+                "impl_capabilities": {
+                    i: {"ttl": impl_classes[i].capabilities.ttl, "fencing": impl_classes[i].capabilities.fencing}
+                    for i in all_impls if i in impl_classes
+                },
             },
             results_dir=results_dir, render=render, slo_us=slo_us,
         )  # fmt: skip
@@ -712,7 +717,7 @@ class _Execution:
             )
         advice = fidelity.bottleneck_line(folder.rows, os.cpu_count() or 1, self.load.result())
         if advice is not None:  # what was short: Locust's processes, the machine, or neither
-            console.print(advice, soft_wrap=True, highlight=False, markup=False)
+            console.print(advice, highlight=False, markup=False)  # wrapped at words to the terminal
         # the last line: the run's wall time and how much of it was load (run.json timing has the parts)
         with contextlib.suppress(ResultsWriteError):
             folder.note("timing", timing.as_json())
@@ -768,17 +773,17 @@ def _safety(row: dict[str, Any]) -> str:
 
 
 def _fidelity(row: dict[str, Any]) -> str:
-    """hold inflation and whether the load generator was the bottleneck, e.g. "3.1x bound"."""
+    """hold inflation and whether the load generator was the bottleneck, e.g. "3.1x†" (short: 80 columns)."""
     parts = []
     inflation = row.get("hold_inflation")
     if isinstance(inflation, (int, float)) and inflation == inflation:
         parts.append(f"{inflation:.1f}x")
     bound = row.get("generator_bound")
     if _is_true(bound):
-        parts.append("bound")
+        parts.append("†")
     elif "generator_bound" in row and str(bound).lower() not in ("false", "0"):
-        parts.append("unmeasured")  # None / NaN: not measured, which is never a "no"
-    return " ".join(parts)
+        parts.append("?")  # None / NaN: not measured, which is never a "no"
+    return "".join(parts)
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[str]]:
@@ -789,7 +794,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
         title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
     )
     table.add_column("impl" + (" / scenario" if several else ""), no_wrap=True)
-    table.add_column("acq/s" + ("\nhold" if fidelity else ""), justify="right", no_wrap=True)
+    table.add_column("acq/s", justify="right", no_wrap=True)  # with the fidelity mark on the same line
     for name in ("acq p50", "acq p99"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("verdict", min_width=12)
@@ -805,16 +810,17 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> tuple[Table, list[s
         if reason and reason != "nan":
             notes.append(f"({len(notes) + 1}) {row.get('case', label)}: {reason}")
             safety += f" ({len(notes)})"
-        rate = _number(row.get("throughput_acq_s")) + (f"\n{_fidelity(row)}" if _fidelity(row) else "")
-        cells = [label, rate, _latency(row.get("acquire_p50_us")), _latency(row.get("acquire_p99_us"))]
+        mark = "†" if _is_true(row.get("generator_bound")) else "?" if _fidelity(row).endswith("?") else ""
+        cells = [label, _number(row.get("throughput_acq_s")) + mark]
+        cells += [_latency(row.get("acquire_p50_us")), _latency(row.get("acquire_p99_us"))]
         style = (
             "red" if safety.startswith("INVALID") else "yellow" if safety.startswith("lock unsafe") else None
         )
         table.add_row(*cells, safety, style=style)
     if fidelity:
         notes.append(
-            "hold: contended hold p50 / solo hold p50 (1.0x = no inflation); bound: the load generator was the bottleneck;"
-            " unmeasured: no loop-lag or solo figures, so whether it was is not known"
+            "†: generator-bound, the load generator was the bottleneck (acq/s a lower bound, latencies an upper "
+            "bound); ?: no loop-lag or solo figures, so whether it was is not known"
         )
     return table, notes
 

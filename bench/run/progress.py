@@ -77,7 +77,9 @@ class LiveProgress:
                 self.overheads.append(max(0.0, now - self.case_t0 - previous.settings.duration))
         self.case_index, self.case_t0, self.rate = index, now, 0.0
         self.samples.clear()
-        trial = f" (trial {case.trial + 1})" if case.params.get("trials", 1) > 1 else ""
+        trials = case.params.get("trials", 1)
+        # the case id counts from 0 (results/README.md: __tN); say both, so neither surprises
+        trial = f" (trial {case.trial + 1} of {trials}, case id __t{case.trial})" if trials > 1 else ""
         procs = case.settings.processes
         users = f"{case.settings.users} user{'s' if case.settings.users != 1 else ''}"
         if getattr(case, "solo", False):
@@ -128,6 +130,8 @@ class LiveProgress:
         case = self.cases[self.case_index] if self.case_index >= 0 else None
         label = f"{case.impl} x {case.scenario}" if case else "starting"
         errs = f", {errors:,} errors" if errors else ""
+        if self.console.width < 100:  # one line at 80 columns: the case's time and what is left
+            return f"{label}: {self.rate:,.0f} acq/s{errs} | {_clock(now - self.case_t0)} | ~{_clock(self.eta_s(now))} left"
         return (
             f"{label}: {self.rate:,.0f} acq/s{errs} | case {_clock(now - self.case_t0)} | "
             f"run {_clock(now - self.started)}, about {_clock(self.eta_s(now))} left"
