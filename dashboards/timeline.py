@@ -274,6 +274,9 @@ class CaseContext:
     deaths: dict[str, int]
     #: when each struck service first answered again (``service ok`` rows of client bench)
     service_ns: list[int]
+    #: whether the lock is known to use the TTL (run.json ``impl_capabilities``); unknown: only a
+    #: lease that ran out before the second grant is said, never one that "had not ended"
+    leased: bool = False
 
     def s(self, t_ns: float) -> float:
         return (t_ns - self.t0_ns) / 1e9
@@ -467,12 +470,12 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
     # where each hold's lease or session ended: a lease at grant + TTL; a session TTL after its
     # client stalled (a pause of its own, or a fault window inside the hold), else not at all
     lease_end: dict[str, int] = {}
-    word = ctx.kind
+    word = ctx.kind if ctx.kind == "session" or ctx.leased else "TTL"
     if ctx.ttl_s:
         ttl_ns = int(ctx.ttl_s * 1e9)
         ends = []
         for h in in_lanes:
-            if word == "lease":
+            if ctx.kind == "lease":
                 ends.append((h, h.start_ns + ttl_ns))
                 continue
             stalls = [
@@ -586,11 +589,13 @@ def _caption(
         late = ctx.late(a.client)
         if late is not None and late == late and late > LATE_SHARE_LIMIT:
             why.append(f"while its process stalled (loop late {late:.0%})")
-        parts.append(
-            f"its {ctx.ttl_s:g} s {ctx.kind} ended at {ctx.s(t_end):.3f} s"
-            + (" " + " and ".join(why) if why else "")
+        ended = (
+            f"its {ctx.ttl_s:g} s {ctx.kind} ended"
+            if ctx.kind == "session" or ctx.leased
+            else f"the run's {ctx.ttl_s:g} s TTL ran out"  # whether this lock takes it, run.json does not say
         )
-    elif ctx.ttl_s and ctx.kind == "lease":
+        parts.append(f"{ended} at {ctx.s(t_end):.3f} s" + (" " + " and ".join(why) if why else ""))
+    elif ctx.ttl_s and ctx.kind == "lease" and ctx.leased:
         parts.append(f"its {ctx.ttl_s:g} s lease had not ended")
     parts.append(f"client {b.client} was granted at {ctx.s(b.start_ns):.3f} s")
     if v.kind == "witness":
@@ -639,8 +644,13 @@ DEFAULT_SESSION_S = 10.0
 
 
 def _lease(run: RunData, row: dict[str, Any]) -> tuple[float | None, str]:
-    """(seconds, "lease" | "session") of the case's lock: the TTL from run.json, or ZooKeeper's session timeout."""
+    """(seconds, "lease" | "session") of the case's lock: the TTL from run.json, or ZooKeeper's session timeout.
+
+    None when run.json says the impl takes no TTL (``impl_capabilities``, where recorded).
+    """
     params = run.meta.get("params") or {}
+    if _uses_ttl(run, row) is False:
+        return None, "lease"
     backend = text(row, "backend") or (text(row, "impl") or "").split(".")[0]
     if backend in SESSION_BACKENDS:
         lock_params = params.get("lock_params") or {}
@@ -660,6 +670,13 @@ def _lease(run: RunData, row: dict[str, Any]) -> tuple[float | None, str]:
         per = (params.get("per_workload") or {}).get(text(row, "workload") or "") or {}
         ttl = per.get("ttl", params.get("ttl_s"))
     return _positive(ttl), "lease"
+
+
+def _uses_ttl(run: RunData, row: dict[str, Any]) -> bool | None:
+    """run.json ``impl_capabilities[impl]["ttl"]`` when bench recorded it, else None (not known)."""
+    caps = (run.meta.get("impl_capabilities") or {}).get(text(row, "impl") or "")
+    value = caps.get("ttl") if isinstance(caps, dict) else None
+    return value if isinstance(value, bool) else None
 
 
 def _positive(value: Any) -> float | None:
@@ -693,6 +710,7 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
         *_lease(run, row), dict(bounds), late, int(history["t_ns"].min()),
         _pairs(history[(history["op"] == "fault").to_numpy(dtype=bool)], "fault"), _deaths(history),
         [int(t) for t in history.loc[(history["op"] == "service").to_numpy(dtype=bool), "t_ns"].dropna()],
+        leased=_uses_ttl(run, row) is True,
     )  # fmt: skip
     return [view(history, v, ctx, holds) for v in found]
 

@@ -58,7 +58,8 @@ def test_a_lease_overlap_names_both_holders_the_pause_and_the_lease(tmp_path: Pa
     assert len(views) == 1
     caption = views[0]["caption"]
     assert caption.startswith("client 1-u0 held flash-sale:item-0 from 0.001 s")
-    assert "its 1 s lease ended at 1.001 s while it was paused (the strike: 0.002-2.002 s)" in caption
+    # run.json does not say whether "x" takes the TTL: the TTL is named as the run's, not as its lease
+    assert "the run's 1 s TTL ran out at 1.001 s while it was paused (the strike: 0.002-2.002 s)" in caption
     assert "client 2-u0 was granted at 1.020 s" in caption
     assert "both wrote while both held (1.040-2.005 s)" in caption
     xs = [x for t in views[0]["data"] for x in t.get("x", []) if isinstance(x, float)]
@@ -166,3 +167,21 @@ def test_a_server_faults_recovery_names_the_service_and_the_grant_apart() -> Non
     assert "the service answered again after 1.3 s; the next grant after 0.2 s" in cell_for([row]).detail
     crash = {**row, "case": "c__crash", "service_back_ms_p50": None}
     assert "recovered in 0.2 s" in cell_for([crash]).detail
+
+
+def test_a_lease_is_said_only_where_the_lock_is_known_to_take_one(tmp_path: Path) -> None:
+    h = history(
+        ("1-u0", 0, "acquire", "ok", "L", 1 * MS),
+        ("2-u0", 0, "acquire", "ok", "L", 5 * MS),
+        ("2-u0", 1, "release", "invoke", "L", 9 * MS),
+        ("1-u0", 1, "release", "invoke", "L", 10 * MS),
+    )
+    row = {"case": "n", "impl": "redis.setnx-del", "verdict": "invalid"}
+    unknown = case_views(_run(tmp_path / "a", {"n": h}, [row], {"params": {"ttl_s": 10.0}}), row)[0]
+    assert "lease" not in unknown["caption"]  # run.json does not say whether it takes the TTL
+    leased = {"params": {"ttl_s": 10.0}, "impl_capabilities": {"redis.setnx-del": {"ttl": True}}}
+    said = case_views(_run(tmp_path / "b", {"n": h}, [row], leased), row)[0]
+    assert "its 10 s lease had not ended" in said["caption"]
+    none = {"params": {"ttl_s": 0.003}, "impl_capabilities": {"redis.setnx-del": {"ttl": False}}}
+    plain = case_views(_run(tmp_path / "c", {"n": h}, [row], none), row)[0]
+    assert "lease" not in plain["caption"] and not any("ends" in t["name"] for t in plain["data"])
