@@ -30,6 +30,7 @@ from resultsio.schema import (
     ALWAYS_COUNTED,
     CASES_SCHEMA,
     JSON_KIND,
+    NUMBER_CHECKS,
     SCHEMA_VERSION,
     TEXT_COLUMNS,
     RunMeta,
@@ -337,6 +338,16 @@ def _schema_problems(frame: pd.DataFrame, file: str) -> list[Problem]:
     keys = rest["column"].astype(str).where(~table, "")
     for (column, check), rows in rest.groupby([keys, rest["check"].astype(str)], sort=False, dropna=False):
         index = list(dict.fromkeys(i for i in rows["index"].tolist() if i is not None and not pd.isna(i)))
+        if check in NUMBER_CHECKS and column in frame.columns:
+            column_rank = (
+                declared.index(column) if column in declared else len(declared) + order.get(column, 0)
+            )
+            for sub, (what, labels) in enumerate(NUMBER_CHECKS[check].reasons(frame[column])):
+                cases = _cases_of(frame, labels)
+                text = f"{what} {_name_rows(frame, labels)}".strip()
+                problem = Problem(file, text, FIX_TABLE, column=column, cases=cases if cases else None)
+                found.append(((1, column_rank, sub), problem))
+            continue
         if check in _table_checks():
             column, what = check.split("|", 1)
             rank: tuple[Any, ...] = (

@@ -78,6 +78,11 @@ _RATIOS = (
 )  # fmt: skip
 #: Latencies that can only be positive (HDR percentiles); gaps and schedule lags may be negative.
 _LATENCY = re.compile(r"^(acquire|release|hold|read_acquire|write_acquire|solo_hold|loop_lag|cs)_\w*_us$")
+#: Numbers without a tighter rule: handoff gaps and schedule lags (may be negative), arrival figures, windows.
+_OTHER_NUMBERS = (
+    r"^(handoff|arrival|schedule|recovery)\w*_(us|ms|s)$|^recovery_ms_\w+$"
+    r"|^(fault_window|case_wall|locust_startup|stuck_bound|recovery_expected)_s$"
+)
 #: Percentile columns that must rise with the percentile, where present.
 PERCENTILE_ORDER = (
     ("acquire_p50_us", "acquire_p90_us", "acquire_p99_us", "acquire_p999_us", "acquire_max_us"),
@@ -148,16 +153,71 @@ IS_NUMBER = "is not a number"
 NOT_FINITE = "is infinite"
 
 
+@dataclass(frozen=True)
+class NumberCheck:
+    """A number column's checks in one pass: a number, finite, within [lo, hi], whole when asked.
+
+    Why one check and not five: pandera's cost is per check and column (a few ms each on a busy
+    machine, and bench history reads every folder); a column that passes costs one pass. When
+    it fails, :meth:`reasons` says which rule each failed cell broke, in this order, so the
+    error still names the rule.
+    """
+
+    lo: float
+    hi: float
+    whole: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"number[{self.lo:g}, {self.hi:g}{', whole' if self.whole else ''}]"
+
+    def rules(self) -> list[tuple[str, Callable[[pd.Series], bool | pd.Series]]]:
+        out: list[tuple[str, Callable[[pd.Series], bool | pd.Series]]] = [
+            (IS_NUMBER, _is_number),
+            (NOT_FINITE, _finite),
+        ]
+        if self.lo >= 0:
+            out.append(("is negative", _between(0, math.inf)))
+            out.append((f"is implausibly large (above {self.hi:g})", _between(-math.inf, self.hi)))
+        else:
+            out.append(
+                (f"is out of range (plausible: {self.lo:g} .. {self.hi:g})", _between(self.lo, self.hi))
+            )
+        if self.whole:
+            out.append(("is not a whole number", _whole))
+        return out
+
+    def __call__(self, column: pd.Series) -> bool | pd.Series:
+        ok = np.ones(len(column), dtype=bool)
+        for _, rule in self.rules():
+            result = rule(column)
+            if result is not True:
+                ok &= np.asarray(result, dtype=bool)
+        return _verdict(column, ok)
+
+    def reasons(self, column: pd.Series) -> list[tuple[str, list[Any]]]:
+        """(rule broken, row labels) for each rule some cell breaks; a cell counts under its first rule."""
+        seen = np.zeros(len(column), dtype=bool)
+        out = []
+        for error, rule in self.rules():
+            result = rule(column)
+            if result is True:
+                continue
+            bad = ~np.asarray(result, dtype=bool) & ~seen
+            seen |= bad
+            if bad.any():
+                out.append((error, list(column.index[bad])))
+        return out
+
+
+#: every NumberCheck of the schema by its pandera check name (the reader asks it why a cell failed)
+NUMBER_CHECKS: dict[str, NumberCheck] = {}
+
+
 def _number_checks(lo: float, hi: float, whole: bool = False) -> list[pa.Check]:
-    out = [_check(_is_number, IS_NUMBER), _check(_finite, NOT_FINITE)]
-    if lo >= 0:
-        out.append(_check(_between(0, math.inf), "is negative"))
-        out.append(_check(_between(-math.inf, hi), f"is implausibly large (above {hi:g})"))
-    else:
-        out.append(_check(_between(lo, hi), f"is out of range (plausible: {lo:g} .. {hi:g})"))
-    if whole:
-        out.append(_check(_whole, "is not a whole number"))
-    return out
+    check = NumberCheck(lo, hi, whole)
+    NUMBER_CHECKS[check.name] = check
+    return [pa.Check(check, element_wise=False, ignore_na=False, name=check.name, error=check.name)]
 
 
 def _count(name: str, nullable: bool = True) -> pa.Column:
@@ -207,14 +267,8 @@ def _columns() -> dict[str, pa.Column]:
     cols["duration_s"] = pa.Column(None, checks=_number_checks(0, MAX_S), nullable=True, name="duration_s")
     cols[_LATENCY.pattern] = pa.Column(None, checks=_number_checks(0, MAX_US), nullable=True, regex=True)
     cols[r"^lockstat_\w+$"] = pa.Column(None, checks=_number_checks(0, MAX_COUNT), nullable=True, regex=True)
-    # every other number: finite where it is a number (handoff gaps and lags may be negative)
-    cols[r"^\w+_(us|ms|s)$|^\w+_ms_\w+$"] = pa.Column(
-        None,
-        checks=[_check(_is_number, IS_NUMBER), _check(_finite, NOT_FINITE),
-                _check(_between(-MAX_US, MAX_US), f"is out of range (plausible: {-MAX_US:g} .. {MAX_US:g})")],
-        nullable=True,
-        regex=True,
-    )  # fmt: skip
+    # the other numbers bench writes: finite where they are numbers (handoff gaps and lags may be negative)
+    cols[_OTHER_NUMBERS] = pa.Column(None, checks=_number_checks(-MAX_US, MAX_US), nullable=True, regex=True)
     for name in TEXT_COLUMNS:  # text: any string, or empty
         cols.setdefault(name, pa.Column(None, nullable=True, name=name))
     for name, column in cols.items():
@@ -234,7 +288,7 @@ def trial_group(case_id: str) -> str:
 
 
 def _groups(frame: pd.DataFrame) -> pd.Series:
-    return frame["case"].astype("string").fillna("").map(trial_group)
+    return frame["case"].astype("string").fillna("").str.replace(_TRIAL.pattern, "", regex=True)
 
 
 @dataclass(frozen=True)
@@ -269,8 +323,11 @@ def _counted_in_every_trial(column: str) -> Callable[[pd.DataFrame], pd.Series]:
     def check(frame: pd.DataFrame) -> pd.Series:
         if column not in frame:
             return pd.Series(True, index=frame.index)
-        empty = numbers(frame[column]).isna() & _blank(frame[column])
-        partly = empty & empty.groupby(_groups(frame)).transform(lambda e: not e.all())
+        empty = numbers(frame[column]).isna()
+        if not empty.any():
+            return True
+        empty &= _blank(frame[column])
+        partly = empty & ~empty.groupby(_groups(frame)).transform("all")
         return ~partly
 
     return check
