@@ -244,6 +244,11 @@ class PotteryRedlock(_Adapter):
     five masters as ``redis.redlock``.
     """
 
+    @staticmethod
+    def quorum_key(name: str) -> str:
+        """The key pottery's Redlock takes on each master for lock ``name`` (its own 'redlock:' prefix)."""
+        return f"redlock:{KEY_PREFIX}{name}"
+
     id = "redis.pottery-redlock"
     servers = 5
     summary = "pottery.Redlock (RedLock, thread pool fan-out, random retry up to 200 ms)"

@@ -216,6 +216,11 @@ class RedLock(Lock):
     the sum of validity left at acquisition (``validity_left_ms_sum``).
     """
 
+    @staticmethod
+    def quorum_key(name: str) -> str:
+        """The key lock ``name`` takes on each master (faults that arrange a vote need it)."""
+        return lock_key(name)
+
     id = "redis.redlock"
     backend = "redis"
     servers = 5

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -289,6 +288,7 @@ class FaultThread(threading.Thread):
         labels: list[str] | None = None,
         servers: list[Any] | None = None,
         session_s: float | None = None,
+        quorum_keys: dict[str, list[str]] | None = None,
     ) -> None:
         super().__init__(name=f"fault-{spec.kind}", daemon=True)
         self.spec = spec
@@ -320,6 +320,8 @@ class FaultThread(threading.Thread):
         self.lease_s = lease_s
         #: a session timeout the lock rests on (ZooKeeper), which a partition's cut must outlast
         self.session_s = session_s
+        #: case label -> the keys its lock takes on each master (RedLock's arms arrange the vote)
+        self.quorum_keys = quorum_keys or {}
         self.error: str | None = None
         self._cancel = threading.Event()
 
@@ -552,6 +554,8 @@ class FaultThread(threading.Thread):
             return FaultWindow(
                 "failover", timings["start"], time.monotonic_ns(), "master killed with unreplicated writes"
             )
+        if spec.kind in REDLOCK_ARMS:  # stops two masters before it triggers
+            return self._redlock_restart(trigger)
         if not trigger():
             return None
         if spec.is_partition:
@@ -562,8 +566,6 @@ class FaultThread(threading.Thread):
             return FaultWindow(spec.kind, start, healed, detail)
         missed: dict[str, str] = {}
         target = self.server
-        if spec.kind in REDLOCK_ARMS:
-            return self._redlock_restart(trigger)
         if spec.kind == "restart" and len(self.servers) > 1:
             target, missed = self._restart_target()
         start = time.monotonic_ns()
@@ -596,45 +598,64 @@ class FaultThread(threading.Thread):
             time.sleep(0.02)
         return 0
 
-    #: Of RedLock's 5 masters, these are stopped (SIGSTOP) while the holder acquires, so that it
-    #: wins with exactly the other 3: a bare majority, the case a restart can break.
-    STOPPED_FOR_BARE_MAJORITY = (3, 4)
+    #: Of RedLock's 5 masters, these two hold every case's lock key for a phantom owner while
+    #: bench arms a strike, so each grant meanwhile rests on exactly the other three.
+    BLOCKED_FOR_BARE_MAJORITY = (3, 4)
+    PHANTOM = "lockbench-phantom-voter"
+
+    def _phantom(self, servers: list[Any], on: bool) -> None:
+        """Give (``on``) or take back every case's lock key on ``servers`` from a phantom owner."""
+        keys = [k for box in self.mailboxes for k in self.quorum_keys.get(box.label, [])]
+        for server in servers:
+            client = redis.Redis.from_url(server.url, socket_connect_timeout=2, socket_timeout=5)
+            try:
+                pipe = client.pipeline(transaction=False)
+                for key in keys:
+                    if on:
+                        pipe.set(key, self.PHANTOM, px=60_000)
+                    else:
+                        pipe.delete(key)
+                pipe.execute()
+            finally:
+                client.close()
 
     def _redlock_restart(self, trigger: Callable[[], bool]) -> FaultWindow | None:
         """Restart one of the holder's 3 masters (the arms of :data:`REDLOCK_ARMS`).
 
-        Two masters are stopped before the arming, so every grant meanwhile rests on the other
-        three; once a holder claims, one of its masters is killed (SIGKILL) and, with the two
-        stopped ones resumed, three masters are free of its key: a waiter can take the lock
-        while the holder still holds it, unless the restarted master kept the key (AOF) or
-        stayed down longer than the lease (``restart-delayed``).
+        Before the arming, two masters get every case's lock key for a phantom owner (a
+        waiter's vote that split, as when waiters race): a holder granted meanwhile owns
+        exactly the other three. Once it claims, one of its three is SIGKILLed, the phantom
+        keys go, and the killed master starts again: at once without persistence
+        (``restart-bare``: three masters are free while the holder holds), at once from its
+        AOF (``restart-aof``), or after the lease (``restart-delayed``). Unlike stopping the
+        two masters, this holds for any RedLock client, whatever its reply timeouts.
         """
-        if len(self.servers) < 5:
-            raise RuntimeError(f"{self.spec.kind} needs RedLock's 5 masters, got {len(self.servers)}")
-        stopped = [self.servers[i] for i in self.STOPPED_FOR_BARE_MAJORITY]
-        for server in stopped:
-            server.process.kill(signal.SIGSTOP)
+        if len(self.servers) < 5 or not self.quorum_keys:
+            raise RuntimeError(f"{self.spec.kind} needs RedLock's 5 masters and its lock keys")
+        blocked = [self.servers[i] for i in self.BLOCKED_FOR_BARE_MAJORITY]
+        self._phantom(blocked, on=True)
         try:
             if not trigger():
                 return None
-            running = [sv for sv in self.servers if sv not in stopped]
+            running = [sv for sv in self.servers if sv not in blocked]
             target, missed = self._restart_target(running)
             start = time.monotonic_ns()
             target.process.kill()
             if target.process.popen is not None:
                 target.process.popen.wait(10)
-            delayed = self.spec.kind == "restart-delayed"
         finally:
-            for server in stopped:
-                server.process.kill(signal.SIGCONT)
-        if delayed:  # kept down longer than the lease: the holder's keys elsewhere expire first
-            self._cancel.wait((self.lease_s or 10.0) + 0.5)
+            self._phantom(blocked, on=False)
+        freed = time.monotonic_ns()  # the lock service (a quorum of masters) serves on meanwhile
+        down_s = (self.lease_s or 10.0) + 0.5
+        if self.spec.kind == "restart-delayed":  # the holder's keys elsewhere expire first
+            self._release_holder()  # as after any strike: never past half its lease
+            self._cancel.wait(max(0.0, down_s - (time.monotonic_ns() - start) / 1e9))
         target.start()
         name = target.process.name
-        how = {"restart-bare": "at once, no persistence", "restart-aof": "at once, with its AOF (everysec)",
-               "restart-delayed": f"after {(self.lease_s or 10.0) + 0.5:g} s, no persistence"}[self.spec.kind]  # fmt: skip
-        detail = f"held on 3 of 5 masters (2 stopped while it acquired); killed {name}, started again {how}"
-        return FaultWindow(self.spec.kind, start, time.monotonic_ns(), detail, missed)
+        how = {"restart-bare": "at once, no persistence", "restart-aof": "at once, from its AOF (everysec)",
+               "restart-delayed": f"after {down_s:g} s, no persistence"}[self.spec.kind]  # fmt: skip
+        detail = f"held on exactly 3 of 5 masters (2 voted for a phantom); killed {name}, started again {how}"
+        return FaultWindow(self.spec.kind, start, time.monotonic_ns(), detail, missed, freed)
 
     def _restart_target(self, candidates: list[Any] | None = None) -> tuple[Any, dict[str, str]]:
         """Of several masters (RedLock), the one holding the most holders' keys, and whose it is not."""
@@ -644,7 +665,7 @@ class FaultThread(threading.Thread):
             owners: set[str] = set()
             try:
                 client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
-                for key in client.scan_iter(match="lockbench:*", count=1000):
+                for key in client.scan_iter(match="*lockbench:*", count=1000):
                     text = key.decode() if isinstance(key, bytes) else str(key)
                     if text.endswith(":fence"):
                         continue  # a token counter outlives every grant

@@ -36,7 +36,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bench.nemesis.faults import FaultThread, namespace
 from bench.run.reset import reset_lock_state
-from bench.run.runner import Case, CaseFailed, ServerDied, finish_case, lock_servers_of, locust_argv
+from bench.run.runner import (
+    Case,
+    CaseFailed,
+    ServerDied,
+    finish_case,
+    lock_servers_of,
+    locust_argv,
+    quorum_keys,
+)
 from infra import server_stats
 from infra.stack import Stack
 
@@ -122,7 +130,7 @@ def run_group(
             first.fault, server, resources, deadline_s=duration, strikes=first.settings.strikes,
             grants_between=first.settings.grants_between, lease_s=first.settings.ttl,
             labels=[str(i) for i in range(len(cases))], servers=servers,
-            session_s=first.settings.lock_params.get("session_timeout"),
+            session_s=first.settings.lock_params.get("session_timeout"), quorum_keys=quorum_keys(cases),
         )  # fmt: skip
     codes: list[int | BaseException] = [0] * len(cases)
     exited: list[int] = [0] * len(cases)
