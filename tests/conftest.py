@@ -83,7 +83,7 @@ SERVER_FIXTURES = {
 LONG_FIRST = (
     "test_matrix.py", "test_run_timing.py", "test_faults.py", "test_gate.py", "test_zookeeper_locks.py",
     "test_earned_green.py", "test_fencing_order.py", "test_read_mostly.py", "test_e2e.py",
-    "test_partitions.py",
+    "test_partitions.py", "test_damaged_results.py",
 )  # fmt: skip
 
 
