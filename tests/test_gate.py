@@ -243,6 +243,19 @@ def test_an_undecided_candidate_verdict_is_not_a_pass(tmp_path: Path) -> None:
     assert run_gate(base, cand, ["throughput:-5%"]).exit_code == 2
 
 
+def test_a_baseline_whose_every_verdict_is_unknown_is_not_a_pass(tmp_path: Path) -> None:
+    """Issue 34: "no new violation" against a baseline the checkers could not decide means nothing."""
+    base = write_run(
+        tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000), "verdict": ["unknown"] * 5}}
+    )
+    cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(1000, seed=2)}})
+    result = run_gate(base, cand, ["throughput:-5%"])
+    safety = next(r for r in result.rows if r.metric == "violations")
+    assert safety.verdict == "not enough data" and "every baseline trial" in safety.note
+    assert result.exit_code == 2
+    assert run_gate(cand, cand, ["throughput:-5%"]).exit_code == 0  # the same candidate against itself passes
+
+
 def test_json_output(tmp_path: Path) -> None:
     base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
     cand = write_run(tmp_path, "b", {"redis.x": {"throughput_acq_s": noisy(800)}})
