@@ -15,11 +15,11 @@ chosen folders' files; this module only names them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.results.folder import SCHEMA_VERSION
+from resultsio import parse_json
 
 #: Folders under a results root that hold no runs (the same list as bench history's).
 EXCLUDED = ("baselines", "comparisons", "history")
@@ -48,7 +48,8 @@ def _commit(value: object) -> str:
 
 def _meta(path: Path) -> dict | None:
     try:
-        meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        # depth-limited (resultsio): a damaged, deeply nested run.json beside the run is skipped, not a crash
+        meta = parse_json((path / "run.json").read_bytes())
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
