@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from bench.measure import evidence
+from bench.run.case import Case, RunSettings
 from bench.run.command import summary_table
-from bench.run.runner import Case, RunSettings, locust_argv
+from bench.run.locust import locust_argv
 from workloads.checks.core import check_flash_sale, check_stock, indeterminate_purchases
 from workloads.harness.catalog import WORKLOADS
 from workloads.harness.recording import HISTORY_COLUMNS, history_frame
@@ -217,8 +218,8 @@ def test_progress_line_has_rate_elapsed_and_an_eta_for_the_whole_run() -> None:
 
 
 def test_eta_counts_a_solo_calibration_by_what_it_took_not_its_longest_window() -> None:
+    from bench.run.case import calibration_case
     from bench.run.progress import LiveProgress
-    from bench.run.runner import calibration_case
 
     case = Case(
         impl="redis.i", backend="redis", workload=WORKLOADS["flash-sale"], settings=RunSettings(duration=8)

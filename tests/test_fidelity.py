@@ -17,8 +17,8 @@ import pytest
 from bench.errors import UserError
 from bench.measure import fidelity
 from bench.measure.analysis import percentiles
+from bench.run.case import CALIBRATION_S, SOLO_ACQUISITIONS, Case, RunSettings, with_calibration
 from bench.run.command import resolve_processes
-from bench.run.runner import CALIBRATION_S, SOLO_ACQUISITIONS, Case, RunSettings, with_calibration
 from tests.helpers import bench
 from tests.test_gate import gate, noisy, write_run
 from workloads.checks.stop_rules import StopRule

@@ -104,7 +104,11 @@ def test_plan_puts_fault_topologies_in_their_own_lanes() -> None:
     assert not any(c.impl == "redis.redlock" and c.matrix_scenario == "failover" for c in cases)
     assert ("redis.redlock", "clock-skew") in names and skipped == []
     lanes = plan_lanes(cases, fixed_servers=set())
-    assert {(ln.backend, ln.topology) for ln in lanes} == {("redis", None), ("redis", "sentinel"), ("redis", "aof-everysec")}
+    assert {(ln.backend, ln.topology) for ln in lanes} == {
+        ("redis", None),
+        ("redis", "sentinel"),
+        ("redis", "aof-everysec"),
+    }
     assert sum(len(ln.cases) for ln in lanes) == len(cases)
     # a server the user gave is never broken on purpose, and stays one lane
     cases, skipped = plan_matrix([], ["redis.set-nx-px-lua"], ["restart", "crash"], fixed_servers={"redis"})

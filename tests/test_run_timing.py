@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.run.runner import CASE_PHASES, RUN_PHASES, SOLO_ACQUISITIONS
+from bench.run.case import SOLO_ACQUISITIONS
+from bench.run.timing import CASE_PHASES, RUN_PHASES
 from tests.helpers import PROJECT, bench
 from workloads.harness.recording import decode_histogram
 

@@ -19,8 +19,9 @@ import pytest
 from bench.matrix.tables import grid, undecided
 from bench.measure import strikes
 from bench.nemesis.faults import FaultThread, FaultWindow, StrikeMark, parse_fault
+from bench.run.case import RunSettings
 from bench.run.group import resource_db
-from bench.run.runner import RunSettings, stall_reason, with_fault_windows
+from bench.run.judge import stall_reason, with_fault_windows
 from dashboards.cells import cell_for
 from dashboards.matrix import summarize, trial_class
 from infra.redis_server import RedisServer

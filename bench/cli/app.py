@@ -400,7 +400,7 @@ def calibrate_cmd(
     from rich.console import Console as RichConsole
 
     from bench.run.calibrate import calibrate_command
-    from bench.run.runner import RunSettings
+    from bench.run.case import RunSettings
     from workloads.harness.distributions import SpecError, parse_distribution
 
     sources = check_options(ctx)

@@ -42,10 +42,11 @@ from bench.nemesis.scenarios import USERS, Scenario, scenarios_at
 from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
+from bench.run.case import Case, CaseFailed, RunSettings
 from bench.run.command import _check_user_dsns, plan_impls, with_recovery_bound
 from bench.run.group import group_size, groupable, run_group
-from bench.run.runner import Case, CaseFailed, RunSettings, endpoints_for_meta, run_case
-from bench.run.runner import _run_locust as cold_locust
+from bench.run.locust import _run_locust as cold_locust
+from bench.run.runner import endpoints_for_meta, run_case
 from bench.run.warm import WarmLocust, WarmLocustError
 from bench.validate import did_you_mean
 from infra.stack import Stack

@@ -17,9 +17,10 @@ from rich.table import Table
 from bench.errors import UserError
 from bench.measure import fidelity
 from bench.measure.floors import floors as measure_floors
+from bench.run.case import Case as RunCase
+from bench.run.case import RunSettings
 from bench.run.command import plan_impls
-from bench.run.runner import Case as RunCase
-from bench.run.runner import RunSettings, calibrate_solo, new_calibration
+from bench.run.runner import calibrate_solo, new_calibration
 from infra.stack import Stack
 from workloads.harness.catalog import WORKLOADS
 

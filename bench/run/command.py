@@ -24,17 +24,11 @@ from bench.results import meta
 from bench.results.folder import ResultsWriteError, RunFolder, write_merged_histograms
 from bench.results.matrices import sources_for_run
 from bench.results.redact import redact_text
+from bench.run.case import Case, RunSettings, ServerDied, with_calibration
 from bench.run.progress import LiveProgress
-from bench.run.runner import (
-    Case,
-    RunSettings,
-    RunTiming,
-    ServerDied,
-    endpoints_for_meta,
-    run_plan,
-    with_calibration,
-)
+from bench.run.runner import endpoints_for_meta, run_plan
 from bench.run.testhost_stack import TestHostStack
+from bench.run.timing import RunTiming
 from bench.run.warm import WarmLocust
 from infra.stack import Stack
 from infra.testhosts import TestHostNet

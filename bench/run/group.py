@@ -35,16 +35,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.nemesis.faults import FaultThread, namespace
+from bench.run.case import Case, CaseFailed, ServerDied
+from bench.run.locust import locust_argv
 from bench.run.reset import reset_lock_state
-from bench.run.runner import (
-    Case,
-    CaseFailed,
-    ServerDied,
-    finish_case,
-    lock_servers_of,
-    locust_argv,
-    quorum_keys,
-)
+from bench.run.runner import finish_case, lock_servers_of, quorum_keys
 from infra import server_stats
 from infra.stack import Stack
 

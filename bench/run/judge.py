@@ -1,0 +1,280 @@
+"""Judging a recorded case: its history with the fault's strikes, the checkers, one cases.csv row.
+
+Pure apart from reading the recording it is given: what the fault did (each strike and its
+precondition) goes into the history first, then the workload's checker, the metrics, the
+strikes and the evidence rule, the fidelity of the load, and why a violation may be a stall.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.measure import analysis, arrival_metrics, evidence, fidelity, strikes
+from bench.measure.evidence import checker_reason
+from bench.nemesis import partitions
+from bench.nemesis.faults import FaultWindow, StrikeMark
+from bench.run.case import (
+    Case,
+    RunSettings,
+)
+from workloads.checks.recovery import server_recovery_columns
+from workloads.harness.recording import decode_histogram
+
+
+def with_fault_windows(
+    history: pd.DataFrame, windows: list[FaultWindow], marks: list[StrikeMark] | None = None
+) -> pd.DataFrame:
+    """The history plus every strike as an invoke/ok pair of op ``fault`` by client ``bench`` (seq = strike).
+
+    With ``marks`` (what each strike was to this case), each strike also gets a ``strike``
+    row at its start: ``ok`` when its precondition held (the case's holder was inside, on the
+    struck server), ``fail`` with the reason when it missed; the holder's client id is in
+    ``lock``. Without marks (an older history) every strike counts, as it did.
+    """
+    if not windows:
+        return history
+    n = len(windows)
+    frames = {
+        "client": ["bench"] * (2 * n),
+        "seq": [i for i in range(n) for _ in (0, 1)],
+        "op": ["fault"] * (2 * n),
+        "type": ["invoke", "ok"] * n,
+        "lock": [w.kind for w in windows for _ in (0, 1)],
+        "t_ns": [t for w in windows for t in (w.start_ns, w.end_ns)],
+        "error": [w.detail for w in windows for _ in (0, 1)],
+    }
+    for i, w in enumerate(windows):  # when the struck service answered again (recovery counts from it)
+        frames["client"].append("bench")
+        frames["seq"].append(i)
+        frames["op"].append("service")
+        frames["type"].append("ok")
+        frames["lock"].append(w.kind)
+        frames["t_ns"].append(w.service_ns)
+        frames["error"].append("")
+    by_strike = {m.strike: m for m in marks or []}
+    if marks is not None:
+        for i, w in enumerate(windows):
+            mark = by_strike.get(i)
+            frames["client"].append("bench")
+            frames["seq"].append(i)
+            frames["op"].append("strike")
+            frames["type"].append("ok" if mark is not None and mark.hit else "fail")
+            frames["lock"].append((mark.holder if mark else None) or "")
+            frames["t_ns"].append(w.start_ns)
+            frames["error"].append(
+                "" if mark is not None and mark.hit else (mark.reason if mark else "the case had ended")
+            )
+    rows = pd.DataFrame(frames)
+    rows["token"] = pd.array([None] * len(rows), dtype="Int64")
+    rows["value"] = pd.array([None] * len(rows), dtype="Int64")
+    rows = rows[list(history.columns)] if set(history.columns) == set(rows.columns) else rows
+    merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
+    return merged.sort_values("t_ns", kind="stable").reset_index(drop=True)
+
+
+def judge(
+    case: Case,
+    settings: RunSettings,
+    recording: dict[str, Any],
+    history: pd.DataFrame,
+    history_file: Path,
+    solo: fidelity.Solo | None = None,
+) -> dict[str, Any]:
+    """Checkers and metrics for one recorded case; ``solo`` is its impl's calibration, if any."""
+    verdict = case.workload.check_function()(history, recording["final_state"])
+    hists = {name: decode_histogram(text) for name, text in recording["histograms"].items()}
+    window = analysis.steady_window(history)
+    params = {**case.params, "trial": case.trial, "users": settings.users, "processes": settings.processes}
+    row = analysis.case_row(
+        case.case_id, case.impl, case.workload.name, params, history, hists, verdict, window
+    )
+    row["scenario"] = case.scenario
+    row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")
+    row["fault"] = case.fault.label if case.fault else ""
+    arrival_columns, arrival_hists = arrival_metrics.arrival_summary(
+        history, recording.get("final_state"), settings.workload_options.get("patience")
+    )
+    row.update(arrival_columns)
+    row["data_safe"] = data_safe(row)
+    fault_info = recording.get("fault") or {}
+    fault_case = _fault_columns(row, case, settings, recording, history)
+    row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
+    row["verdict_reason"] = checker_reason(verdict.results, row["verdict"])
+    # a verdict needs evidence (bench/measure/evidence.py): enough acquisitions, not mostly server errors
+    evidence.apply(
+        row, history, fault_injected=case.fault is not None, recording_complete=recording.get("complete", True),
+        recording_problems=recording.get("problems", []), duration_s=settings.duration,
+        spawn_s=settings.users / settings.spawn_rate if settings.spawn_rate else None,
+    )  # fmt: skip
+    if fault_case:
+        _grade(row, case, settings, fault_info)
+    _load_columns(row, settings, recording, case, solo)
+    return {
+        "row": row,
+        "histograms": {**recording["histograms"], **arrival_hists},
+        "history_file": history_file,
+        "extra": _extra(recording, verdict),
+    }
+
+
+def data_safe(row: dict[str, Any]) -> bool:
+    """Did the data survive, whatever the lock did? No oversold or lost units, no stale write accepted.
+
+    The lock may fail (overlaps) while the data stays right (fencing refused the stale writes);
+    with fencing on, tokens out of grant order or refused legitimate writes void that claim:
+    the resource trusted an order that was not there. With fencing off the resource trusted
+    no token, so their order says nothing about the data.
+    """
+    fenced_columns = (
+        ("fencing_order_violations", "legit_writes_refused") if row.get("fencing") != "off" else ()
+    )
+    damage = [
+        row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted", *fenced_columns)
+    ]
+    return not any(v and v == v for v in damage)
+
+
+def _fault_columns(
+    row: dict[str, Any], case: Case, settings: RunSettings, recording: dict[str, Any], history: pd.DataFrame
+) -> bool:
+    """The fault's columns (window, strikes that counted, recovery, partition); True for a fault case."""
+    fault_info = recording.get("fault") or {}
+    if fault_info.get("start_ns") is not None:
+        row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
+    # how much of its fault the case saw, and whether a "survived" is earned (bench/measure/strikes.py)
+    skewed = bool(settings.clock_skew and settings.skewed_clients)
+    fault_case = case.fault is not None or case.workload.name in strikes.FAULT_WORKLOADS or skewed
+    if fault_case:
+        kind = "clock-skew" if skewed and case.fault is None else case.workload.name
+        times, missed = strikes.strike_record(history, kind, settings.ttl, case.fault is not None)
+        row.update(strikes.columns(history, times, missed))
+        if case.fault is not None and case.fault.at_seconds is None:
+            row.update(server_recovery_columns(history))
+    if case.workload.name == "crash":
+        row["stuck_bound_s"] = settings.workload_options.get("stuck_bound")
+    for key in ("recovery_expected_s", "recovery_by"):
+        if key in case.params:
+            value = case.params[key]
+            # a lock that never frees a dead holder: empty here, and recovery_by says "never"
+            row[key] = None if isinstance(value, float) and value == float("inf") else value
+    if recording.get("partition") is not None and fault_info.get("start_ns") is not None:
+        # judged again with the workers' clock bounds: a grant within them of the cut or heal is undecided
+        row.update(
+            partitions.after_heal_columns(
+                history, fault_info["start_ns"], fault_info["end_ns"], fault_info.get("holder"),
+                (recording.get("final_state") or {}).get("clock_uncertainty_ns"),
+            )
+        )  # fmt: skip
+    return fault_case
+
+
+def _grade(row: dict[str, Any], case: Case, settings: RunSettings, fault_info: dict[str, Any]) -> None:
+    """The evidence grade of a fault case; a fault that never struck (or always missed) proved nothing."""
+    row["evidence"] = strikes.grade(row, settings.evidence, fault_case=True)
+    row["evidence_target"] = settings.evidence.text()
+    row["evidence_target_k"] = settings.evidence.strikes
+    row["evidence_target_n"] = settings.evidence.acquisitions
+    if row["evidence"] == "not-struck":
+        what = case.fault.label if case.fault else f"the {case.workload.name} event"
+        why = (
+            fault_info.get("error")
+            or row.get("strikes_missed_reason")
+            or fault_info.get("stopped_early")
+            or "no holder claimed it in time"
+        )
+        row["verdict"] = "unknown"
+        row["verdict_reason"] = f"{what} did not strike ({why}): not tested"
+
+
+def _load_columns(
+    row: dict[str, Any],
+    settings: RunSettings,
+    recording: dict[str, Any],
+    case: Case,
+    solo: fidelity.Solo | None,
+) -> None:
+    """What the load cost the servers and the generator, and whether the figures are the lock's."""
+    shares = [
+        w.get("cpu_share") for w in recording.get("workers", {}).values() if w.get("cpu_share") is not None
+    ]
+    row["harness_cpu_max"] = max(shares) if shares else None
+    commands = recording.get("server_commands")
+    commands = {} if commands is None else commands
+    acquisitions = row.get("acquisitions") or 0
+    # a failed read or a counter reset (server restart) leaves no count: n/a with its reason, never a number
+    row["server_cmds_reason"] = getattr(commands, "error", "")
+    row["server_cmds_per_acquire"] = (
+        sum(commands.values()) / acquisitions
+        if commands and acquisitions and not row["server_cmds_reason"]
+        else None
+    )
+    # Does the row describe the lock or the load generator? (bench/measure/fidelity.py)
+    row.update(
+        fidelity.columns(
+            row,
+            solo,
+            case.workload.name in fidelity.CALIBRATED_WORKLOADS,
+            recording.get("workers", {}),
+            recording.get("lock_stats") or {},
+            (recording.get("server_cpu") or {}).get("seconds"),
+        )
+    )
+    for key, value in sorted((recording.get("lock_stats") or {}).items()):
+        row[f"lockstat_{key}"] = value
+    row["stall_reason"] = stall_reason(row, settings)
+
+
+def _extra(recording: dict[str, Any], verdict: Any) -> dict[str, Any]:
+    """The case's bookkeeping kept beside its histograms (hist/<case>.json)."""
+    return {
+        "recording_complete": recording.get("complete", True),
+        "recording_problems": recording.get("problems", []),
+        "workers": recording.get("workers", {}),
+        "merged_totals": recording.get("merged_totals", {}),
+        "final_state": recording.get("final_state", {}),
+        "server_commands": recording.get("server_commands", {}),
+        "server_cpu": recording.get("server_cpu"),
+        "lock_stats": recording.get("lock_stats", {}),
+        "fault": recording.get("fault"),
+        "clock_offsets": recording.get("clock_offsets") or {},
+        "checks": [
+            {"name": r.name, "status": r.status, "counters": r.counters, "detail": r.detail}
+            for r in verdict.results
+        ],
+    }
+
+
+def stall_reason(row: dict[str, Any], settings: RunSettings) -> str:
+    """Why a failed case's violation may be a stall of the load generator's own process, "" if not.
+
+    A holder whose Locust loop ran late longer than its lease or session (or late most of the
+    time) was paused, whatever fault the case was about: the violation is real (a pause breaks
+    a lease lock) but it is not the scenario's fault's doing, and the reader must be told.
+    """
+    if row.get("verdict") != "invalid":
+        return ""
+    late = row.get("loop_lag_late_share")
+    p99_us = row.get("loop_lag_p99_us")
+    lease = settings.lock_params.get("session_timeout") or settings.ttl
+    what = "session" if settings.lock_params.get("session_timeout") else "lease"
+    late_ok = isinstance(late, int | float) and late == late
+    p99_ok = isinstance(p99_us, int | float) and p99_us == p99_us
+    over_share = late_ok and late > fidelity.LATE_SHARE_LIMIT
+    over_lease = p99_ok and lease and p99_us / 1e6 > float(lease)
+    if not (over_share or over_lease):
+        return ""
+    parts = []
+    if late_ok:
+        parts.append(f"loop late {late:.0%}")
+    if p99_ok:
+        parts.append(f"lag p99 {p99_us / 1e6:.2g} s")
+    cause = (
+        f"the scenario's {row.get('fault') or row.get('workload')}" if row.get("fault") else "the scenario"
+    )
+    return (
+        f"a Locust process stalled ({', '.join(parts)}) against a {float(lease):g} s {what}: the violation may be "
+        f"a pause of the load generator, not {cause}"
+    )

@@ -1,0 +1,212 @@
+"""Locust for a case: its command line, and starting it here or on test hosts.
+
+bench never imports Locust: a case's Locust runs as a subprocess (``python -m locust -f
+workloads/<name>.py --headless``), or as a fork of the warm process (bench/run/warm.py)
+with the same argv. The URLs go to a 0600 file, never onto the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.errors import raise_if_interrupted
+from bench.nemesis import partitions
+from bench.nemesis.faults import HOLD_FOR
+from bench.run.case import (
+    Case,
+    RunSettings,
+)
+from infra.ports import free_port
+from infra.process import die_with_parent
+from infra.stack import Stack
+
+#: File the Locust child rewrites every second with its progress (see workloads/harness/locust_glue.py).
+PROGRESS_FILE = "progress.json"
+#: File in a case's scratch folder (mode 0600) that carries the server URLs to Locust.
+URLS_FILE = "urls.json"
+
+
+def write_urls_file(out: Path, lock_urls: list[str], resource_url: str) -> Path:
+    """The URLs, passwords included, in a file only this user can read: ``ps`` shows argv to all."""
+    path = out / URLS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"lock_urls": list(lock_urls), "resource_url": resource_url}, fh)
+    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
+    return path
+
+
+def locust_argv(
+    case: Case,
+    settings: RunSettings,
+    lock_urls: list[str],
+    resource_url: str,
+    out: Path,
+    last_case: bool = False,
+    lock_namespace: str = "",
+) -> list[str]:
+    """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it."""
+    urls_file = write_urls_file(out, lock_urls, resource_url)
+    argv = [
+        sys.executable, "-m", "locust",
+        "-f", str(case.workload.path),
+        "--headless",
+        "--users", str(settings.users),
+        "--spawn-rate", str(settings.spawn_rate),
+        "--run-time", f"{max(1, round(settings.duration))}s",
+        "--stop-timeout", "10",
+        "--exit-code-on-error", "0",
+        "--only-summary",
+        "--loglevel", "WARNING",
+        "--lock-impl", case.impl,
+        "--lockbench-urls-file", str(urls_file),
+        "--lock-ttl", str(settings.ttl),
+        "--retry-interval", str(settings.retry_interval),
+        "--acquire-timeout", str(settings.acquire_timeout),
+        "--lock-params", json.dumps(settings.lock_params),
+        "--lockbench-out", str(out),
+        "--lockbench-case", case.case_id,
+    ]  # fmt: skip
+    argv += ["--fencing-mode", case.fencing]
+    if lock_namespace:
+        argv += ["--lock-namespace", lock_namespace]
+    if settings.stop_rule:
+        argv += ["--lockbench-stop", settings.stop_rule]
+    if settings.clock_skew:
+        argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
+    if case.fault is not None and case.fault.at_seconds is None:
+        hold = HOLD_FOR[case.fault.kind]
+        if case.fault.is_partition:  # work through the cut, write just before its heal
+            hold = partitions.cut_seconds(settings.ttl, settings.lock_params.get("session_timeout")) - 1.0
+        argv += ["--fault-signal", "--fault-hold", f"{hold:g}"]
+    for key, flag in case.workload.options.items():
+        value = settings.workload_options.get(key)
+        if value is not None:
+            argv += [flag, str(value)]
+    if settings.master_bind is not None:
+        host, port = settings.master_bind
+        argv += [
+            "--master", "--master-bind-host", host, "--master-bind-port", str(port),
+            "--expect-workers", str(settings.expect_workers),
+            "--expect-workers-max-wait", str(round(settings.workers_wait_s)),
+            "--lockbench-align-clocks",
+        ]  # fmt: skip
+        if last_case:
+            argv.append("--lockbench-last-case")
+    elif settings.processes > 1:
+        port = free_port()
+        argv += [
+            "--processes", str(settings.processes),
+            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            "--master-host", "127.0.0.1", "--master-port", str(port),
+        ]  # fmt: skip
+    return argv
+
+
+def _poll_progress(path: Path, on_tick: Callable[[dict[str, Any]], None]) -> None:
+    try:
+        sample = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # not written yet, or caught mid-replace: the next poll gets it
+    on_tick(sample)
+
+
+def _run_locust(
+    argv: list[str], log_path: Path, timeout: float, on_tick: Callable[[dict[str, Any]], None] | None = None
+) -> int:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    code = proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                    # a worker Locust forked (--processes) that outlived its master: stop it too
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    return code
+                except subprocess.TimeoutExpired:
+                    raise_if_interrupted()
+                    if time.monotonic() >= deadline:
+                        raise
+                    if on_tick is not None:
+                        _poll_progress(log_path.parent / PROGRESS_FILE, on_tick)
+        except BaseException:
+            # Ctrl-C, timeout or any error: stop Locust (and its forked workers) for good.
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(wait)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            raise
+
+
+def _client_hosts(stack: Stack, n: int) -> list[Any]:
+    """``n`` client hosts of the run's test hosts (made on first use, then reused)."""
+    net = stack.hosts
+    hosts = []
+    for i in range(1, n + 1):
+        try:
+            hosts.append(net.host(f"client-{i}"))
+        except KeyError:
+            hosts.append(net.add_host(f"client-{i}"))
+    return hosts
+
+
+def _run_locust_on_hosts(
+    argv: list[str],
+    stack: Stack,
+    workers: int,
+    log_path: Path,
+    timeout: float,
+    client_hosts: dict[int, Any],
+) -> int:
+    """Locust's master here (bench's control host), one worker process on each client host.
+
+    Why not ``--processes``: its workers share one host, so cutting the holder's host off
+    would cut every client; here each worker can be cut alone. ``client_hosts`` receives
+    ``{worker pid: client host}`` as the workers start.
+    """
+    net = stack.hosts
+    control = net.host("control")
+    port = free_port()
+    hosts = _client_hosts(stack, workers)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    master_argv = [*argv, "--master", "--expect-workers", str(workers),
+                   "--master-bind-host", control.addr, "--master-bind-port", str(port)]  # fmt: skip
+    worker_argv = [*argv, "--worker", "--master-host", control.addr, "--master-port", str(port)]
+    procs: list[subprocess.Popen] = []
+    with open(log_path, "wb") as log:
+        try:
+            master = subprocess.Popen(master_argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+            procs.append(master)
+            for host in hosts:
+                procs.append(net.popen(host, worker_argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, env=env))  # fmt: skip
+            client_hosts.update({p.pid: h for p, h in zip(procs[1:], hosts, strict=True)})
+            code = master.wait(timeout)
+            for proc in procs[1:]:
+                # a worker stuck in a client library's shutdown has already sent its
+                # recording (or the master marked the case incomplete): stop it
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+            return code
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(5)
