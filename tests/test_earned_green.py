@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from bench.matrix.command import plan_lanes, plan_matrix
+from bench.matrix.plan import plan_lanes, plan_matrix
 from bench.matrix.tables import print_summary
 from bench.measure import strikes
 from bench.nemesis.scenarios import scenarios_at

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.matrix.command import plan_lanes, plan_matrix
 from bench.matrix.expectations import CATALOG, OUTCOMES, annotate, expected, observed_outcome
+from bench.matrix.plan import plan_lanes, plan_matrix
 from bench.nemesis.scenarios import SCENARIOS
 from bench.run.command import plan_impls
 from lockimpls import registry

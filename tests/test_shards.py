@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from bench.errors import UserError
-from bench.matrix.command import Lane, plan_lanes, plan_matrix
+from bench.matrix.plan import Lane, plan_lanes, plan_matrix
 from bench.matrix.shards import auto_lanes, deal, parse_shard
 from bench.matrix.tables import grid
 from tests.helpers import bench

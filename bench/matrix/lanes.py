@@ -1,0 +1,381 @@
+"""Running the matrix's lanes: each lane's servers, its units (lone cases and groups), the tallies.
+
+A lane owns its servers (lock servers and resource Redis), keeps them up across its units and
+clears lock state between them; ``run_lanes`` runs ``--lanes`` of them side by side, and
+``_Shared`` is what they share: the results folder, the tallies and the stop flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.matrix.expectations import annotate, observed_outcome
+from bench.matrix.plan import Lane, MatrixCase, form_groups
+from bench.measure.evidence import server_died
+from bench.results.folder import RunFolder
+from bench.run.case import CaseFailed
+from bench.run.group import run_group
+from bench.run.locust import _run_locust as cold_locust
+from bench.run.runner import endpoints_for_meta, run_case
+from bench.run.warm import WarmLocust, WarmLocustError
+from infra.stack import Stack
+from infra.testhosts import TestHostNet
+from workloads.checks.stop_rules import EvidenceWatch, StopRule
+
+
+def strike_cycles(cycles: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, dict[str, Any]]:
+    """Per scenario: strikes, strike series, and the mean seconds of each part of a strike's cycle.
+
+    claim (arming until the holders claimed), strike (the action), service back (from the action's
+    start), holder wait (the holder kept its lock after the action), heal and grants (before the
+    next strike: the heal, then the purchases the service had to grant), and their sum per strike.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for scenario, series in cycles.items():
+        every = [c for strikes_ in series.values() for c in strikes_]
+        if not every:
+            continue
+        parts = ("claim_s", "strike_s", "service_back_s", "holder_wait_s", "heal_s", "grants_s")
+        mean = {p: round(sum(c.get(p, 0.0) for c in every) / len(every), 3) for p in parts}
+        per = sum(v for p, v in mean.items() if p != "service_back_s")
+        out[scenario] = {
+            "strikes": len(every),
+            "series": len(series),
+            "mean": mean,
+            "per_strike_s": round(per, 3),
+        }
+    return out
+
+
+def _load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the matrix's figures are read beside them)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
+    """How much the case saw of its scenario's event, and the verdict when it never came.
+
+    ``scenario_events``: events of the scenario's kind in the history (pauses, crashes, fault
+    holds, holds past the lease); ``acquisitions_after_event``: acquisitions after the
+    event that started the stop rule (0 when fewer events came than the rule asks). A case
+    whose event never happened at all (or whose server fault never struck) and found nothing
+    wrong proved nothing: its verdict is ``unknown``, with ``verdict_reason`` saying why. A
+    case with fewer strikes than asked is graded thin, not unknown. A violation stays a violation.
+    """
+    import pandas as pd
+
+    rule = StopRule.from_json(case.settings.stop_rule) or StopRule()
+    history = pd.read_parquet(result["history_file"])
+    start = int(history["t_ns"].min()) if len(history) else 0
+    watch = EvidenceWatch(rule, start)
+    watch.feed(list(history.itertuples(index=False, name=None)))
+    out: dict[str, Any] = {
+        "scenario_events": watch.hits,
+        "acquisitions_after_event": watch.after if watch.trigger_ns is not None else 0,
+    }
+    reason = ""
+    fault = (result.get("extra") or {}).get("fault") or {}
+    if case.fault is not None and fault.get("start_ns") is None:
+        reason = f"the {case.fault.kind} fault did not strike" + (
+            f": {fault['error']}" if fault.get("error") else ""
+        )
+    elif watch.hits == 0 and rule.event != "start":
+        # fewer strikes than asked is thin evidence (bench/measure/strikes.py), not no evidence
+        reason = f"the scenario's event ({rule.event}) never happened"
+    row = result["row"]
+    already = row.get("verdict") == "unknown" and row.get("verdict_reason")  # e.g. a server died: say that
+    if reason and row.get("verdict") != "invalid" and not already:
+        out.update({"verdict": "unknown", "verdict_reason": reason})
+    return out
+
+
+class _Shared:
+    """What lanes running in threads share: the results folder, the tallies, the stop flag."""
+
+    def __init__(self, folder: RunFolder, console: Console, total: int, caps_s: float = 0.0) -> None:
+        self.folder = folder
+        self.console = console
+        self.total = total
+        self.done = 0
+        #: the cases' caps (their durations) added up, and those of the finished ones: the time left
+        #: is the elapsed time scaled by the share of caps still to run
+        self.caps_s = caps_s
+        self.caps_done_s = 0.0
+        self.started = time.monotonic()
+        self.failures: list[str] = []
+        self.timings: dict[str, dict[str, Any]] = {}
+        self.endpoints: dict[str, Any] = {}
+        self.versions: dict[str, str] = {}
+        self.cancel = threading.Event()
+        #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
+        self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
+        row = result["row"]
+        row.update(evidence(case, result))
+        row.update(annotate(row, case.impl, case.matrix_scenario, fenced=case.fencing == "enforce"))
+        row["matrix_scenario"] = case.matrix_scenario
+        row["backend"] = case.backend
+        row["role"] = case.role
+        row["control_impl"] = case.control_impl
+        row["group_id"] = case.group
+        row["group_size"] = (result.get("timing") or {}).get("group", 1)
+        t = result.get("timing") or {}
+        row["case_wall_s"] = (t["ended_ns"] - t["launched_ns"]) / 1e9 if t.get("ended_ns") else None
+        row["locust_shutdown_s"] = (
+            (t["exited_ns"] - t["test_stop_ns"]) / 1e9
+            if t.get("test_stop_ns") and t.get("exited_ns")
+            else None
+        )
+        row["bench_judge_s"] = (t["ended_ns"] - t["exited_ns"]) / 1e9 if t.get("exited_ns") else None
+        row["locust_startup_s"] = (
+            (t["test_start_ns"] - t["launched_ns"]) / 1e9
+            if t.get("test_start_ns") and t.get("launched_ns")
+            else None
+        )
+        row["observed_outcome"] = observed_outcome(row)
+        cycles = ((result.get("extra") or {}).get("fault") or {}).get("cycles") or []
+        with self._lock:
+            if cycles:  # one series per strike series: the cases of a group share theirs
+                self.cycles.setdefault(case.matrix_scenario, {}).setdefault(
+                    case.group or case.case_id, cycles
+                )
+            self.folder.add_case(
+                row, result["histograms"], result["history_file"], result["extra"], result.get("log")
+            )
+            self.done += 1
+            self.caps_done_s += case.settings.duration
+            if self.cancel.is_set():
+                return  # interrupted: the one line about the folder is all that is printed
+            flag = "  CONTRADICTS THE CATALOG" if row["contradicts_catalog"] else ""
+            # "n/a" means "does not apply" in the grid's legend; here the catalog simply has no entry
+            expected = (
+                f"expected {row['expected_outcome']}"
+                if row["expected_outcome"]
+                else "the catalog says nothing"
+            )
+            self.console.print(
+                f"[{self.done}/{self.total}] {lane.name}: {case.impl} x {case.scenario}: "
+                f"{row['observed_outcome']} ({expected}){flag} · "
+                f"{self.time_left()}",
+                markup=False,
+            )
+
+    def time_left(self) -> str:
+        """``3m10s elapsed, about 9m left``: elapsed time scaled by the caps still to run."""
+        elapsed = time.monotonic() - self.started
+        text = f"{_clock(elapsed)} elapsed"
+        if self.caps_done_s > 0 and self.caps_s > self.caps_done_s:
+            text += f", about {_clock(elapsed * (self.caps_s - self.caps_done_s) / self.caps_done_s)} left"
+        return text
+
+    def fail(self, message: str) -> None:
+        with self._lock:
+            self.failures.append(message)
+            self.done += 1
+            if self.cancel.is_set():
+                return
+            self.console.print(f"  case failed: {message}", markup=False)
+
+
+def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int]:
+    """Start a case's Locust from the warm process, or cold when there is none or it broke."""
+
+    def launch(argv: list[str], log_path: Path, timeout: float) -> int:
+        if warm is not None:
+            try:
+                return warm.run(argv, log_path, timeout)
+            except WarmLocustError:
+                warm.close()
+        return cold_locust(argv, log_path, timeout)
+
+    return launch
+
+
+class _Launchers:
+    """A lane's warm Locust processes: one for its lone cases, as many as its largest group needs.
+
+    Why a context manager: every warm process must end with the lane, whatever ends it.
+    """
+
+    def __init__(self, warm: bool) -> None:
+        self.warm = warm
+        self._pool: list[WarmLocust] = []
+
+    def get(self, n: int) -> list[Callable[[list[str], Path, float], int]]:
+        if not self.warm:
+            return [_launcher(None) for _ in range(n)]
+        while len(self._pool) < n:
+            proc = WarmLocust()
+            proc.spawn()  # the imports of a whole group overlap
+            self._pool.append(proc)
+        return [_launcher(p) for p in self._pool[:n]]
+
+    def __enter__(self) -> _Launchers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._pool:
+            proc.close()
+
+
+def _run_lane(
+    lane: Lane,
+    shared: _Shared,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    warm: bool,
+) -> None:
+    with contextlib.ExitStack() as ctx:
+        net = None
+        if lane.hosts:  # a partition lane: its servers and clients on test hosts, this thread on "control"
+            net = ctx.enter_context(TestHostNet(0))
+            ctx.enter_context(net.enter(net.add_host("control")))
+        launchers = ctx.enter_context(_Launchers(warm and not lane.hosts))
+        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, launchers, net)
+
+
+def _heal(stack: Stack) -> None:
+    """Bring back ensemble members a fault killed, so the lane's next case finds a whole cluster."""
+    for server in stack.servers.values():
+        if hasattr(server, "heal"):
+            server.heal()
+
+
+def _run_unit(
+    unit: list[MatrixCase], stack: Stack, scratch: Path, launchers: _Launchers
+) -> list[dict[str, Any] | Exception]:
+    if len(unit) == 1 and not unit[0].group:
+        try:
+            return [run_case(unit[0], stack, scratch, launch=launchers.get(1)[0])]
+        except CaseFailed as exc:
+            return [exc]
+    return run_group(unit, stack, scratch, launchers.get(len(unit)))
+
+
+def _run_lane_cases(
+    lane: Lane,
+    shared: _Shared,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    launchers: _Launchers,
+    net: TestHostNet | None = None,
+) -> None:
+    """Run a lane's cases on servers kept up across them (on test hosts when ``net`` is given).
+
+    A server-fault scenario's cases run as groups under one nemesis (:func:`form_groups`). A
+    Sentinel group cannot fail over twice (its old master is gone and nobody is left to
+    promote), so a failover lane gets fresh servers for every case or group instead.
+    """
+    t0 = time.monotonic()
+    timing = {
+        "cases": 0,
+        "groups": 0,
+        "wall_s": 0.0,
+        "case_s": 0.0,
+        "locust_startup_s": 0.0,
+        "load_s": 0.0,
+        "server_start_s": 0.0,
+    }
+    shared.timings[lane.name] = timing
+    fresh_each = lane.topology == "sentinel"
+    stack: Stack | None = None
+    try:
+        for unit in lane.units or form_groups(lane):
+            if shared.cancel.is_set():
+                return
+            if stack is None:
+                t_up = time.monotonic()
+                stack = Stack(
+                    [lane.backend],
+                    user_urls=user_urls,
+                    resource_url=resource_url,
+                    reuse_infra_up=False,
+                    servers_per_backend={lane.backend: lane.servers_needed()},
+                    topology={lane.backend: lane.topology} if lane.topology else {},
+                    hosts=net,
+                ).__enter__()
+                timing["server_start_s"] += time.monotonic() - t_up
+                shared.endpoints[lane.name] = endpoints_for_meta(stack)
+                shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
+            t_unit = time.monotonic()
+            results = _run_unit(unit, stack, scratch, launchers)
+            # a server that died on its own (the fault thread heals what it broke) makes the case
+            # unknown: checked before any heal, which would bring it back and hide it
+            dead = [] if fresh_each else stack.dead()
+            for case, result in zip(unit, results, strict=True):
+                if isinstance(result, Exception):
+                    shared.fail(str(result))
+                    continue
+                if dead:
+                    server_died(result["row"], dead)
+                shared.add(lane, case, result)
+                t = result.get("timing") or {}
+                timing["cases"] += 1
+                timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
+                if t.get("test_start_ns") and t.get("test_stop_ns"):
+                    timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
+                    timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
+            timing["unit_s"] = timing.get("unit_s", 0.0) + time.monotonic() - t_unit
+            timing["groups"] += 1 if unit[0].group else 0
+            if fresh_each:
+                stack.close()
+                stack = None
+                continue
+            if not dead:
+                _heal(stack)
+                dead = stack.dead()
+            if dead:
+                shared.fail(
+                    f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}; lane stopped"
+                )
+                return
+    finally:
+        if stack is not None:
+            stack.close()
+        timing["wall_s"] = time.monotonic() - t0
+
+
+def run_lanes(
+    lanes: list[Lane],
+    shared: _Shared,
+    parallel: int,
+    user_urls: dict[str, list[str]],
+    resource_url: str | None,
+    scratch: Path,
+    warm: bool = True,
+) -> None:
+    """Run the lanes, ``parallel`` at a time; Ctrl-C lets each lane finish its current case."""
+    pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lane")
+    futures = [pool.submit(_run_lane, lane, shared, user_urls, resource_url, scratch, warm) for lane in lanes]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()
+    except BaseException:
+        shared.cancel.set()
+        for future in futures:
+            future.cancel()
+        raise
+    finally:
+        pool.shutdown(wait=True)
