@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: The environment variable that marks every process a test's ``bench`` started (children inherit it).
@@ -90,3 +92,21 @@ def run_exit_code(run_dir: Path) -> int:
 
     verdicts = pd.read_csv(run_dir / "cases.csv")["verdict"]
     return 1 if verdicts.isin(["invalid", "unknown"]).any() else 0
+
+
+@contextlib.contextmanager
+def lock_and_resource_redis(tmp_path: Path, name: str) -> Iterator[tuple[Any, Any]]:
+    """Two real redis-servers this test owns: one as the lock server, one as the resource; stopped after."""
+    from infra.redis_server import RedisServer
+
+    lock = RedisServer(tmp_path / "lock", name=f"redis-{name}-lock").start()
+    try:
+        resource = RedisServer(tmp_path / "resource", name=f"redis-{name}-resource").start()
+    except BaseException:
+        lock.stop()
+        raise
+    try:
+        yield lock, resource
+    finally:
+        lock.stop()
+        resource.stop()

@@ -19,6 +19,7 @@ import pytest
 from bench.nemesis import faults
 from bench.nemesis.faults import FaultThread, parse_fault
 from infra.redis_server import RedisServer
+from tests.helpers import lock_and_resource_redis
 from workloads.harness.resource import FlashSaleResource
 
 pytestmark = pytest.mark.server
@@ -30,13 +31,8 @@ GUARD_S = 9
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
-    lock = RedisServer(tmp_path / "lock", name="redis-regrant-lock").start()
-    resource = RedisServer(tmp_path / "resource", name="redis-regrant-resource").start()
-    try:
-        yield lock, resource
-    finally:
-        lock.stop()
-        resource.stop()
+    with lock_and_resource_redis(tmp_path, "regrant") as pair:
+        yield pair
 
 
 def _strike(

@@ -25,7 +25,7 @@ from bench.run.judge import stall_reason, with_fault_windows
 from dashboards.cells import cell_for
 from dashboards.matrix import summarize, trial_class
 from infra.redis_server import RedisServer
-from tests.helpers import bench
+from tests.helpers import bench, lock_and_resource_redis
 from workloads.harness.resource import FlashSaleResource
 
 S = 1_000_000_000
@@ -162,13 +162,8 @@ def test_a_violation_under_a_stalled_generator_says_so() -> None:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
-    lock = RedisServer(tmp_path / "lock", name="redis-precondition-lock").start()
-    resource = RedisServer(tmp_path / "resource", name="redis-precondition-resource").start()
-    try:
-        yield lock, resource
-    finally:
-        lock.stop()
-        resource.stop()
+    with lock_and_resource_redis(tmp_path, "precondition") as pair:
+        yield pair
 
 
 @pytest.mark.server

@@ -125,29 +125,23 @@ def plan_matrix(
     planned = plan_impls(backends, impls)
     cases: list[MatrixCase] = []
     skipped: list[str] = []
+    not_run = not_run if not_run is not None else []
     for impl_id, backend, cls in planned:
         servers = int(getattr(cls, "servers", 1))
         for scenario in chosen:
-            if (
-                scenario.needs_lease
-                and not cls.capabilities.ttl
-                and scenario.applies_to(impl_id, backend, servers)
-            ):
-                if not_run is not None:
-                    not_run.append(
-                        {"impl": impl_id, "scenario": scenario.name, "word": "n/a",
-                         "reason": "the lock has no lease: a hold cannot outlive it, so this scenario cannot break it"}
-                    )  # fmt: skip
+            leaseless = scenario.needs_lease and not cls.capabilities.ttl
+            if leaseless and scenario.applies_to(impl_id, backend, servers):
+                why = "the lock has no lease: a hold cannot outlive it, so this scenario cannot break it"
+                not_run.append({"impl": impl_id, "scenario": scenario.name, "word": "n/a", "reason": why})
                 continue
             if not scenario.applies_to(impl_id, backend, servers, bool(cls.capabilities.ttl)):
                 continue
             if scenario.needs_root and not root:
                 skipped.append(f"{impl_id} x {scenario.name}: needs root (network namespaces); not tested")
-                if not_run is not None:
-                    not_run.append(
-                        {"impl": impl_id, "scenario": scenario.name, "word": "needs root",
-                         "reason": "partitions need network namespaces: run bench matrix as root"}
-                    )  # fmt: skip
+                why = "partitions need network namespaces: run bench matrix as root"
+                not_run.append(
+                    {"impl": impl_id, "scenario": scenario.name, "word": "needs root", "reason": why}
+                )
                 continue
             if scenario.fault and backend in fixed_servers:
                 skipped.append(f"{impl_id} x {scenario.name}: bench does not break a server it did not start")
