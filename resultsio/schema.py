@@ -71,8 +71,10 @@ _COUNTS = (
     "uncertain_fencing_order", "evidence_target_k", "evidence_target_n",
 )  # fmt: skip
 _RATES = ("throughput_acq_s", "throughput_ops_s", "model_acq_s")
-_FRACTIONS = ("jain_index", "loop_lag_late_share", "strike_failure_bound", "race_rate_bound")
+_FRACTIONS = ("jain_index", "loop_lag_late_share")
 _RATIOS = (
+    # 3/k and 3/n: bounds on probabilities, capped at 1 since round 5; older folders wrote 1.5 for k = 2
+    "strike_failure_bound", "race_rate_bound",
     "utilization", "hold_inflation", "client_cpu_ms_per_acq", "polls_per_acq", "server_cpu_us_per_acq",
     "server_cmds_per_acquire", "harness_cpu_max",
 )  # fmt: skip

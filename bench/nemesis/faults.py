@@ -323,6 +323,8 @@ class FaultThread(threading.Thread):
         #: case label -> the keys its lock takes on each master (RedLock's arms arrange the vote)
         self.quorum_keys = quorum_keys or {}
         self.error: str | None = None
+        #: the cases armed for the strike being prepared (the others already had their strikes)
+        self._armed: set[str] = {m.label for m in self.mailboxes}
         self._cancel = threading.Event()
 
     @property
@@ -366,7 +368,10 @@ class FaultThread(threading.Thread):
         if not self._load_started():
             return False
         armed = time.monotonic_ns()
-        boxes = self._active()
+        boxes = self._needy() or self._active()
+        for box in self._active():
+            box.holder = None  # a case not armed this time has no holder in this strike
+        self._armed = {b.label for b in boxes}
         for box in boxes:
             box.arm(armed)
         end = time.monotonic() + self.deadline_s
@@ -426,9 +431,17 @@ class FaultThread(threading.Thread):
         """The first strike's window (None: the fault never struck)."""
         return self.windows[0] if self.windows else None
 
+    def _needy(self) -> list[Mailbox]:
+        """The running cases that still lack strikes that hit them (each wants :attr:`strikes`)."""
+        return [m for m in self.mailboxes if m.active and sum(k.hit for k in m.marks) < self.strikes]
+
     def run(self) -> None:
         try:
-            for i in range(self.strikes):
+            # a strike that missed a case (its holder was not inside) is paid again for it, up to
+            # twice the strikes asked: each case wants its own k strikes that could have broken it
+            for i in range(2 * self.strikes if self.spec.at_seconds is None else 1):
+                if i and not self._needy():
+                    break
                 cycle: dict[str, float] = {}
                 if i:
                     t = time.monotonic()
@@ -467,7 +480,9 @@ class FaultThread(threading.Thread):
         for box in self.mailboxes:
             if not box.started:
                 continue
-            if box.holder is None:
+            if box.label not in self._armed:
+                box.marks.append(StrikeMark(index, False, "not armed: this case already had its strikes"))
+            elif box.holder is None:
                 why = "no holder of this case was inside its critical section when the fault struck"
                 box.marks.append(StrikeMark(index, False, why))
             elif box.claimed_ns is not None and box.claimed_ns > window.start_ns:

@@ -157,7 +157,9 @@ def server_recovery_columns(history: pd.DataFrame | None) -> dict[str, Any]:
             froms.add("service")
             base = int(back)
             if healed == healed:
-                backs.append((int(back) - int(healed)) / 1e6)
+                # a service that answered before the fault ended (RedLock's quorum while one master is
+                # down, an ensemble after a member kill) never stopped: 0, never a negative time
+                backs.append(max(0.0, (int(back) - int(healed)) / 1e6))
         else:
             froms.add("heal")
             base = int(healed) if healed == healed else int(row.start_ns)
