@@ -233,3 +233,19 @@ def test_a_matrix_whose_control_survived_shows_no_green_and_exits_1(tmp_path: Pa
     assert meta["undecided"] and "did not bite" in meta["undecided"][0]
     html = (run / "report.html").read_text()
     assert "did not bite" in html and "control: survived" in html
+
+
+def test_recovery_counts_only_the_strikes_that_hit_the_case() -> None:
+    from workloads.checks.recovery import server_recovery_columns
+
+    base = _history([*_claim("a", 1.0, 2.5), *_grants([2.6])])
+    windows = [_window(2.0), _window(9.0)]  # the second struck the group after this case's last grant
+    marks = [
+        StrikeMark(0, True, holder="a"),
+        StrikeMark(1, False, "not armed: this case already had its strikes"),
+    ]
+    cols = server_recovery_columns(with_fault_windows(base, windows, marks))
+    assert cols["unrecovered_strikes"] == 0  # a strike that was never this case's is no liveness failure
+    assert cols["recovery_ms_p50"] == pytest.approx((2.6 - 2.2) * 1000)
+    unmarked = server_recovery_columns(with_fault_windows(base, windows))
+    assert unmarked["unrecovered_strikes"] == 1  # without marks every strike counts, as before

@@ -112,7 +112,8 @@ def check_crashes(history: pd.DataFrame, final_state: dict[str, Any] | None) -> 
 
 
 def strike_windows(history: pd.DataFrame) -> pd.DataFrame:
-    """Each server-fault strike of the history: seq, kind, start_ns, healed_ns (NaN: never healed), back_ns.
+    """Each server-fault strike of the history that hit the case: seq, kind, start_ns, healed_ns (NaN: never
+    healed), back_ns. With bench's ``strike`` rows (one per strike), only those marked ``ok`` count.
 
     ``back_ns`` is when the struck service first answered again (the ``bench`` ``service ok``
     row of the same seq), NaN when the history has none.
@@ -124,6 +125,10 @@ def strike_windows(history: pd.DataFrame) -> pd.DataFrame:
     svc = bench[((bench["op"] == "service") & (bench["type"] == "ok")).to_numpy(dtype=bool)]
     back = svc.groupby("seq")["t_ns"].min().rename("back_ns")
     out = inv.join(ok).join(back).reset_index().sort_values("start_ns", kind="stable")
+    marks = bench[(bench["op"] == "strike").to_numpy(dtype=bool)]
+    if not marks.empty:  # only the strikes that hit this case (a group's others were not its own)
+        hit = set(marks.loc[(marks["type"] == "ok").to_numpy(dtype=bool), "seq"].astype(int))
+        out = out[out["seq"].astype(int).isin(hit)]
     return out.reset_index(drop=True)
 
 
