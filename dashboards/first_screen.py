@@ -97,6 +97,16 @@ def load_sources(sources: list[dict[str, Any]] | None) -> list[Source]:
             continue  # a matrix removed or damaged since bench chose it: its locks read "not tested"
         _, _, cells = grid_cells(matrix)
         params = matrix.meta.get("params") if isinstance(matrix.meta.get("params"), dict) else {}
+        declared = params.get("scenarios") if isinstance(params.get("scenarios"), dict) else {}
+
+        def no_fault(name: str, declared: dict = declared) -> bool:
+            spec = declared.get(name)
+            if not isinstance(spec, dict) or "skew" in name:
+                return False
+            return not spec.get("fault") and spec.get("workload") not in FAULT_WORKLOADS
+
+        # the matrix's fault-free baseline (flash-sale) shows exclusion, not safety: it counts only if it failed
+        cells = {k: c for k, c in cells.items() if not (no_fault(k[1]) and c.cls in ("good", "thin"))}
         out.append(
             Source(
                 run_id=str(entry.get("run_id") or matrix.run_id),
@@ -188,12 +198,7 @@ def _safety_html(s: Safety, impl: str, backend: str) -> str:
             f'<span class="chip bad" title="failed without any fault: {e(", ".join(s.plain_failed))}">'
             f"failed: {e(_names(s.plain_failed))}</span>"
         )
-    for cls, word in (("bad", "failed"), ("stuck", "stuck"), ("warn", "data safe only by fencing")):
-        if by_class.get(cls):
-            chips.append(
-                f'<span class="chip {cls}" title="{e(" | ".join(hover[cls]))}">{word}: {e(_names(by_class[cls]))}'
-                "</span>"
-            )
+    # counts first, so a narrow cell still shows how many survived; the failed ones by name after them
     for cls, word in (
         ("good", "survived"),
         ("thin", "thin"),
@@ -203,6 +208,12 @@ def _safety_html(s: Safety, impl: str, backend: str) -> str:
         if by_class.get(cls):
             chips.append(
                 f'<span class="chip {cls}" title="{e(" | ".join(hover[cls]))}">{word} {len(by_class[cls])}</span>'
+            )
+    for cls, word in (("bad", "failed"), ("stuck", "stuck"), ("warn", "data safe only by fencing")):
+        if by_class.get(cls):
+            chips.append(
+                f'<span class="chip {cls}" title="{e(" | ".join(hover[cls]))}">{word}: {e(_names(by_class[cls], 2))}'
+                "</span>"
             )
     if s.source is not None:
         ref = f' <sup class="src"><a href="#safety-source-{s.source}">[{s.source}]</a></sup>'
@@ -240,9 +251,21 @@ def rank(run: RunData, sources: list[Source]) -> list[Ranked]:
         out.append(
             Ranked(row, safety_of(row, run, sources), row.cost.acq_s, _p99(run, row), bool(row.cost.bound))
         )
-    out.sort(key=lambda r: (TIERS[r.safety.tier], -(r.acq_s if r.acq_s is not None else -1.0)))
+    out.sort(
+        key=lambda r: (
+            TIERS[r.safety.tier],
+            *_failures(r.safety),
+            -(r.acq_s if r.acq_s is not None else -1.0),
+        )
+    )
     _reasons(out)
     return out
+
+
+def _failures(s: Safety) -> tuple[int, int]:
+    """(cells failed or stuck, cells failed with the data kept by fencing): fewer is safer within a tier."""
+    classes = [c.cls for c in s.cells.values()]
+    return len(s.plain_failed) + sum(c in ("bad", "stuck") for c in classes), classes.count("warn")
 
 
 def _ordinal(n: int) -> str:
@@ -358,7 +381,13 @@ def first_screen_section(run: RunData, sources: list[Source]) -> str:
             f"in results/ holds it (run <code>{e(command)}</code>).</p>"
         )
     elif top.safety.tier == "bad":
-        pick = f'<p id="pick"><b>No pick</b>: every lock failed a fault tried ({e(top.row.impl)} is fastest).</p>'
+        failed = [
+            s for s, c in top.safety.cells.items() if c.cls in ("bad", "stuck")
+        ] + top.safety.plain_failed
+        pick = (
+            f'<p id="pick"><b>No pick</b>: every lock failed a fault tried. Fewest failures: <b>{e(top.row.impl)}</b> '
+            f"(failed {e(_names(failed, 4))}): only where those faults cannot happen, or with fenced data.</p>"
+        )
     else:
         pick = f'<p id="pick"><b>Pick: {e(top.row.impl)}</b>: {e(top.why)}.</p>'
     bound = [r for r in ranked if r.bound]

@@ -36,6 +36,7 @@ def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025
         ("redis.setnx", "crash"): {"verdict": "valid", "stuck_locks": 1, "stuck_bound_s": 5.0},
         ("file.flock", "crash"): {"verdict": "valid"},
         ("file.flock", "long-cs"): {"verdict": "valid"},
+        ("file.flock", "flash-sale"): {"verdict": "valid", "strikes": 0, "evidence_target_k": None},
     }
     path = root / name
     path.mkdir(parents=True)
@@ -56,7 +57,11 @@ def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025
     meta = {
         "schema": 1, "kind": "matrix", "run_id": name, "status": status, "started_at": started,
         "finished_at": started, "git_commit": commit, "host": {"machine_class": machine},
-        "params": {"evidence": "standard", "evidence_target": "k >= 10 strikes, n >= 1,000 grants"},
+        "params": {"evidence": "standard", "evidence_target": "k >= 10 strikes, n >= 1,000 grants",
+                   "scenarios": {"flash-sale": {"workload": "flash-sale", "fault": ""},  # the fault-free baseline
+                                 "restart": {"workload": "flash-sale", "fault": "restart@held"},
+                                 "crash": {"workload": "crash", "fault": ""},
+                                 "long-cs": {"workload": "long-cs", "fault": ""}}},
         "cases": [r["case"] for r in rows],
     }  # fmt: skip
     (path / "run.json").write_text(json.dumps(meta))
@@ -117,7 +122,11 @@ def test_safety_comes_from_the_newest_matrix_of_the_same_commit_with_provenance(
     assert "k &gt;= 10 strikes, n &gt;= 1,000 grants" in sources
     # ranked safety first: the safe lock is the pick, with its reason in one line
     order = re.findall(r'<tr data-row="([^"]+)" data-tier', page)
-    assert order[0] == "file.flock"
+    assert order == [
+        "file.flock",
+        "redis.setnx-no-owner",
+        "redis.setnx",
+    ]  # among the unsafe, fewer failures first
     assert re.search(
         r'<p id="pick"><b>Pick: file.flock</b>: safe under every fault tried \(2\); fastest', page
     )
