@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -207,7 +208,10 @@ def test_lock_pairs_at_200_clients_is_bound_by_the_loop_lag_of_its_processes(tmp
         assert row["loop_lag_late_share"] > fidelity.LATE_SHARE_LIMIT
     last = console.strip().splitlines()
     line = next(x for x in last if "generator-bound" in x and x.startswith("lockbench: 2 of 2"))
-    assert "--processes" in line or "bench worker" in line
+    if "the machine was short of CPU" in line:  # a loaded machine: Locust's processes were not the limit
+        assert re.search(r"load average up to [\d.]+ on \d+ cores", line) and "would not help" in line
+    else:
+        assert "--processes" in line or "bench worker" in line
 
 
 @pytest.mark.server

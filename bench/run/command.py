@@ -711,7 +711,8 @@ class _Execution:
             )
         advice = fidelity.bottleneck_line(folder.rows, os.cpu_count() or 1, self.load.result())
         if advice is not None:  # what was short: Locust's processes, the machine, or neither
-            console.print(advice, highlight=False, markup=False)  # wrapped at words to the terminal
+            # wrapped at words on a terminal; one line in a log or pipe, for grep
+            console.print(advice, soft_wrap=not console.is_terminal, highlight=False, markup=False)
         # the last line: the run's wall time and how much of it was load (run.json timing has the parts)
         with contextlib.suppress(ResultsWriteError):
             folder.note("timing", timing.as_json())
