@@ -150,6 +150,13 @@ COMMAND_CASES: list[tuple[list[str], str]] = [
     (["infra", "up", "redis", "--nodes", "2"], "--nodes must be 1 or 3"),
     (["infra", "up", "redis", "--nodes", "3"], "--nodes 3 works for zookeeper and etcd"),
     (["infra", "up", "redis", "--nodes", "x"], "--nodes"),
+    # bench merge (issue 31's command): folders, its options
+    (["merge", "/nonexistent/a", "/nonexistent/b"], "results folder not found"),
+    (["merge", "/nonexistent/a", "/nonexistent/a"], "given twice"),
+    (["merge"], "Missing argument"),
+    (["merge", "--results-dir", "", "x"], "must name a folder"),
+    (["merge", "--frobnicate", "x"], "No such option"),
+    (["merge", "env:LOCKBENCH_REPORT=maybe", "x"], "--report"),
 ]
 
 
@@ -239,6 +246,7 @@ PYPROJECT_CASES: list[tuple[str, list[str], str]] = [
     ),
     ("[tool.lockbench.infra.up]\nnode = 3\n", ["infra", "up", "redis"], "did you mean nodes"),
     ("[tool]\nlockbench = 5\n", RUN, "must be a table"),
+    ("tool = 5\n", RUN, "tool must be a table"),  # Locust read it and failed after servers started
 ]
 
 ALL_CASES = _number_cases() + OTHER_CASES + COMMAND_CASES + ENV_CASES
