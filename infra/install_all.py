@@ -7,7 +7,7 @@ clear failure when a package cannot be had.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from infra import catalog
 from infra.errors import InfraError
@@ -31,6 +31,21 @@ def _postgres() -> None:
 
 #: Kinds whose binaries are found by their own module (paths known only after install).
 FINDERS: dict[str, Callable[[], object]] = {"postgres": _postgres}
+
+
+def ensure(kinds: Iterable[str]) -> None:
+    """Find every server binary ``kinds`` need, installing each missing package once (InfraError if it cannot).
+
+    ``bench matrix`` calls it before its lanes start: lanes side by side would each find the same
+    package missing at once (infra/install.py serialises them all the same; this makes the wait
+    happen before any case, and a package that cannot be had stop the matrix before it starts).
+    """
+    for kind in dict.fromkeys(kinds):
+        if kind in FINDERS:
+            FINDERS[kind]()
+        elif kind in BINARIES:
+            binary, package, extra = BINARIES[kind]
+            find_binary(binary, package, extra)
 
 
 def main() -> int:

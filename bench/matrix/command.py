@@ -40,6 +40,7 @@ from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
 from bench.run.command import _check_user_dsns
+from infra import install_all
 
 
 def matrix_command(
@@ -76,6 +77,8 @@ def matrix_command(
     if resource_url:
         parallel = 1  # every lane would share the user's resource server
     plan = _Plan.make(backends, impls, scenarios, user_urls, LEVELS[evidence], strikes, shard, console)
+    # what the lanes need, installed once before they start side by side (parallel apt-get races on dpkg)
+    install_all.ensure(lane.backend for lane in plan.lanes if not user_urls.get(lane.backend))
     folder = RunFolder(
         results_dir,
         {
