@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from bench.results.matrices import find_matrices, sources_for_run
 from dashboards import render_report
@@ -145,3 +146,26 @@ def test_a_matrix_of_another_commit_is_shown_as_older(tmp_path: Path) -> None:
     _matrix(tmp_path, "20250101T000000Z-same66", started="2025-01-01T00:00:00Z")
     found = find_matrices(tmp_path, ["file.flock"], COMMIT, MACHINE)
     assert [m.run_id for m in found] == ["20250101T000000Z-same66"] and found[0].same_commit
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_default_run_after_a_matrix_of_the_same_commit_shows_its_safety(tmp_path: Path) -> None:
+    """Issue 31's must-show, end to end on real servers: bench matrix, then bench run, in one results folder."""
+    from tests.helpers import bench
+
+    results = tmp_path / "results"
+    matrix = bench("matrix", "--impl", "redis.set-nx-px-lua", "--scenario", "crash", "--evidence", "quick",
+                   "--parallel", "1", "--no-report", "--results-dir", str(results), timeout=900)  # fmt: skip
+    assert matrix.returncode in (0, 1), matrix.stderr  # 1: a cell undecided; the folder is what counts
+    (matrix_dir,) = list(results.iterdir())
+    run = bench("run", "--impl", "redis.set-nx-px-lua", "--duration", "2", "--users", "5",
+                "--results-dir", str(results), timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    report = Path(run.stdout.strip().splitlines()[-1])
+    page = report.read_text(encoding="utf-8")
+    row = _row_of(page, "decision-table", "redis.set-nx-px-lua")
+    assert "no fault tried" not in row and "#safety-source-1" in row
+    assert re.search(r'class="chip (good|thin|bad|warn|stuck|unknown)"', row), row
+    sources = page[page.index('id="safety-sources"') :]
+    assert f"matrix {matrix_dir.name} of this commit" in sources[: sources.index("</ol>")]
