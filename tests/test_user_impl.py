@@ -116,7 +116,7 @@ BAD_LOCKS = textwrap.dedent(
         ("bad_locks:NoCapabilities", ["bad_locks:NoCapabilities", "missing capabilities"]),
         ("bad_locks:NoId", ["missing id"]),
         ("bad_locks:NoRelease", ["missing _release"]),
-        ("bad_locks:NotALock", ["missing acquire, release", "capabilities", "id"]),
+        ("bad_locks:NotALock", ["is not a subclass of lockimpls.base.Lock", "examples/my_lock.py"]),
         ("bad_locks:NOT_A_CLASS", ["bad_locks:NOT_A_CLASS is not a class"]),
         ("bad_locks:Missing", ["module 'bad_locks' has no attribute 'Missing'"]),
         ("bad_locks:", ["is not of the form package.module:Class"]),
