@@ -249,3 +249,16 @@ def test_recovery_counts_only_the_strikes_that_hit_the_case() -> None:
     assert cols["recovery_ms_p50"] == pytest.approx((2.6 - 2.2) * 1000)
     unmarked = server_recovery_columns(with_fault_windows(base, windows))
     assert unmarked["unrecovered_strikes"] == 1  # without marks every strike counts, as before
+
+
+def test_a_workload_fault_group_without_its_control_takes_the_scenario_s_control() -> None:
+    from bench.matrix import controls
+
+    rows = [
+        {"impl": "redis.setnx-del", "matrix_scenario": "crash", "backend": "redis", "control_impl": "redis.setnx-del",
+         "group_id": "redis#0/crash/t0/g0", "verdict": "valid", "stuck_locks": 1, "strikes": 5},
+        {"impl": "redis.set-nx-px", "matrix_scenario": "crash", "backend": "redis", "control_impl": "redis.setnx-del",
+         "group_id": "redis#0/crash/t0/g1", "verdict": "valid", "stuck_locks": 0, "strikes": 5},
+    ]  # fmt: skip
+    controls.annotate(rows)
+    assert rows[1]["control_outcome"].startswith("failed (redis.setnx-del")  # not "not run": another group's

@@ -91,10 +91,11 @@ def annotate(rows: list[dict[str, Any]]) -> dict[str, str]:
         control = r.get("control_impl")
         if not control:
             continue
-        if r.get("group_id"):
-            mine = by_group.get(str(r["group_id"]), [])
-        else:
-            mine = by_scenario.get((str(r.get("matrix_scenario")), str(r.get("backend"))), [])
+        # a group under one nemesis carries its own control; a group of a workload fault (its
+        # strikes are its own) and a lone case take the scenario's control on the same backend
+        mine = by_group.get(str(r.get("group_id") or ""), []) or by_scenario.get(
+            (str(r.get("matrix_scenario")), str(r.get("backend"))), []
+        )
         r["control_outcome"] = outcome(mine, str(control))
     for (scenario, _backend), controls in by_scenario.items():
         impl = str(controls[0].get("impl"))
