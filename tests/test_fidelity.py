@@ -207,7 +207,10 @@ def test_a_single_client_is_not_flagged(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_calibrate_prints_floors_and_solo_holds(tmp_path: Path) -> None:
-    r = bench("calibrate", "--impl", "redis.set-nx-px-lua", "--duration", "2", cwd=None)
+    # piped, bench calibrate follows COLUMNS (issue 33): wide enough for every column of the table
+    r = bench(
+        "calibrate", "--impl", "redis.set-nx-px-lua", "--duration", "2", cwd=None, env={"COLUMNS": "200"}
+    )
     assert r.returncode == 0, r.stderr
     assert "PING" in r.stdout and "redis.set-nx-px-lua" in r.stdout and "solo hold p50 us" in r.stdout
     bad = bench("calibrate", "--impl", "redis.set-nx-px-lua", "--workload", "crash")

@@ -30,12 +30,12 @@ def test_a_bare_majority_restart_breaks_redlock_and_a_delayed_or_aof_restart_doe
     cases = pd.read_csv(run / "cases.csv").set_index("case")
     for impl in ("redis.redlock", "redis.pottery-redlock"):
         bare = cases.loc[f"{impl}__restart-bare"]
-        # every strike hit a holder on exactly 3 masters: counted, none missed
-        assert bare["strikes"] == 2 and bare["strikes_missed"] == 0, bare.to_dict()
+        # two strikes hit a holder on exactly 3 masters (a strike its holder missed is paid again)
+        assert bare["strikes"] == 2, bare.to_dict()
         assert bare["verdict"] == "invalid" and bare["overlapping_holds"] > 0
         for arm in ("restart-delayed", "restart-aof"):
             row = cases.loc[f"{impl}__{arm}"]
-            assert row["strikes"] == 2 and row["strikes_missed"] == 0, row.to_dict()
+            assert row["strikes"] == 2, row.to_dict()
             assert row["verdict"] == "valid" and row["overlapping_holds"] == 0, row.to_dict()
     # 2 strikes against quick evidence (k >= 3): the survived arms are thin, so the matrix exits 1
     assert r.returncode == 1 and "undecided: redis.redlock x restart-delayed: held, thin" in r.stderr

@@ -262,3 +262,18 @@ def test_a_workload_fault_group_without_its_control_takes_the_scenario_s_control
     ]  # fmt: skip
     controls.annotate(rows)
     assert rows[1]["control_outcome"].startswith("failed (redis.setnx-del")  # not "not run": another group's
+
+
+def test_controls_read_back_from_cases_csv_ignore_empty_cells() -> None:
+    from bench.matrix import controls
+
+    nan = float("nan")
+    rows = [  # a merge reads rows back from cases.csv: empty text cells are NaN there
+        {"impl": "file.flock", "matrix_scenario": "crash", "backend": "file", "control_impl": nan,
+         "group_id": nan, "verdict": "valid", "strikes": 1},
+        {"impl": "redis.setnx-del", "matrix_scenario": "crash", "backend": "redis", "control_impl": "redis.setnx-del",
+         "group_id": nan, "verdict": "valid", "stuck_locks": 1, "strikes": 1},
+    ]  # fmt: skip
+    controls.annotate(rows)
+    assert "control_outcome" not in rows[0]  # no control on this backend: no "not run (nan)"
+    assert rows[1]["control_outcome"].startswith("failed (redis.setnx-del")

@@ -72,6 +72,12 @@ def outcome(rows: list[dict[str, Any]], impl: str) -> str:
     return f"survived ({impl}, {strikes} strikes)"
 
 
+def _text(row: dict[str, Any], column: str) -> str:
+    """A text cell, "" when empty (rows read back from cases.csv carry NaN there)."""
+    value = row.get(column)
+    return value if isinstance(value, str) else ""
+
+
 def annotate(rows: list[dict[str, Any]]) -> dict[str, str]:
     """Give every row of a scenario that has a control its ``control_outcome``; returns scenario -> header text.
 
@@ -82,18 +88,18 @@ def annotate(rows: list[dict[str, Any]]) -> dict[str, str]:
     by_scenario: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         impl = str(r.get("impl") or "")
-        if impl and impl == r.get("control_impl"):
-            if r.get("group_id"):
-                by_group.setdefault(str(r["group_id"]), []).append(r)
+        if impl and impl == _text(r, "control_impl"):
+            if _text(r, "group_id"):
+                by_group.setdefault(_text(r, "group_id"), []).append(r)
             by_scenario.setdefault((str(r.get("matrix_scenario")), str(r.get("backend"))), []).append(r)
     headers: dict[str, list[str]] = {}
     for r in rows:
-        control = r.get("control_impl")
+        control = _text(r, "control_impl")
         if not control:
             continue
         # a group under one nemesis carries its own control; a group of a workload fault (its
         # strikes are its own) and a lone case take the scenario's control on the same backend
-        mine = by_group.get(str(r.get("group_id") or ""), []) or by_scenario.get(
+        mine = by_group.get(_text(r, "group_id"), []) or by_scenario.get(
             (str(r.get("matrix_scenario")), str(r.get("backend"))), []
         )
         r["control_outcome"] = outcome(mine, str(control))
