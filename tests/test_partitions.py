@@ -58,7 +58,9 @@ def test_a_cut_off_holder_overlaps_and_its_late_write_gets_through(tmp_path: Pat
                      "--users", "4", "--duration", "12", "--fencing", "observe"),
         timeout=180,
     )  # fmt: skip
-    assert code == 1 and "found the lock unsafe (verdict invalid)" in err, err  # the lock broke: the run fails
+    assert code == 1 and "found the lock unsafe (verdict invalid)" in err, (
+        err
+    )  # the lock broke: the run fails
     run = next(p for p in results.iterdir() if p.is_dir())
     row = pd.read_csv(run / "cases.csv").iloc[0]
     assert row["fault"] == "partition-client@held"
