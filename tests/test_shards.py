@@ -111,3 +111,15 @@ def test_two_shards_merged_give_the_cells_of_one_run(tmp_path: Path) -> None:
     meta["params"]["evidence"] = "thorough"
     (other / "run.json").write_text(json.dumps(meta))
     assert "different evidence levels" in refused(one, other)
+
+
+def test_the_matrix_estimates_the_time_left_only_after_a_twentieth_of_its_caps(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from bench.matrix.lanes import _Shared
+
+    shared = _Shared(folder=None, console=Console(), total=100, caps_s=1000.0)  # type: ignore[arg-type]
+    shared.caps_done_s = 10.0  # one short case: says little about the rest
+    assert shared.time_left().endswith("estimating the time left")
+    shared.caps_done_s = 100.0
+    assert "left" in shared.time_left() and "estimating" not in shared.time_left()

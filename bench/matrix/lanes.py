@@ -106,6 +106,10 @@ def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The time left is first estimated once this share of the cases' caps has run.
+ETA_AFTER = 0.05
+
+
 class _Shared:
     """What lanes running in threads share: the results folder, the tallies, the stop flag."""
 
@@ -183,7 +187,11 @@ class _Shared:
         """``3m10s elapsed, about 9m left``: elapsed time scaled by the caps still to run."""
         elapsed = time.monotonic() - self.started
         text = f"{_clock(elapsed)} elapsed"
-        if self.caps_done_s > 0 and self.caps_s > self.caps_done_s:
+        if self.caps_done_s < ETA_AFTER * self.caps_s:
+            # a few short cases say little about the rest (round 4 opened with "about 28m30s left" for a
+            # run that took 5m40s): no estimate before a twentieth of the caps has run
+            return text + ", estimating the time left" if self.caps_s else text
+        if self.caps_s > self.caps_done_s:
             text += f", about {_clock(elapsed * (self.caps_s - self.caps_done_s) / self.caps_done_s)} left"
         return text
 
