@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,39 @@ def lock_and_resource_redis(tmp_path: Path, name: str) -> Iterator[tuple[Any, An
     finally:
         lock.stop()
         resource.stop()
+
+
+@dataclass
+class InProcessResult:
+    """What ``bench`` said when it ran inside the test process: exit code and both streams."""
+
+    code: int
+    out: str
+    err: str
+
+
+def bench_in_process(*args: object) -> InProcessResult:
+    """``bench ARGS`` in this process (bench.cli.app.main; signal handlers restored after).
+
+    Why: a subprocess per call costs a second of imports; the real command in a subprocess is
+    exercised by the tests that call :func:`bench`.
+    """
+    import io
+    import signal
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from bench.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main([str(a) for a in args])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+    return InProcessResult(code, out.getvalue(), err.getvalue())

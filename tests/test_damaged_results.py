@@ -18,14 +18,10 @@ from the clean one's.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
-import signal
 from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -33,35 +29,13 @@ import pandas as pd
 import pytest
 
 from resultsio import read_results
-from tests.helpers import bench
+from tests.helpers import InProcessResult, bench, bench_in_process
 
 IMPL = "redis.set-nx-px-lua"
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-def cli(*args: object) -> Result:
-    """``bench ARGS`` in this process (exit code and both streams captured, signal handlers restored)."""
-    from bench.cli.app import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                main([str(a) for a in args])
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 0
-    finally:
-        signal.signal(signal.SIGTERM, saved[0])
-        signal.signal(signal.SIGINT, saved[1])
-    return Result(code, out.getvalue(), err.getvalue())
+Result = InProcessResult
+cli = bench_in_process
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,11 @@ writer, so the schema is the real one.
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import os
 import re
 import signal
 import subprocess
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +27,7 @@ from bench.history.changes import MAX_PVALUE, MEASURED_NOISE_CV, MIN_MAGNITUDE, 
 from bench.history.read import read_runs
 from bench.history.series import METRICS, build_series, order_runs
 from bench.results.folder import RunFolder
+from tests.helpers import InProcessResult, bench_in_process
 
 NOISE = MEASURED_NOISE_CV["throughput"]
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
@@ -151,30 +149,8 @@ def make_history(root: Path, values: list[float] | np.ndarray, **kw: object) -> 
     return [make_run(root, i, float(v), **kw) for i, v in enumerate(values)]
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-def cli(*args: object) -> Result:
-    """``bench ARGS`` in this process, exit code and both streams captured."""
-    from bench.cli.app import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                main([str(a) for a in args])
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 0
-    finally:
-        signal.signal(signal.SIGTERM, saved[0])
-        signal.signal(signal.SIGINT, saved[1])
-    return Result(code, out.getvalue(), err.getvalue())
+Result = InProcessResult
+cli = bench_in_process
 
 
 def test_duckdb_reads_real_folders_and_trials_become_one_median_point(tmp_path: Path) -> None:
