@@ -300,6 +300,18 @@ def bounds_of(workers: np.ndarray, uncertainty_ns: dict[str, int | None] | None)
     return out
 
 
+def certain_overlap(
+    i: int, j: np.ndarray, start: np.ndarray, end: np.ndarray, worker: np.ndarray, bound: np.ndarray
+) -> bool:
+    """Did hold ``i`` overlap one of holds ``j`` (begun before it) by more than the clocks could explain?
+
+    Two holds recorded by the same worker share one clock: no tolerance between them.
+    """
+    overlap = np.minimum(end[j], end[i]) - start[i]
+    tolerance = np.where(worker[j] == worker[i], 0, np.minimum(bound[j] + bound[i], UNBOUNDED_NS))
+    return bool((overlap > tolerance).any())
+
+
 def unmeasured_workers(uncertainty_ns: dict[str, int | None] | None) -> list[str]:
     """Workers whose clock bound is not known (no offset estimate, or the end measurement failed)."""
     return sorted(w for w, b in (uncertainty_ns or {}).items() if b is None)

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from workloads.checks.common import (
-    UNBOUNDED_NS,
     CheckResult,
     Status,
     _open_counts,
     bounds_of,
+    certain_overlap,
     holds,
     unmeasured_workers,
     worker_of,
@@ -51,9 +51,7 @@ def _certain_overlaps(
             j = j[(client[j] != client[i]) & (e[lo:hi] > s[k])]
             if not len(j):
                 continue
-            overlap = np.minimum(end[j], end[i]) - start[i]
-            tolerance = np.where(worker[j] == worker[i], 0, np.minimum(bound[j] + bound[i], UNBOUNDED_NS))
-            certain[i] = bool((overlap > tolerance).any())
+            certain[i] = certain_overlap(i, j, start, end, worker, bound)
     return certain
 
 

@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 
 from workloads.checks.common import (
-    UNBOUNDED_NS,
     CheckResult,
     Status,
     Verdict,
     bounds_of,
+    certain_overlap,
     check_unknown,
     clock_uncertainty,
     holds,
@@ -123,9 +123,7 @@ def _certain_conflicts(
             j = j[~read[j]]
         if not len(j):
             continue
-        overlap = np.minimum(end[j], end[i]) - start[i]
-        tolerance = np.where(worker[j] == worker[i], 0, np.minimum(bound[j] + bound[i], UNBOUNDED_NS))
-        certain[i] = bool((overlap > tolerance).any())
+        certain[i] = certain_overlap(i, j, start, end, worker, bound)
     return certain
 
 
