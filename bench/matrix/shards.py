@@ -59,8 +59,11 @@ def parse_shard(text: str | None) -> Shard | None:
 
 def lane_cost(lane: Any) -> float:
     """A lane's expected length: each unit's cap (a group's cases run side by side: its longest)."""
-    units = getattr(lane, "units", None) or [[c] for c in lane.cases]
-    return sum(max(c.settings.duration for c in unit) for unit in units if unit)
+    if not getattr(lane, "units", None):
+        from bench.matrix.plan import _capped_s
+
+        return _capped_s(lane.cases)
+    return sum(max(c.settings.duration for c in unit) for unit in lane.units if unit)
 
 
 def deal(lanes: list[Any], of: int) -> list[list[Any]]:

@@ -329,11 +329,6 @@ class FaultThread(threading.Thread):
         self._armed: set[str] = {m.label for m in self.mailboxes}
         self._cancel = threading.Event()
 
-    @property
-    def resource(self) -> redis.Redis:
-        """The first case's resource (a lone case's)."""
-        return self.mailboxes[0].client
-
     def mailbox(self, label: str) -> Mailbox:
         return next(m for m in self.mailboxes if m.label == label)
 
@@ -492,13 +487,9 @@ class FaultThread(threading.Thread):
                     StrikeMark(index, False, "the holder claimed after the strike began", box.holder)
                 )
             else:
-                miss = self._rests_elsewhere(box, window)
-                box.marks.append(StrikeMark(index, not miss, miss, box.holder, box.claimed_ns))
-
-    def _rests_elsewhere(self, box: Mailbox, window: FaultWindow) -> str:
-        """Why the struck server is not one the holder's grant rests on ("" when it is)."""
-        missed = getattr(window, "missed", None) or {}
-        return missed.get(box.label, "")
+                # the struck server may not be one the holder's grant rests on (FaultWindow.missed)
+                miss = window.missed.get(box.label, "")
+                box.marks.append(StrikeMark(index, not miss, miss, box.holder))
 
     def _heal_topology(self) -> None:
         """Bring back what a strike took down (a restart and a partition heal themselves)."""
@@ -509,9 +500,6 @@ class FaultThread(threading.Thread):
         """Heal before the next strike; False once the case is over."""
         self._heal_topology()
         return not self._cancel.is_set()
-
-    def _ledger_length(self) -> int:
-        return self.mailboxes[0].ledger()
 
     def _paced(self) -> bool:
         """Wait until each case's service granted ``grants_between`` purchases since the heal.

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from bench.nemesis.faults import FaultThread, namespace
+from bench.nemesis.faults import namespace
 from bench.run.case import Case, CaseFailed, ServerDied
 from bench.run.locust import locust_argv
 from bench.run.reset import reset_lock_state
-from bench.run.runner import finish_case, lock_servers_of, quorum_keys
+from bench.run.runner import fault_thread, finish_case
 from infra import server_stats
 from infra.stack import Stack
 
@@ -113,19 +113,7 @@ def run_group(
         argvs.append(
             locust_argv(case, case.settings, lock_urls, resources[i], out, lock_namespace=namespace(str(i)))
         )
-    duration = max(c.settings.duration for c in cases)
-    servers = lock_servers_of(stack, backend)
-    server = stack.servers.get(f"{backend}-lock") or (
-        servers[0] if servers else next(iter(stack.servers.values()))
-    )
-    fault = None
-    if first.fault is not None:  # a server fault: one nemesis for every case of the group
-        fault = FaultThread(
-            first.fault, server, resources, deadline_s=duration, strikes=first.settings.strikes,
-            grants_between=first.settings.grants_between, lease_s=first.settings.ttl,
-            labels=[str(i) for i in range(len(cases))], servers=servers,
-            session_s=first.settings.lock_params.get("session_timeout"), quorum_keys=quorum_keys(cases),
-        )  # fmt: skip
+    fault = fault_thread(cases, stack, resources)  # a server fault: one nemesis for every case of the group
     codes: list[int | BaseException] = [0] * len(cases)
     exited: list[int] = [0] * len(cases)
 

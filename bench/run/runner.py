@@ -114,16 +114,9 @@ def run_case(
     fault = None
     ground = None
     if case.fault is not None:
-        server = stack.servers.get(f"{case.backend}-lock") or next(iter(stack.servers.values()))
         if on_hosts:
-            lock_servers = [s for k, s in stack.servers.items() if k.startswith(f"{case.backend}-lock")]
-            ground = partitions.PartitionGround(stack.hosts, lock_servers)
-        fault = FaultThread(
-            case.fault, server, stack.urls["resource"][0], deadline_s=settings.duration, ground=ground,
-            strikes=settings.strikes, grants_between=settings.grants_between, lease_s=settings.ttl,
-            servers=lock_servers_of(stack, case.backend), session_s=settings.lock_params.get("session_timeout"),
-            quorum_keys=quorum_keys([case]),
-        )  # fmt: skip
+            ground = partitions.PartitionGround(stack.hosts, lock_servers_of(stack, case.backend))
+        fault = fault_thread([case], stack, [stack.urls["resource"][0]], ground)
     if fault is not None:
         fault.start()
     launched_ns = time.monotonic_ns()
@@ -167,6 +160,27 @@ def quorum_keys(cases: list[Case]) -> dict[str, list[str]]:
         items = int(case.settings.workload_options.get("items", 1) or 1)
         out[str(i)] = [key_of(f"{namespace(str(i))}flash-sale:item-{n}") for n in range(items)]
     return out
+
+
+def fault_thread(
+    cases: list[Case], stack: Stack, resources: list[str], ground: partitions.PartitionGround | None = None
+) -> FaultThread | None:
+    """One nemesis for ``cases`` (a lone case, or a group: case ``i`` is mailbox ``"i"`` on
+    ``resources[i]``) on the stack's lock servers; None when they take no server fault."""
+    first = cases[0]
+    if first.fault is None:
+        return None
+    servers = lock_servers_of(stack, first.backend)
+    server = stack.servers.get(f"{first.backend}-lock") or (
+        servers[0] if servers else next(iter(stack.servers.values()))
+    )
+    settings = first.settings
+    return FaultThread(
+        first.fault, server, resources, deadline_s=max(c.settings.duration for c in cases), ground=ground,
+        strikes=settings.strikes, grants_between=settings.grants_between, lease_s=settings.ttl,
+        labels=[str(i) for i in range(len(cases))], servers=servers,
+        session_s=settings.lock_params.get("session_timeout"), quorum_keys=quorum_keys(cases),
+    )  # fmt: skip
 
 
 def lock_servers_of(stack: Stack, backend: str) -> list[Any]:
