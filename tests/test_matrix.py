@@ -96,6 +96,21 @@ def test_stop_rule_waits_for_the_event_then_the_acquisitions_or_the_time() -> No
         StopRule("lunch")
 
 
+def test_a_crash_case_whose_lock_nobody_gets_any_more_stops_before_its_strikes() -> None:
+    """A stuck lock brings no further crash (each needs a holder): the case ends once
+    or_after_s passed with no grant after any crash, not at its cap; without the flag it waits."""
+    events = [_ev("a", "acquire", "ok", 1.0), _ev("a", "crash", "info", 1.5)]
+    stuck = EvidenceWatch(StopRule.from_json(StopRule("crash", count=5, acquisitions=5, or_after_s=3.0,
+                                                      stall_after_any=True).to_json()), start_ns=0)  # fmt: skip
+    stuck.feed(events)
+    assert stuck.hits == 1 and not stuck.satisfied(int(4.4e9)) and stuck.satisfied(int(4.6e9))
+    stuck.feed([*events, _ev("b", "acquire", "ok", 4.0)])  # a grant: the lock recovered, go on
+    assert not stuck.satisfied(int(6.9e9)) and stuck.satisfied(int(7.1e9))
+    plain = EvidenceWatch(StopRule("crash", count=5, acquisitions=5, or_after_s=3.0), start_ns=0)
+    plain.feed(events)
+    assert not plain.satisfied(int(60e9))
+
+
 def test_plan_puts_fault_topologies_in_their_own_lanes() -> None:
     cases, skipped = plan_matrix([], ["redis.set-nx-px-lua", "redis.redlock"], [], fixed_servers=set())
     names = {(c.impl, c.scenario) for c in cases}

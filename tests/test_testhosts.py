@@ -212,3 +212,50 @@ def test_stack_puts_each_server_on_its_own_host() -> None:
                 redis.Redis.from_url(urls["redis"], socket_connect_timeout=0.5).ping()
         finally:
             stack.close()
+
+
+class _Node:
+    """Where a server process of a lock service sits: a name and its host's address (placement only)."""
+
+    def __init__(self, name: str, host: str) -> None:
+        self.name = name
+        self.host = host
+
+
+class _Ensemble:
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.nodes = nodes
+
+    def leader(self) -> _Node:
+        return self.nodes[0]
+
+
+def test_one_cut_takes_every_case_holder_and_leaves_their_other_clients(net: TestHostNet) -> None:
+    """A partition's group (issue 31): two cases, each with two client hosts of its own. One
+    partition-majority cut puts both holders' hosts with the minority node, and each case's
+    other client stays with the majority; a lone holder still gets the cut it always had."""
+    from bench.nemesis.partitions import PartitionGround, sides
+
+    nodes = list(net.hosts)  # three server nodes; node 0 leads
+    clients = [net.add_host(f"m{c}-client-{j}") for c in range(2) for j in (1, 2)]
+    ensemble = _Ensemble([_Node(f"zk{i}", h.addr) for i, h in enumerate(nodes)])
+    ground = PartitionGround(net, [ensemble], {100 + i: h for i, h in enumerate(clients)})
+    holders = [clients[0], clients[3]]  # case 0's first host, case 1's second
+    a, b, detail = sides("partition-majority", ground, holders)
+    names_a, names_b = {h.name for h in a}, {h.name for h in b}
+    assert {clients[0].name, clients[3].name, nodes[2].name} == names_a
+    assert {clients[1].name, clients[2].name, nodes[0].name, nodes[1].name} == names_b
+    assert "m0-client-1" in detail and "m1-client-2" in detail
+    srv, port = _listen(net, nodes[0])
+    try:
+        net.partition(a, b)
+        assert not _reaches(net, clients[0], nodes[0], port)
+        assert not _reaches(net, clients[3], nodes[0], port)
+        assert _reaches(net, clients[1], nodes[0], port) and _reaches(net, clients[2], nodes[0], port)
+        net.heal()
+        assert _reaches(net, clients[0], nodes[0], port)
+    finally:
+        srv.close()
+    a1, b1, _ = sides("partition-client", ground, clients[2])
+    assert [h.name for h in a1] == [clients[2].name]
+    assert {h.name for h in b1} == {h.name for h in nodes}

@@ -96,36 +96,45 @@ class PartitionGround:
         return next(iter(self.client_hosts.values()))
 
 
-def sides(kind: str, ground: PartitionGround, holder: TestHost) -> tuple[list[TestHost], list[TestHost], str]:
-    """(side A, side B, a line naming what is on each side) for a partition of ``kind``."""
+def sides(
+    kind: str, ground: PartitionGround, holders: TestHost | list[TestHost]
+) -> tuple[list[TestHost], list[TestHost], str]:
+    """(side A, side B, a line naming what is on each side) for a partition of ``kind``.
+
+    ``holders``: the client hosts of the strike's holders, one per case of a group (each case
+    has client hosts of its own, so its other clients stay on the far side with the majority).
+    """
+    held = [holders] if isinstance(holders, TestHost) else list(dict.fromkeys(holders))
+    held_names = {h.name for h in held}
     nodes = ground.nodes()
     leader = ground.leader()
     lead_name = leader[0] if leader else None
     followers = [n for n in nodes if n[0] != lead_name]
-    others = [h for h in ground.client_hosts.values() if h.name != holder.name]
+    others = [h for h in ground.client_hosts.values() if h.name not in held_names]
+    others = list({h.name: h for h in others}.values())
     roles = ground.net.roles
     if kind == "partition-node":
         victim = followers[-1] if followers else nodes[-1]
         a = [victim]
         b = [n for n in nodes if n is not victim]
-        a_hosts, b_hosts = [victim[1]], [n[1] for n in b] + list(ground.client_hosts.values())
+        clients = list({h.name: h for h in ground.client_hosts.values()}.values())
+        a_hosts, b_hosts = [victim[1]], [n[1] for n in b] + clients
     elif kind == "partition-leader":
         lead = leader or nodes[0]
         a = [lead]
         b = [n for n in nodes if n[0] != lead[0]]
-        a_hosts, b_hosts = [lead[1], holder], [n[1] for n in b] + others
+        a_hosts, b_hosts = [lead[1], *held], [n[1] for n in b] + others
     elif kind == "partition-majority":
         minority = followers[len(followers) - (len(nodes) - 1) // 2 :] if (len(nodes) - 1) // 2 else []
         a = minority
         b = [n for n in nodes if n not in minority]
-        a_hosts, b_hosts = [n[1] for n in a] + [holder], [n[1] for n in b] + others
+        a_hosts, b_hosts = [n[1] for n in a] + held, [n[1] for n in b] + others
     elif kind == "partition-client":
         a, b = [], nodes
-        a_hosts, b_hosts = [holder], [n[1] for n in nodes]
+        a_hosts, b_hosts = held, [n[1] for n in nodes]
     else:
         raise ValueError(f"not a partition kind: {kind}")
-    holder_role = roles.get(holder.name, holder.name)
-    a_names = [n[0] for n in a] + ([holder_role] if holder in a_hosts else [])
+    a_names = [n[0] for n in a] + [roles.get(h.name, h.name) for h in held if h in a_hosts]
     b_names = [n[0] for n in b] + [
         roles.get(h.name, h.name) for h in b_hosts if h in ground.client_hosts.values()
     ]
@@ -134,11 +143,19 @@ def sides(kind: str, ground: PartitionGround, holder: TestHost) -> tuple[list[Te
 
 
 def strike(
-    kind: str, ground: PartitionGround, holder_client: str | None, cancel: Any, cut_s: float = HEAL_AFTER_S
+    kind: str,
+    ground: PartitionGround,
+    holder_clients: str | list[str] | None,
+    cancel: Any,
+    cut_s: float = HEAL_AFTER_S,
 ) -> tuple[int, int, str]:
-    """Cut, wait ``cut_s`` (or until ``cancel`` is set), heal; (start_ns, heal_ns, detail)."""
-    holder = ground.holder_host(holder_client)
-    side_a, side_b, detail = sides(kind, ground, holder)
+    """Cut, wait ``cut_s`` (or until ``cancel`` is set), heal; (start_ns, heal_ns, detail).
+
+    ``holder_clients``: the client id of the strike's holder, or of every case's holder in a group.
+    """
+    clients = holder_clients if isinstance(holder_clients, list) else [holder_clients]
+    holders = [ground.holder_host(c) for c in clients]
+    side_a, side_b, detail = sides(kind, ground, holders)
     detail = detail.replace(f"healed after {HEAL_AFTER_S:g}s", f"healed after {cut_s:g}s")
     start = time.monotonic_ns()
     try:

@@ -15,6 +15,10 @@ side by side, as Jepsen's ``independent`` runs many keys under one nemesis:
   (:class:`~bench.nemesis.faults.StrikeMark`); a case counts only the strikes that hit it;
 * a case that has its evidence ends (its stop rule), and the fault strikes the others on.
 
+A partition's group runs on test hosts: each case's Locust workers on client hosts of its own
+(``m<i>-client-<j>``), so one cut takes every case's holder host and leaves each case's other
+clients on the far side.
+
 Cases of a workload fault (long-cs, the lease pauses, crash, clock-skew) and the fault-free row
 have no shared nemesis (each makes its own strikes), but they too run side by side: they
 wait on sleeps, leases and stuck bounds far more than on the CPU, so a lane takes about its
@@ -30,15 +34,17 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bench.nemesis import partitions
 from bench.nemesis.faults import namespace
 from bench.run.case import Case, CaseFailed, ServerDied
-from bench.run.locust import locust_argv
+from bench.run.locust import client_hosts_of, locust_argv, run_locust_on_hosts
 from bench.run.reset import reset_lock_state
-from bench.run.runner import fault_thread, finish_case
+from bench.run.runner import fault_thread, finish_case, lock_servers_of
 from infra import server_stats
 from infra.stack import Stack
 
@@ -72,16 +78,30 @@ GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 4}
 
 
 def groupable(case: Case) -> bool:
-    """Cases that may run side by side on a lane's servers: all but partitions (one client host
-    at a time) and faults timed by the clock rather than by a holder."""
+    """Cases that may run side by side on a lane's servers: all but faults timed by the clock
+    rather than by a holder. A partition's group gives each case client hosts of its own, and
+    one cut takes every case's holder host (:func:`bench.nemesis.partitions.sides`)."""
     if case.fault is None:
         return True
-    return case.fault.at_seconds is None and not case.fault.is_partition
+    return case.fault.at_seconds is None
 
 
 def group_size(scenario: str) -> int:
     """At most this many cases of ``scenario`` side by side (GROUP_MAX, smaller for heavy cases)."""
     return max(1, min(GROUP_MAX, GROUP_SIZES.get(scenario, GROUP_MAX)))
+
+
+def _host_prefix(index: int) -> str:
+    return f"m{index}-"
+
+
+def _on_hosts(stack: Stack, workers: int, ground: partitions.PartitionGround, prefix: str) -> Launch:
+    """A launcher that runs a case's Locust workers on its own client hosts (a partition's group)."""
+
+    def launch(argv: list[str], log_path: Path, timeout: float) -> int:
+        return run_locust_on_hosts(argv, stack, workers, log_path, timeout, ground.client_hosts, prefix)
+
+    return launch
 
 
 def run_group(
@@ -104,16 +124,29 @@ def run_group(
     except Exception as exc:  # noqa: BLE001 - a server that cannot be cleaned cannot be measured
         return [CaseFailed(f"{c.case_id}: could not clear lock state before the case: {exc}") for c in cases]
     resources = [resource_db(stack.urls["resource"][0], i) for i in range(len(cases))]
+    on_hosts = first.fault is not None and first.fault.is_partition
+    ground = partitions.PartitionGround(stack.hosts, lock_servers_of(stack, backend)) if on_hosts else None
     outs: list[Path] = []
     argvs: list[list[str]] = []
     for i, case in enumerate(cases):
         out = scratch / case.case_id
         out.mkdir(parents=True, exist_ok=True)
         outs.append(out)
+        # on test hosts a case's processes are Locust workers, one on each client host of its own
+        settings = replace(case.settings, processes=1) if on_hosts else case.settings
         argvs.append(
-            locust_argv(case, case.settings, lock_urls, resources[i], out, lock_namespace=namespace(str(i)))
+            locust_argv(case, settings, lock_urls, resources[i], out, lock_namespace=namespace(str(i)))
         )
-    fault = fault_thread(cases, stack, resources)  # a server fault: one nemesis for every case of the group
+        if on_hosts:
+            client_hosts_of(
+                stack, case.settings.processes, _host_prefix(i)
+            )  # made here: one thread adds hosts
+    if ground is not None:
+        launches = [
+            _on_hosts(stack, c.settings.processes, ground, _host_prefix(i)) for i, c in enumerate(cases)
+        ]
+    # a server fault or a cut: one nemesis for every case of the group
+    fault = fault_thread(cases, stack, resources, ground)
     codes: list[int | BaseException] = [0] * len(cases)
     exited: list[int] = [0] * len(cases)
 
@@ -170,6 +203,7 @@ def run_group(
                     server_stats.Commands(error=SHARED_COUNTS),
                     None,
                     timing,
+                    ground=ground,
                 )
             )
         except (CaseFailed, ServerDied) as exc:

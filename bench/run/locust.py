@@ -154,25 +154,30 @@ def _run_locust(
             raise
 
 
-def _client_hosts(stack: Stack, n: int) -> list[Any]:
-    """``n`` client hosts of the run's test hosts (made on first use, then reused)."""
+def client_hosts_of(stack: Stack, n: int, prefix: str = "") -> list[Any]:
+    """``n`` client hosts of the run's test hosts (made on first use, then reused).
+
+    ``prefix`` keeps a group's cases apart (``m1-client-1``): each case has client hosts of its
+    own, so a cut of its holder's host leaves its other clients with the majority.
+    """
     net = stack.hosts
     hosts = []
     for i in range(1, n + 1):
         try:
-            hosts.append(net.host(f"client-{i}"))
+            hosts.append(net.host(f"{prefix}client-{i}"))
         except KeyError:
-            hosts.append(net.add_host(f"client-{i}"))
+            hosts.append(net.add_host(f"{prefix}client-{i}"))
     return hosts
 
 
-def _run_locust_on_hosts(
+def run_locust_on_hosts(
     argv: list[str],
     stack: Stack,
     workers: int,
     log_path: Path,
     timeout: float,
     client_hosts: dict[int, Any],
+    prefix: str = "",
 ) -> int:
     """Locust's master here (bench's control host), one worker process on each client host.
 
@@ -183,7 +188,7 @@ def _run_locust_on_hosts(
     net = stack.hosts
     control = net.host("control")
     port = free_port()
-    hosts = _client_hosts(stack, workers)
+    hosts = client_hosts_of(stack, workers, prefix)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     master_argv = [*argv, "--master", "--expect-workers", str(workers),
                    "--master-bind-host", control.addr, "--master-bind-port", str(port)]  # fmt: skip

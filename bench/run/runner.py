@@ -37,8 +37,8 @@ from bench.run.locust import (
     PROGRESS_FILE,
     _poll_progress,
     _run_locust,
-    _run_locust_on_hosts,
     locust_argv,
+    run_locust_on_hosts,
 )
 from bench.run.reset import reset_lock_state
 from bench.run.timing import RunTiming, load_window_ns
@@ -122,7 +122,7 @@ def run_case(
     launched_ns = time.monotonic_ns()
     try:
         if on_hosts:
-            code = _run_locust_on_hosts(
+            code = run_locust_on_hosts(
                 argv, stack, settings.processes, log_path, settings.duration + 120, ground.client_hosts
             )
         elif launch is not None:
@@ -246,8 +246,9 @@ def finish_case(
                 recording["fault"]["hosts"] = {
                     str(pid): host.name for pid, host in (ground.client_hosts if ground else {}).items()
                 }
+                first = marks.get(0)  # this case's holder of the first cut (a group's cases each have one)
                 recording["partition"] = partitions.after_heal_columns(
-                    history, w.start_ns, w.end_ns, fault.holder
+                    history, w.start_ns, w.end_ns, first.holder if first and first.holder else fault.holder
                 )
             history = with_fault_windows(history, fault.windows, box.marks)
             history.to_parquet(out / "history.parquet", index=False)

@@ -30,6 +30,10 @@ class StopRule:
 
     ``event`` is ``start`` (the test start), ``pause`` / ``crash`` / ``fault`` (the
     workload's markers) or ``long-hold`` (a hold longer than ``long_hold_s`` ended).
+
+    ``stall_after_any``: also stop when ``or_after_s`` passed with no acquisition after *any*
+    event, before ``count`` of them: where each event needs a holder (a crash), a lock that
+    nobody gets any more brings no further event, and waiting for the cap only costs time.
     """
 
     event: str = "start"
@@ -38,6 +42,7 @@ class StopRule:
     or_after_s: float | None = None
     long_hold_s: float = 0.0
     after_first: int = 0
+    stall_after_any: bool = False
 
     def __post_init__(self) -> None:
         if self.event not in KINDS:
@@ -71,6 +76,7 @@ class EvidenceWatch:
         self.last_acquire_ns = 0
         self.after_first = 0
         self._before_first: list[int] = []
+        self.last_hit_ns = 0
 
     def feed(self, events: list[Any]) -> None:
         """Look at the events appended since the last call (``events`` is the whole list)."""
@@ -104,6 +110,7 @@ class EvidenceWatch:
 
     def _count_hit(self, t_ns: int) -> None:
         self.hits += 1
+        self.last_hit_ns = max(self.last_hit_ns, t_ns)
         if self.first_ns is None:
             self.first_ns = t_ns
             self.after_first = sum(1 for t in self._before_first if t > t_ns)
@@ -116,10 +123,12 @@ class EvidenceWatch:
 
     def satisfied(self, now_ns: int) -> bool:
         """True once the event happened and either enough acquisitions or enough time followed."""
+        waited = self.rule.or_after_s
         if self.trigger_ns is None:
-            return False
+            if not (self.rule.stall_after_any and self.hits and waited is not None):
+                return False
+            return (now_ns - max(self.last_hit_ns, self.last_acquire_ns)) / 1e9 >= waited  # stuck
         if self.after >= self.rule.acquisitions and self.after_first >= self.rule.after_first:
             return True
-        waited = self.rule.or_after_s
         since = max(self.trigger_ns, self.last_acquire_ns)
         return waited is not None and (now_ns - since) / 1e9 >= waited
