@@ -140,10 +140,14 @@ class Session:
             from kazoo.handlers.gevent import SequentialGeventHandler
 
             handler = SequentialGeventHandler()
+        # Members in the order given, not shuffled: every client's session starts on the first
+        # member (as an etcd client talks to its first endpoint), so a fault on that member
+        # strikes every holder at once, and a run is the same from one time to the next.
         client = KazooClient(
             hosts=self.hosts,
             timeout=self.session_timeout,
             handler=handler,
+            randomize_hosts=False,
             connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0},
         )
         client.add_listener(self._on_state)

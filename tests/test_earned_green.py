@@ -107,7 +107,8 @@ def test_strikes_and_grants_after_them_come_from_the_history() -> None:
 def test_scenarios_are_sized_for_the_evidence_level() -> None:
     standard, quick = scenarios_at(STANDARD), scenarios_at(strikes.LEVELS["quick"])
     restart = standard["restart"]
-    assert restart.settings["strikes"] == 10 and restart.settings["grants_between"] == 100
+    # a fifth of n between strikes (GRANTS_BETWEEN_SHARE), the rest after the last
+    assert restart.settings["strikes"] == 10 and restart.settings["grants_between"] == 20
     assert restart.stop.count == 10 and restart.stop.after_first == 1000
     assert quick["restart"].settings["strikes"] == 3
     # one process dies per crash: more crashes than a case holds run as trials

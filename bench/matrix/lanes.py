@@ -261,7 +261,9 @@ def _run_lane(
         if lane.hosts:  # a partition lane: its servers and clients on test hosts, this thread on "control"
             net = ctx.enter_context(TestHostNet(0))
             ctx.enter_context(net.enter(net.add_host("control")))
-        launchers = ctx.enter_context(_Launchers(warm and not lane.hosts))
+        launchers = ctx.enter_context(
+            _Launchers(warm)
+        )  # on test hosts too: workers fork, then enter their hosts
         _run_lane_cases(lane, shared, user_urls, resource_url, scratch, launchers, net)
 
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from infra.testhosts import TestHost, TestHostNet
+from workloads.harness.netns import claims
 
 KINDS = ("partition-node", "partition-leader", "partition-majority", "partition-client")
 #: seconds from the cut to the heal: longer than the leases and session timeouts the
@@ -62,6 +64,15 @@ class PartitionGround:
     servers: list[Any]
     #: Locust worker pid -> its client host
     client_hosts: dict[int, TestHost] = field(default_factory=dict)
+    #: case folders whose forked workers claim their hosts there (workloads/harness/netns.py)
+    claim_dirs: list[Path] = field(default_factory=list)
+
+    def learn(self) -> None:
+        """Take in the hosts the cases' workers have claimed so far (pid -> host)."""
+        for folder in self.claim_dirs:
+            for pid, name in claims(folder).items():
+                if pid not in self.client_hosts:
+                    self.client_hosts[pid] = self.net.host(name)
 
     def nodes(self) -> list[tuple[str, TestHost]]:
         """(name, host) of every server process of the lock service."""
@@ -89,6 +100,7 @@ class PartitionGround:
 
     def holder_host(self, client_id: str | None) -> TestHost:
         """The client host of the Locust process that runs ``client_id`` (the first one when unknown)."""
+        self.learn()
         if client_id:
             pid = client_id.split("-", 1)[0]
             if pid.isdigit() and int(pid) in self.client_hosts:

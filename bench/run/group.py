@@ -34,7 +34,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -42,16 +41,18 @@ from urllib.parse import urlsplit, urlunsplit
 from bench.nemesis import partitions
 from bench.nemesis.faults import namespace
 from bench.run.case import Case, CaseFailed, ServerDied
-from bench.run.locust import client_hosts_of, locust_argv, run_locust_on_hosts
+from bench.run.locust import client_hosts_of, locust_argv
 from bench.run.reset import reset_lock_state
 from bench.run.runner import fault_thread, finish_case, lock_servers_of
 from infra import server_stats
 from infra.stack import Stack
 
-#: At most this many cases share one strike: each is a Locust process of its own with six
-#: users, and more of them side by side on 2 cores would make the generator, not the lock, late.
+#: At most this many cases share one strike: every impl and fencing mode of a ZooKeeper or
+#: etcd lane with its control (11), so each of their strikes is paid once. Each case is a
+#: Locust process of its own with six users: the loop-lag probe says when that made the
+#: generator late, and :data:`GROUP_SIZES` keeps the heavy scenarios smaller.
 #: ``LOCKBENCH_GROUP_MAX`` overrides it (a measurement knob: 1 runs every case alone beside its control).
-GROUP_MAX = int(os.environ.get("LOCKBENCH_GROUP_MAX", "8") or 8)
+GROUP_MAX = int(os.environ.get("LOCKBENCH_GROUP_MAX", "12") or 12)
 #: A Redis server has 16 databases; each case of a group takes one for its resource.
 _DATABASES = 16
 
@@ -91,19 +92,6 @@ def group_size(scenario: str) -> int:
     return max(1, min(GROUP_MAX, GROUP_SIZES.get(scenario, GROUP_MAX)))
 
 
-def _host_prefix(index: int) -> str:
-    return f"m{index}-"
-
-
-def _on_hosts(stack: Stack, workers: int, ground: partitions.PartitionGround, prefix: str) -> Launch:
-    """A launcher that runs a case's Locust workers on its own client hosts (a partition's group)."""
-
-    def launch(argv: list[str], log_path: Path, timeout: float) -> int:
-        return run_locust_on_hosts(argv, stack, workers, log_path, timeout, ground.client_hosts, prefix)
-
-    return launch
-
-
 def run_group(
     cases: list[Case], stack: Stack, scratch: Path, launches: list[Launch]
 ) -> list[dict[str, Any] | Exception]:
@@ -132,19 +120,21 @@ def run_group(
         out = scratch / case.case_id
         out.mkdir(parents=True, exist_ok=True)
         outs.append(out)
-        # on test hosts a case's processes are Locust workers, one on each client host of its own
-        settings = replace(case.settings, processes=1) if on_hosts else case.settings
+        hosts = None
+        if ground is not None:  # a case's Locust workers, each on a client host of the case's own
+            hosts = [h.name for h in client_hosts_of(stack, case.settings.processes, f"m{i}-")]
+            ground.claim_dirs.append(out)
         argvs.append(
-            locust_argv(case, settings, lock_urls, resources[i], out, lock_namespace=namespace(str(i)))
+            locust_argv(
+                case,
+                case.settings,
+                lock_urls,
+                resources[i],
+                out,
+                lock_namespace=namespace(str(i)),
+                netns=hosts,
+            )
         )
-        if on_hosts:
-            client_hosts_of(
-                stack, case.settings.processes, _host_prefix(i)
-            )  # made here: one thread adds hosts
-    if ground is not None:
-        launches = [
-            _on_hosts(stack, c.settings.processes, ground, _host_prefix(i)) for i, c in enumerate(cases)
-        ]
     # a server fault or a cut: one nemesis for every case of the group
     fault = fault_thread(cases, stack, resources, ground)
     codes: list[int | BaseException] = [0] * len(cases)

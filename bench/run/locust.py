@@ -53,8 +53,13 @@ def locust_argv(
     out: Path,
     last_case: bool = False,
     lock_namespace: str = "",
+    netns: list[str] | None = None,
 ) -> list[str]:
-    """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it."""
+    """Locust's command line for a case; the URLs go into a 0600 file in ``out``, never on it.
+
+    ``netns``: a partition case's client hosts; Locust forks one worker a host
+    (``settings.processes`` of them) and each enters its own (workloads/harness/netns.py).
+    """
     urls_file = write_urls_file(out, lock_urls, resource_url)
     argv = [
         sys.executable, "-m", "locust",
@@ -79,6 +84,8 @@ def locust_argv(
     argv += ["--fencing-mode", case.fencing]
     if lock_namespace:
         argv += ["--lock-namespace", lock_namespace]
+    if netns:
+        argv += ["--lockbench-netns", ",".join(netns)]
     if settings.stop_rule:
         argv += ["--lockbench-stop", settings.stop_rule]
     if settings.clock_skew:
@@ -168,50 +175,3 @@ def client_hosts_of(stack: Stack, n: int, prefix: str = "") -> list[Any]:
         except KeyError:
             hosts.append(net.add_host(f"{prefix}client-{i}"))
     return hosts
-
-
-def run_locust_on_hosts(
-    argv: list[str],
-    stack: Stack,
-    workers: int,
-    log_path: Path,
-    timeout: float,
-    client_hosts: dict[int, Any],
-    prefix: str = "",
-) -> int:
-    """Locust's master here (bench's control host), one worker process on each client host.
-
-    Why not ``--processes``: its workers share one host, so cutting the holder's host off
-    would cut every client; here each worker can be cut alone. ``client_hosts`` receives
-    ``{worker pid: client host}`` as the workers start.
-    """
-    net = stack.hosts
-    control = net.host("control")
-    port = free_port()
-    hosts = client_hosts_of(stack, workers, prefix)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    master_argv = [*argv, "--master", "--expect-workers", str(workers),
-                   "--master-bind-host", control.addr, "--master-bind-port", str(port)]  # fmt: skip
-    worker_argv = [*argv, "--worker", "--master-host", control.addr, "--master-port", str(port)]
-    procs: list[subprocess.Popen] = []
-    with open(log_path, "wb") as log:
-        try:
-            master = subprocess.Popen(master_argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
-            procs.append(master)
-            for host in hosts:
-                procs.append(net.popen(host, worker_argv, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env=env))  # fmt: skip
-            client_hosts.update({p.pid: h for p, h in zip(procs[1:], hosts, strict=True)})
-            code = master.wait(timeout)
-            for proc in procs[1:]:
-                # a worker stuck in a client library's shutdown has already sent its
-                # recording (or the master marked the case incomplete): stop it
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(15)
-            return code
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(5)

@@ -37,8 +37,8 @@ from bench.run.locust import (
     PROGRESS_FILE,
     _poll_progress,
     _run_locust,
+    client_hosts_of,
     locust_argv,
-    run_locust_on_hosts,
 )
 from bench.run.reset import reset_lock_state
 from bench.run.timing import RunTiming, load_window_ns
@@ -100,9 +100,9 @@ def run_case(
     out.mkdir(parents=True, exist_ok=True)
     lock_urls = stack.urls[case.backend]
     on_hosts = case.fault is not None and case.fault.is_partition
-    argv_settings = replace(settings, processes=1) if on_hosts else settings
     ns = namespace("0") if case.fault is not None else ""
-    argv = locust_argv(case, argv_settings, lock_urls, stack.urls["resource"][0], out, last_case, ns)
+    hosts = [h.name for h in client_hosts_of(stack, settings.processes)] if on_hosts else None
+    argv = locust_argv(case, settings, lock_urls, stack.urls["resource"][0], out, last_case, ns, hosts)
     log_path = out / "locust.log"
     try:
         reset_lock_state(case.backend, lock_urls)
@@ -115,17 +115,15 @@ def run_case(
     ground = None
     if case.fault is not None:
         if on_hosts:
-            ground = partitions.PartitionGround(stack.hosts, lock_servers_of(stack, case.backend))
+            ground = partitions.PartitionGround(
+                stack.hosts, lock_servers_of(stack, case.backend), claim_dirs=[out]
+            )
         fault = fault_thread([case], stack, [stack.urls["resource"][0]], ground)
     if fault is not None:
         fault.start()
     launched_ns = time.monotonic_ns()
     try:
-        if on_hosts:
-            code = run_locust_on_hosts(
-                argv, stack, settings.processes, log_path, settings.duration + 120, ground.client_hosts
-            )
-        elif launch is not None:
+        if launch is not None:
             code = launch(argv, log_path, settings.duration + 120)
         else:
             wait = settings.workers_wait_s if settings.master_bind else 0

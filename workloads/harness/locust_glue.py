@@ -45,6 +45,7 @@ from workloads.checks.stop_rules import EvidenceWatch, StopRule
 from workloads.harness import clock_offsets
 from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
 from workloads.harness.loop_lag import PROBE as LOOP_LAG
+from workloads.harness.netns import enter_own_host
 from workloads.harness.prompt_runner import make_prompt
 from workloads.harness.recording import HIST_NAMES, Recorder
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
@@ -135,6 +136,11 @@ def _add_options(parser: Any) -> None:
         help="JSON stop rule (workloads/checks/stop_rules.py): end the test once the fault's evidence is in",
     )
 
+    g.add_argument(
+        "--lockbench-netns",
+        default="",
+        help="comma-separated network namespaces: each forked worker enters one of its own (partition cases)",
+    )
     g.add_argument(
         "--lockbench-align-clocks",
         action="store_true",
@@ -249,6 +255,9 @@ def _on_init(environment: Any, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         _die_with_parent()
+        hosts = getattr(environment.parsed_options, "lockbench_netns", "")
+        if hosts:  # before any user connects: every lock connection then starts on this host
+            enter_own_host(hosts.split(","), Path(environment.parsed_options.lockbench_out))
         runner.register_message("lockbench_flush", _on_flush_request)
         runner.register_message("lockbench_ping", _on_ping)
         if getattr(environment.parsed_options, "lockbench_stop", ""):
