@@ -19,7 +19,7 @@ import random
 import time
 from typing import Any
 
-from locust import User, constant, events, task
+from locust import User, events, task
 
 from workloads.checks.core import check_flash_sale
 from workloads.harness import holder_first
@@ -41,6 +41,12 @@ def _add_options(parser: Any) -> None:
     g.add_argument("--stock", type=int, default=100_000, help="initial stock per item")
     g.add_argument("--max-qty", type=int, default=3, help="a buyer wants 1..max-qty units")
     g.add_argument("--cs", default="1ms", help="critical-section time: 1ms, exp:1ms, uniform:0.5ms:2ms, ...")
+    g.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="at most this many purchases a second per buyer (0: flat out; the matrix's fault cases pace)",
+    )
 
 
 class FlashSale:
@@ -86,9 +92,23 @@ class FlashSaleUser(User):
     their figures compare with flash-sale's.
     """
 
-    wait_time = constant(0)
     #: lock names are ``<lock_prefix>:<item>``; workloads built on this one use their own
     lock_prefix = "flash-sale"
+    _last_start = 0.0
+
+    def wait_time(self) -> float:
+        """No wait (a closed loop flat out), or with ``--pace R`` what is left of 1/R since the last start.
+
+        Why pace: a fault case asks whether the lock breaks, and a holder that keeps its lock
+        through the strike makes every other buyer wait anyway; a loop flat out between
+        strikes only burns the generator's CPU (a fast lock made 300 grants a second in each
+        of several cases side by side) and makes it, not the lock, late.
+        """
+        pace = float(getattr(getattr(self, "opts", None), "pace", 0.0) or 0.0)
+        now = time.monotonic()
+        wait = max(0.0, self._last_start + 1.0 / pace - now) if pace > 0 else 0.0
+        self._last_start = now + wait
+        return wait
 
     def on_start(self) -> None:
         opts = self.environment.parsed_options

@@ -57,6 +57,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             "stock": "--stock",
             "max_qty": "--max-qty",
             "cs": "--cs",
+            "pace": "--pace",
         },
         open_module="flash_sale_open.py",
     ),
