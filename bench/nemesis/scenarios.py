@@ -128,6 +128,11 @@ _PARTITION_CLIENT = (
 #: grants a second, n = 1,000 in under 20 s, while a fast lock flat out made 300 a second in
 #: each case of a group and kept the generator busy, not the lock (flash_sale.py ``--pace``).
 PACE = 10.0
+#: Seconds a server-fault or partition case may run beyond its strikes (its cap is this plus k
+#: times ``per_strike_s``; the stop rule ends it as soon as k and n are in). A slow lock needs
+#: them for its n = 1,000 grants: PostgreSQL's unique-insert and ZooKeeper's ephemeral lock
+#: made 5-10 grants a second in a loaded group, and a cap of 95 s left their cells thin.
+SLOW_LOCK_S = 60.0
 #: Server-fault scenarios: what they share.
 _SERVER = {"strike": "server"}
 
@@ -208,7 +213,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             fault="restart@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
-            settings={"duration": 20.0},
+            settings={"duration": SLOW_LOCK_S},
             backends=SERVER_BACKENDS,
         ),
         Scenario(
@@ -220,7 +225,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             fault="failover@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
-            settings={"duration": 25.0},
+            settings={"duration": SLOW_LOCK_S},
             backends=("redis",),
             # python-redis-lock's blocking connection pool takes a plain redis:// URL, not Sentinel's
             exclude=("redis.python-redis-lock",),
@@ -235,7 +240,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             fault="kill-member@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
-            settings={"duration": 20.0},
+            settings={"duration": SLOW_LOCK_S},
             backends=("zookeeper", "etcd"),
         ),
         Scenario(
@@ -247,7 +252,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             fault="kill-leader@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
-            settings={"duration": 25.0},
+            settings={"duration": SLOW_LOCK_S},
             backends=("zookeeper", "etcd"),
         ),
         *(
@@ -260,7 +265,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
                 # each strike: the cut lasts 8 s (bench/nemesis/partitions.py), longer than the 2 s
                 # leases and 3 s ZooKeeper sessions here, so the other side can move on before the heal
                 options={"pace": PACE},
-                settings={"duration": 20.0, "ttl": 2.0, "processes": 2},
+                settings={"duration": SLOW_LOCK_S, "ttl": 2.0, "processes": 2},
                 lock_params={"zookeeper": {"session_timeout": 3}},
                 impls=impls,
                 **_SERVER,
