@@ -30,7 +30,7 @@ from rich.console import Console
 
 from bench.errors import Interrupted, UserError
 from bench.matrix import controls
-from bench.matrix.lanes import _load_average, _Shared, run_lanes, strike_cycles
+from bench.matrix.lanes import _load_average, _Shared, busy_cores, cpu_ticks, run_lanes, strike_cycles
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.shards import Shard, auto_lanes, deal
 from bench.matrix.tables import markdown_table, print_summary, timing_summary, undecided
@@ -193,6 +193,7 @@ def _run(
     """Run the lanes; the folder's status: complete, complete-with-failures, failed or incomplete."""
     status = "complete"
     load_start = _load_average()
+    ticks = cpu_ticks()
     t0 = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="lockbench-matrix-") as tmp:
@@ -219,6 +220,7 @@ def _run(
             ]
         folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
                                "load_average": {"start": load_start, "end": _load_average()},
+                               "busy_cores": busy_cores(ticks, cpu_ticks()),
                                "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})

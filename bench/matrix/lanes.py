@@ -70,6 +70,23 @@ def _load_average() -> list[float]:
         return []
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat), None where unreadable."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """Mean cores busy between two :func:`cpu_ticks` readings (the matrix, its servers and anything else)."""
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return round((end[0] - start[0]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
+
+
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
