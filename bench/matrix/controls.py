@@ -10,8 +10,11 @@ stuck (``redis.setnx-del`` after a crash), or, where no catalog lock fails, a ca
 (``lockimpls/canary.py``: fails open when it cannot reach its server).
 
 If the control survived, the scenario *did not bite*: no cell it tested may be green
-(``dashboards/cells.py``), and ``bench matrix`` exits 1. Partition scenarios have no
-control yet: their strikes run on test hosts, one client host at a time (docs/architecture.md).
+(``dashboards/cells.py``), and ``bench matrix`` exits 1. Partitions run as groups since
+round 6, so their controls share the cut: a catalog lock that fails there, or the canary
+(its buyers on the cut holder's host lose the servers and grant themselves the lock). A
+partition-node cut on ZooKeeper or etcd has no control: it isolates a follower no client
+talks to, and no lock in the catalog fails under it; its cells say so (no control row).
 """
 
 from __future__ import annotations
@@ -41,6 +44,27 @@ CONTROLS: dict[str, dict[str, str]] = {
     "kill-member": _CANARY_KILL,
     "kill-leader": _CANARY_KILL,
     "clock-skew": {"redis": "redis.setnx-getset"},
+    # the locks the standard run of 2026-12-02 saw fail there (docs/catalog.md); PostgreSQL's
+    # three locks all hold under a client cut, so its control is its lease lock (the row expires
+    # under a cut-off holder; the canary does not fail there: a query on a cut connection hangs)
+    "partition-client": {
+        "redis": "redis.set-nx-px-lua",
+        "postgres": "postgres.unique-insert-expiry",
+        "memcached": "memcached.add",
+        "etcd": "etcd.lease",
+        "zookeeper": "zookeeper.sequential",
+    },
+    "partition-leader": {
+        "redis": "redis.set-nx-px-lua",
+        "etcd": "etcd.lease",
+        "zookeeper": "canary.fail-open-zookeeper",
+    },
+    "partition-majority": {
+        "redis": "redis.redlock",
+        "etcd": "etcd.lease",
+        "zookeeper": "zookeeper.sequential",
+    },
+    "partition-node": {"redis": "redis.redlock"},
 }
 
 
