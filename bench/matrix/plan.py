@@ -241,16 +241,18 @@ def _can_make_hosts() -> bool:
 
 
 def _capped_s(cases: list[MatrixCase]) -> float:
-    """How long ``cases`` may take in one lane: a group's cases run side by side (its longest counts)."""
-    groups: dict[tuple[str, int], float] = {}
+    """How long ``cases`` may take in one lane: a group's cases run side by side (its longest
+    counts), and a scenario with more cases than a group holds runs as several groups."""
+    groups: dict[tuple[str, int], list[float]] = {}
     alone = 0.0
     for c in cases:
         if groupable(c):
-            key = (c.matrix_scenario, c.trial)
-            groups[key] = max(groups.get(key, 0.0), c.settings.duration)
+            groups.setdefault((c.matrix_scenario, c.trial), []).append(c.settings.duration)
         else:
             alone += c.settings.duration
-    return alone + sum(groups.values())
+    return alone + sum(
+        max(caps) * math.ceil(len(caps) / group_size(scenario)) for (scenario, _), caps in groups.items()
+    )
 
 
 def plan_lanes(cases: list[MatrixCase], fixed_servers: set[str]) -> list[Lane]:
