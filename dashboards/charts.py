@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from hdrh.histogram import HdrHistogram
@@ -61,13 +62,21 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     acq = history[history["op"] == "acquire"]
     if acq.empty:
         return pd.DataFrame(columns=columns)
-    t0 = int(acq["t_ns"].min())
-    t_end = int(acq["t_ns"].max())
-    invokes = acq[acq["type"] == "invoke"][["client", "seq", "t_ns"]].drop_duplicates(["client", "seq"])
-    oks = acq[acq["type"] == "ok"][["client", "seq", "t_ns"]].drop_duplicates(["client", "seq"])
-    pairs = invokes.merge(oks, on=["client", "seq"], suffixes=("_inv", "_ok"))
-    if pairs.empty:
+    t_ns = acq["t_ns"].to_numpy(dtype=np.int64)
+    t0 = int(t_ns.min())
+    t_end = int(t_ns.max())
+    # pair on one integer key per (client, seq), the first invoke with the first ok (numpy: a
+    # matrix report pairs 2.5 million rows; a pandas merge per case was most of its over-time chart)
+    code = pd.factorize(acq["client"].astype(str))[0].astype(np.int64)
+    key = (code << 32) | (acq["seq"].to_numpy(dtype=np.int64) & 0xFFFFFFFF)
+    kind = acq["type"].to_numpy(dtype=object)
+    inv, ok = kind == "invoke", kind == "ok"
+    k_inv, i_inv = np.unique(key[inv], return_index=True)
+    k_ok, i_ok = np.unique(key[ok], return_index=True)
+    _, a, b = np.intersect1d(k_inv, k_ok, assume_unique=True, return_indices=True)
+    if not len(a):
         return pd.DataFrame(columns=columns)
+    pairs = pd.DataFrame({"t_ns_inv": t_ns[inv][i_inv[a]], "t_ns_ok": t_ns[ok][i_ok[b]]})
     span_s = (t_end - t0) / 1e9
     last = int(span_s)
     width = span_s - last
@@ -441,34 +450,47 @@ def _rgba(colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def _add_marks(fig: go.Figure, marks: list[Mark], name: str, colour: str) -> None:
-    """Shapes over both rows of the over-time chart; the first of each kind gets a legend entry."""
+def _mark_shapes(marks: list[Mark], name: str, colour: str) -> list[dict]:
+    """Shapes over both rows of the over-time chart; the first of each kind gets a legend entry.
+
+    Plain dicts, set on the layout once: ``fig.add_shape`` re-validates every shape already
+    there, so a matrix's 1,900 marks took minutes one by one.
+    """
     legend_done: set[str] = set()
+    shapes = []
     for mark in marks:
         fill, line, width, dash, legend = _MARK_STYLE[mark.kind]
         entry = f"{mark.kind}:{mark.what}"
-        fig.add_shape(
-            type="line" if mark.kind == "crash" else "rect",
-            xref="x", yref="paper", x0=mark.x0, x1=mark.x1, y0=0, y1=1, layer="below",
-            fillcolor=_rgba(colour, fill) if fill else None,
-            line={"color": _rgba(colour, line), "width": width, "dash": dash},
-            legendgroup=name, showlegend=entry not in legend_done,
-            name=legend.format(what=html.escape(mark.what)),  # listed under its line: legendgroup
-        )  # fmt: skip
+        shape = {
+            "type": "line" if mark.kind == "crash" else "rect",
+            "xref": "x", "yref": "paper", "x0": mark.x0, "x1": mark.x1, "y0": 0, "y1": 1, "layer": "below",
+            "line": {"color": _rgba(colour, line), "width": width, "dash": dash},
+            "legendgroup": name, "showlegend": entry not in legend_done,
+            "name": legend.format(what=html.escape(mark.what)),  # listed under its line: legendgroup
+        }  # fmt: skip
+        if fill:
+            shape["fillcolor"] = _rgba(colour, fill)
+        shapes.append(shape)
         legend_done.add(entry)
+    return shapes
 
 
-def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None) -> go.Figure:
+def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None) -> go.Figure | dict:
     """Acquire p50/p99 latency (top) and acquisitions/s (bottom) per second, one colour per impl x scenario.
 
     Trials of one impl x scenario are one line: per second, the median over the trials of
     each trial's own value (each trial on its own clock, from its first acquire). Server
     fault windows are shaded in the line's colour, paused holders lighter, killed holders
     are dotted vertical lines, all on the same clock.
+
+    Returns the figure as plain JSON (data, layout) when it has lines: a matrix has hundreds of
+    lines and two thousand marks, and plotly's validation of each took minutes (page.py draws
+    either form).
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     longest = 0.0
     all_marks: list[tuple[list[Mark], str, str]] = []
+    traces: list[dict] = []
     for g, (group, rows) in enumerate(run.groups().items()):
         per_trial: list[pd.DataFrame] = []
         marks: list[Mark] = []
@@ -498,20 +520,19 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
         agg = pd.concat([agg, agg.iloc[[-1]]], ignore_index=True)
         x = list(agg["second"].astype("float64").iloc[:-1]) + [float(agg["end_s"].iloc[-1])]
         hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} trial(s))<extra>" + name
-        custom = list(zip(agg["second"], agg["trials"], strict=True))
-        common = {"x": x, "legendgroup": name, "mode": "lines", "customdata": custom, "line_shape": "hv"}
-        fig.add_scatter(
-            **common, y=agg["p50_us"] / 1_000, name=name, line_color=colour,
-            hovertemplate=hover.replace("{what}", "ms p50") + "</extra>", row=1, col=1,
-        )  # fmt: skip
-        fig.add_scatter(
-            **common, y=agg["p99_us"] / 1_000, name=f"{name} p99", line_color=colour, line_dash="dot",
-            showlegend=False, hovertemplate=hover.replace("{what}", "ms p99") + "</extra>", row=1, col=1,
-        )  # fmt: skip
-        fig.add_scatter(
-            **common, y=agg["acq_per_s"], name=f"{name} acq/s", line_color=colour, showlegend=False,
-            hovertemplate=hover.replace("{what}", "acquisitions/s") + "</extra>", row=2, col=1,
-        )  # fmt: skip
+        custom = [[int(a), int(b)] for a, b in zip(agg["second"], agg["trials"], strict=True)]
+        # plain trace dicts: go.Scatter validates every value of every line (row 2: axes x2, y2)
+        common = {"type": "scatter", "x": x, "legendgroup": name, "mode": "lines", "customdata": custom}
+        traces += [
+            {**common, "y": (agg["p50_us"] / 1_000).tolist(), "name": name, "line": {"color": colour, "shape": "hv"},
+             "hovertemplate": hover.replace("{what}", "ms p50") + "</extra>", "xaxis": "x", "yaxis": "y"},
+            {**common, "y": (agg["p99_us"] / 1_000).tolist(), "name": f"{name} p99",
+             "line": {"color": colour, "shape": "hv", "dash": "dot"}, "showlegend": False,
+             "hovertemplate": hover.replace("{what}", "ms p99") + "</extra>", "xaxis": "x", "yaxis": "y"},
+            {**common, "y": agg["acq_per_s"].tolist(), "name": f"{name} acq/s", "line": {"color": colour, "shape": "hv"},
+             "showlegend": False, "hovertemplate": hover.replace("{what}", "acquisitions/s") + "</extra>",
+             "xaxis": "x2", "yaxis": "y2"},
+        ]  # fmt: skip
         windows = [m for m in marks if m.kind != "pause"] + merge_windows(
             [m for m in marks if m.kind == "pause"]
         )
@@ -521,8 +542,7 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
         dropped = sum(1 for m, _, _ in all_marks for x in m if x.kind == "pause")
         all_marks = [([x for x in m if x.kind != "pause"], n, c) for m, n, c in all_marks]
         run.notes.append(f"over-time chart: {dropped} pause windows not shaded (more than {MAX_MARKS} marks)")
-    for marks, name, colour in all_marks:
-        _add_marks(fig, marks[:MAX_MARKS], name, colour)
+    shapes = [sh for marks, name, colour in all_marks for sh in _mark_shapes(marks[:MAX_MARKS], name, colour)]
     fig.update_layout(**{**_LAYOUT, "height": 620})
     kinds = {m.kind for marks, _, _ in all_marks for m in marks}
     if kinds:
@@ -536,7 +556,7 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
     fig.update_yaxes(type="log", title="acquire latency (ms, log)", row=1, col=1)
     fig.update_yaxes(title="acquisitions/s", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title="seconds since the case's first acquire", row=2, col=1)
-    if not fig.data:
+    if not traces:
         return _no_data(fig, "no history files with completed acquires")
     if slo_us is not None and longest > 0:
         fig.add_scatter(
@@ -548,7 +568,11 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
             row=1,
             col=1,
         )
-    return fig
+    spec = fig.to_dict()
+    spec["data"] = traces + spec["data"]  # the SLO line, if any, stays last
+    if shapes:
+        spec["layout"]["shapes"] = shapes
+    return spec
 
 
 def percentile_us(hist: HdrHistogram | None, pct: float) -> float | None:

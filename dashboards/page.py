@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io
 import plotly.offline
 
 from dashboards.arrivals import arrivals_section
@@ -356,9 +357,19 @@ def latency_section(run: RunData, labels: dict[str, str]) -> str:
     )
 
 
-def _figure(fig: go.Figure, title: str, caption: str, plot_title: str) -> str:
-    fig.update_layout(title={"text": plot_title, "font": {"size": 13}})
-    fragment = fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+def _figure(fig: go.Figure | dict, title: str, caption: str, plot_title: str) -> str:
+    """A figure's section: heading, the plot (it calls the page's one plotly.js), caption.
+
+    ``fig`` may be plain JSON (data, layout) already: it is written as is, unvalidated
+    (charts.over_time_figure builds hundreds of lines that way).
+    """
+    if isinstance(fig, dict):
+        fig["layout"]["title"] = {"text": plot_title, "font": {"size": 13}}
+    else:
+        fig.update_layout(title={"text": plot_title, "font": {"size": 13}})
+    fragment = plotly.io.to_html(
+        fig, full_html=False, include_plotlyjs=False, config={"displaylogo": False}, validate=False
+    )
     return f'<h2>{e(title)}</h2>{fragment}<p class="caption">{e(caption)}</p>'
 
 
