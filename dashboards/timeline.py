@@ -219,6 +219,21 @@ def find_violations(h: Holds, history: pd.DataFrame, limit: int = MAX_VIOLATIONS
     return found[:limit]
 
 
+def distinct(found: list[Violation]) -> list[Violation]:
+    """One violation per first hold: the later overlaps of one long hold draw the same window again.
+
+    Why: a partitioned holder that keeps its lock for seconds overlaps every grant after its
+    lease; five views of that one window were five copies of the same picture (and of its data).
+    """
+    seen: set[Hold] = set()
+    out = []
+    for v in found:
+        if v.first not in seen:
+            seen.add(v.first)
+            out.append(v)
+    return out
+
+
 def _token_violations(h: Holds, rows: np.ndarray) -> list[Violation]:
     """Grants whose token is not above every grant that ended before them, or repeats one (first few)."""
     rows = rows[~np.isnan(h.token[rows])]
@@ -338,6 +353,81 @@ def _pairs(h: pd.DataFrame, op: str) -> list[Span]:
     return [Span(*v) for v in spans.values()]
 
 
+#: A view's window is cut into this many slices; events of one lane closer than a slice (under a
+#: pixel at the figure's width) are drawn as one bar or marker whose hover says how many it holds.
+#: Why: a partition's window held ~4,000 acquire attempts per view (a 5 MB case block in a 79 MB report).
+RESOLUTION = 300
+
+
+def merge_bars(
+    rows: list[tuple[str, int, int, str]], res: int, ctx: CaseContext, what: str, same_text: bool = True
+) -> list[tuple[str, int, int, str]]:
+    """Bars (client, start, end, hover) of one lane closer than ``res`` ns as one bar saying how many it holds.
+
+    ``same_text``: only bars with the same hover merge (the same client and outcome); else any of the lane.
+    """
+    out: list[tuple[str, int, int, str]] = []
+    count: list[int] = []
+    for client, start, end, text_ in sorted(rows, key=lambda r: (r[0], r[1])):
+        last = out[-1] if out else None
+        if last and last[0] == client and (not same_text or last[3] == text_) and start - last[2] <= res:
+            out[-1] = (client, last[1], max(last[2], end), text_ if same_text else last[3])
+            count[-1] += 1
+        else:
+            out.append((client, start, end, text_))
+            count.append(1)
+    return [
+        r
+        if n == 1
+        else (r[0], r[1], r[2], r[3] + html.escape(f" ({n} {what}, {ctx.s(r[1]):.4f}-{ctx.s(r[2]):.4f} s)"))
+        for r, n in zip(out, count, strict=True)
+    ]
+
+
+def merge_points(rows: pd.DataFrame, res: int) -> list[tuple[str, int, int, int]]:
+    """(client, first t_ns, last t_ns, how many) per run of one client's events closer than ``res`` ns."""
+    out: list[tuple[str, int, int, int]] = []
+    pairs = sorted(
+        zip(rows["client"].astype(str), rows["t_ns"].to_numpy(dtype=np.int64).tolist(), strict=True)
+    )
+    for client, t in pairs:
+        last = out[-1] if out else None
+        if last and last[0] == client and t - last[2] <= res:
+            out[-1] = (client, last[1], t, last[3] + 1)
+        else:
+            out.append((client, t, t, 1))
+    return out
+
+
+def _max_per(rows: pd.DataFrame, points: list[tuple[str, int, int, int]]) -> list[float]:
+    """The highest ``value`` among the rows each merged point stands for."""
+    client, t = rows["client"].astype(str).to_numpy(dtype=object), rows["t_ns"].to_numpy(dtype=np.int64)
+    value = rows["value"].to_numpy(dtype=np.float64)
+    return [float(np.nanmax(value[(client == c) & (t >= t0) & (t <= t1)])) for c, t0, t1, _ in points]
+
+
+def _thin_grants(
+    grants: list[Hold], keep: tuple[Hold, Hold], res: int
+) -> tuple[list[Hold], list[tuple[int, int]]]:
+    """The grants a view marks: the violation's two always; of the rest, one per run closer than ``res``.
+
+    Returns the grants and, per grant, (how many it stands for, the last one's start).
+    """
+    out: list[Hold] = []
+    many: list[tuple[int, int]] = []
+    for h in sorted(grants, key=lambda g: (g.client, g.start_ns)):
+        last = out[-1] if out else None
+        if (
+            last is not None and h not in keep and last not in keep and last.client == h.client
+            and h.start_ns - many[-1][1] <= res
+        ):  # fmt: skip
+            many[-1] = (many[-1][0] + 1, h.start_ns)
+        else:
+            out.append(h)
+            many.append((1, h.start_ns))
+    return out, many
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:g} s"
 
@@ -380,14 +470,15 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
             }
         )  # fmt: skip
 
-    # acquire attempts, holds, releases
+    # acquire attempts, holds, releases; runs closer than a pixel merge into one bar (RESOLUTION)
+    res = max((hi - lo) // RESOLUTION, 1)
     attempts = []
     for r in _pairs(near, "acquire"):
         if r.client in lane_of and r.start_ns is not None:
             end = r.end_ns if r.end_ns is not None else hi
             outcome = r.type or "no answer in the window"
             attempts.append((r.client, r.start_ns, end, html.escape(f"{r.client}: acquire -> {outcome}")))
-    bar("acquire attempt", attempts, 0.2, "#d8dde3")
+    bar("acquire attempt", merge_bars(attempts, res, ctx, "acquire attempts"), 0.2, "#d8dde3")
     in_lanes = [h for h in nearby if h.client in lane_of]
     for who, name in (
         (a.client, f"hold: client {a.client}"),
@@ -395,21 +486,22 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
         (None, "hold: others"),
     ):
         mine = [h for h in in_lanes if (h.client == who if who else h.client not in (a.client, b.client))]
-        bar(
-            html.escape(name),
-            [(h.client, max(h.start_ns, lo), min(h.end_ns, hi), html.escape(
+        held = [(h.client, max(h.start_ns, lo), min(h.end_ns, hi), html.escape(
                 f"{h.client} held {h.lock} from {ctx.s(h.start_ns):.3f} s to "
-                f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}")) for h in mine],
-            0.55, None,
-        )  # fmt: skip
+                f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}")) for h in mine]  # fmt: skip
+        # the violation's own holds stay whole; other holds of the lane closer than a pixel merge
+        own = [r for r, h in zip(held, mine, strict=True) if h in (a, b)]
+        rest = [r for r, h in zip(held, mine, strict=True) if h not in (a, b)]
+        bar(html.escape(name), own + merge_bars(rest, res, ctx, "holds", same_text=False), 0.55, None)
     releases = [
         (r.client, r.start_ns, r.end_ns if r.end_ns is not None else r.start_ns, html.escape(f"{r.client}: release"))
         for r in _pairs(near, "release") if r.client in lane_of and r.start_ns is not None
     ]  # fmt: skip
-    bar("release", releases, 0.2, "#334155")
+    bar("release", merge_bars(releases, res, ctx, "releases"), 0.2, "#334155")
 
-    # grants with their tokens, the clock bound as an error bar
-    grants = [h for h in in_lanes if h.start_ns >= lo]
+    # grants with their tokens, the clock bound as an error bar; the violation's two always drawn,
+    # the others closer than a pixel in one lane as one marker that says how many
+    grants, many = _thin_grants([h for h in in_lanes if h.start_ns >= lo], (a, b), res)
     if grants:
         errs = [ctx.bound(h.client) for h in grants]
         unknown = any(b_ is None for b_ in errs)
@@ -422,8 +514,10 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
                 "textposition": "top center", "marker": {"symbol": "triangle-right", "size": 10, "color": "#111"},
                 "hovertext": [
                     html.escape(f"{h.client} granted at {ctx.s(h.start_ns):.4f} s"
-                                + (f", token {int(h.token)}" if h.token == h.token else ""))
-                    for h in grants
+                                + (f", token {int(h.token)}" if h.token == h.token else "")
+                                + (f" (and {many[i][0] - 1} more grants to {ctx.s(many[i][1]):.4f} s)"
+                                   if many[i][0] > 1 else ""))
+                    for i, h in enumerate(grants)
                 ],
                 "hoverinfo": "text",
                 **({"error_x": {"type": "data", "array": [(b_ or 0) / 1e9 for b_ in errs], "visible": True,
@@ -446,24 +540,31 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
         rows = buys[sel.to_numpy(dtype=bool)]
         if rows.empty:
             continue
+        points = merge_points(rows, res)
         traces.append(
             {
                 "type": "scatter", "mode": "markers", "name": kind,
-                "x": [ctx.s(t) for t in rows["t_ns"]], "y": [labels[str(c)] for c in rows["client"]],
+                "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
                 "marker": {"symbol": symbol, "size": 9, "color": col},
-                "hovertext": [html.escape(f"{c}: {kind} at {ctx.s(t):.4f} s") for c, t in zip(rows["client"], rows["t_ns"], strict=True)],
+                "hovertext": [html.escape(f"{c}: {kind} at {ctx.s(t):.4f} s" if n == 1 else
+                                          f"{c}: {n} x {kind}, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s")
+                              for c, t, t1, n in points],
                 "hoverinfo": "text",
             }
         )  # fmt: skip
     wit = near[(near["op"] == "witness") & (near["type"] == "ok") & near["client"].isin(lanes)]
     wit = wit[wit["value"].fillna(0) > 1]
     if not wit.empty:
+        points = merge_points(wit, res)
         traces.append(
             {
                 "type": "scatter", "mode": "markers", "name": "witness saw another inside",
-                "x": [ctx.s(t) for t in wit["t_ns"]], "y": [labels[str(c)] for c in wit["client"]],
+                "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
                 "marker": {"symbol": "diamond", "size": 10, "color": "#7e22ce"},
-                "hovertext": [f"witness {int(x)} inside" for x in wit["value"]], "hoverinfo": "text",
+                "hovertext": [f"witness {int(x)} inside" if n == 1 else
+                              f"{n} witness reads saw another inside, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s (up to {int(x)})"
+                              for (_, t, t1, n), x in zip(points, _max_per(wit, points), strict=True)],
+                "hoverinfo": "text",
             }
         )  # fmt: skip
 
@@ -473,16 +574,13 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
     word = ctx.kind if ctx.kind == "session" or ctx.leased else "TTL"
     if ctx.ttl_s:
         ttl_ns = int(ctx.ttl_s * 1e9)
+        pauses = _pairs(near, "pause") if ctx.kind != "lease" else []
         ends = []
         for h in in_lanes:
             if ctx.kind == "lease":
                 ends.append((h, h.start_ns + ttl_ns))
                 continue
-            stalls = [
-                p.start_ns
-                for p in _pairs(near[near["client"] == h.client], "pause")
-                if p.start_ns is not None
-            ]
+            stalls = [p.start_ns for p in pauses if p.client == h.client and p.start_ns is not None]
             stalls += [r.start_ns for r in ctx.strikes if r.start_ns is not None]
             stalls = [t for t in stalls if h.start_ns <= t < h.end_ns]
             if stalls:
@@ -693,9 +791,13 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
     history = run.history(case, COLUMNS, ops=OPS, quiet=True)
     if history is None or history.empty:
         return []
+    # plain object strings: every view filters the history many times, and arrow-backed strings
+    # copy on each boolean mask (most of this section's time on a matrix)
+    text_cols = [c for c in history.columns if c not in ("seq", "t_ns", "token", "value")]
+    history = history.astype({c: object for c in text_cols})
     history = history.sort_values("t_ns", kind="stable").reset_index(drop=True)
     holds = holds_of(history)
-    found = find_violations(holds, history)
+    found = distinct(find_violations(holds, history))
     if not found:
         return []
     extra = run.extra(case)
@@ -760,21 +862,80 @@ TIMELINE_JS = """
 """
 
 
+#: Timelines drawn per report at most; past it a failed case is listed with its history file.
+MAX_DRAWN = 100
+
+
+def drawn_cases(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """(the failed cases drawn, {drawn case: the failed cases of the same lock x fault listed under it}).
+
+    One per lock x fault (trials and fenced/unfenced arms of one scenario; controls apart): its
+    first invalid case, the one the safety grid's red cell links to (dashboards/cells.py), else its
+    first failed one. Why: trials and arms of one cell show the same failure, and drawing each
+    made a standard matrix's report 79 MB; the others stay listed, with their history file.
+    """
+    from dashboards.matrix import split_scenario  # matrix -> cells -> timeline: imported here
+
+    groups: dict[tuple[bool, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (
+            row.get("role") == "control",
+            str(row.get("impl") or row["case"]),
+            split_scenario(scenario_of(row))[0],
+        )
+        groups.setdefault(key, []).append(row)
+    drawn: list[dict[str, Any]] = []
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for members in groups.values():
+        first = next((r for r in members if text(r, "verdict") == "invalid"), members[0])
+        drawn.append(first)
+        listed[str(first["case"])] = [r for r in members if r is not first]
+    return drawn, listed
+
+
+def _also(case: str, others: list[dict[str, Any]], run: RunData) -> str:
+    """The failed cases of the same lock x fault that are not drawn: each with its anchor and history file."""
+    if not others:
+        return ""
+    items = "".join(
+        f'<li id="{e(anchor(str(r["case"])))}">{e(r["case"])} ({e(scenario_of(r))}): '
+        f"<code>{e(run.path.name)}/history/{e(r['case'])}.parquet</code></li>"
+        for r in others
+    )
+    return (
+        f'<p class="caption">Also failed, same lock and fault, not drawn ({len(others)}; the timeline above is '
+        f'{e(case)}):</p><ul class="tl-also">{items}</ul>'
+    )
+
+
 def timeline_section(run: RunData) -> str:
-    """Every failed case's violation timeline, or "" when no case failed (or none can be drawn)."""
+    """The violation timeline of each failed lock x fault, or "" when no case failed (or none can be drawn).
+
+    One case per lock x fault is drawn (:func:`drawn_cases`), at most :data:`MAX_DRAWN`; every
+    other failed case keeps its anchor, in a list naming its history file.
+    """
     rows = [r for r in run.cases.to_dict("records") if has_timeline(r)]
     if not rows:
         return ""
+    chosen, listed = drawn_cases(rows)
     blocks = []
-    for row in rows:
+    for n, row in enumerate(chosen):
         case = str(row["case"])
-        views = case_views(run, row)
+        also = _also(case, listed[case], run)
         head = f"<h3>{e(text(row, 'impl') or case)} x {e(scenario_of(row))} <small>({e(case)})</small></h3>"
+        if n >= MAX_DRAWN:
+            blocks.append(
+                f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">Not drawn: this report '
+                f"draws at most {MAX_DRAWN} timelines. The full history is <code>{e(run.path.name)}/history/"
+                f"{e(case)}.parquet</code>.</p>{also}</div>"
+            )
+            continue
+        views = case_views(run, row)
         if not views:
             blocks.append(
                 f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">No interleaving to '
                 "draw: the history shows no two holders at once, no tokens out of order and no witness above 1 "
-                "(the failure is in the resource's final state: see the verdict's reason).</p></div>"
+                f"(the failure is in the resource's final state: see the verdict's reason).</p>{also}</div>"
             )
             continue
         chooser = ""
@@ -789,18 +950,28 @@ def timeline_section(run: RunData) -> str:
             f'<div class="timeline" id="{e(anchor(case))}" data-case="{e(case)}">{head}{chooser}'
             f'<div class="tl-plot" style="min-height:{views[0]["layout"]["height"]}px"></div>'
             f'<p class="caption tl-caption">{e(views[0]["caption"])}</p>'
-            f'<script type="application/json" class="tl-data">{data}</script></div>'
+            f'<script type="application/json" class="tl-data">{data}</script>{also}</div>'
         )
+    left = len(rows) - min(len(chosen), MAX_DRAWN)
+    summary = (
+        f"{len(rows)} failed case(s); {min(len(chosen), MAX_DRAWN)} drawn, one per lock x fault (its first "
+        f"invalid trial or arm, the one the grid links to); the other {left} are listed under it with their "
+        "history file in the results folder."
+        if left
+        else f"{len(rows)} failed case(s), each drawn."
+    )
     return (
         '<h2 id="violation-timelines">Why each red: the violation\'s timeline</h2>'
-        '<p class="caption">For every failed case, from its history: one lane per client involved (the two '
+        f'<p class="caption" id="timeline-summary">{e(summary)} From each drawn case\'s history: one lane per '
+        "client involved (the two "
         "holders first, with their process's loop lag where recorded); grey: acquire attempts; coloured: holds "
         "(acquire ok to release); dark: releases; triangles: grants with their fencing token (with the clock "
         "bound as an error bar where clients ran on several hosts: inside it the order is uncertain); green "
         "dots: writes the resource accepted, red crosses: writes it refused as stale; amber ticks: where a "
         "hold's lease or session ended (grant + the case's TTL); amber bands: the fault window (all lanes) or "
         "a pause (one lane); dash-dot: a killed process's death. Only the window around each violation is "
-        "kept; the chooser shows the next ones.</p>"
+        f"kept, and events of one lane closer than 1/{RESOLUTION} of it are one mark (hover: how many); the "
+        "chooser shows violations that start from another first holder.</p>"
         + "".join(blocks)
         + f"<style>{TIMELINE_CSS}</style><script>{TIMELINE_JS}</script>"
     )
