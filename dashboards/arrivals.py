@@ -69,7 +69,7 @@ def latency_figure(runs: list[RunData]) -> go.Figure:
         text(r, "impl")
         for run in runs
         if _is_open(run)
-        for _, r in run.cases.iterrows()
+        for r in run.cases.to_dict("records")
         if num(r, "arrival_count")
     }
     shown = 0
@@ -121,7 +121,7 @@ def shop_table(runs: list[RunData]) -> str:
     )
     rows = []
     for run in runs:
-        for _, row in run.cases.iterrows():
+        for row in run.cases.to_dict("records"):
             if num(row, "arrival_count") is None:
                 continue
             case = str(row["case"])

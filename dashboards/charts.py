@@ -118,8 +118,9 @@ def _bound(run: RunData, group: str) -> tuple[bool, str]:
     rows = run.groups().get(group)
     if rows is None or "generator_bound" not in rows.columns:
         return False, ""
-    bound = [flag(r, "generator_bound") is True for _, r in rows.iterrows()]
-    reasons = [t for t in (text(r, "generator_bound_reason") for _, r in rows.iterrows()) if t and t.strip()]
+    recs = rows.to_dict("records")
+    bound = [flag(r, "generator_bound") is True for r in recs]
+    reasons = [t for t in (text(r, "generator_bound_reason") for r in recs) if t and t.strip()]
     return any(bound), (reasons[0].strip() if reasons else "reason not recorded") if any(bound) else ""
 
 

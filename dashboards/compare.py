@@ -66,17 +66,18 @@ def group_labels(runs: list[RunData]) -> dict[str, str]:
 
 def _group_verdict(rows: pd.DataFrame) -> tuple[str, str, int]:
     """(css class, text, violation count) for the trials of one group."""
-    verdicts = [(text(r, "verdict") or "unknown") for _, r in rows.iterrows()]
+    recs = rows.to_dict("records")
+    verdicts = [(text(r, "verdict") or "unknown") for r in recs]
     classes = [verdict_class(v) for v in verdicts]
     violations = 0
     for col in VIOLATIONS:
-        violations += int(sum(v for v in (num(r, col) for _, r in rows.iterrows()) if v is not None))
+        violations += int(sum(v for v in (num(r, col) for r in recs) if v is not None))
     cls = "bad" if "bad" in classes or violations else "unknown" if "unknown" in classes else "good"
     shown = ", ".join(sorted(set(verdicts)))
-    uncertain = sum(v for v in (num(r, "uncertain_overlaps") for _, r in rows.iterrows()) if v)
+    uncertain = sum(v for v in (num(r, "uncertain_overlaps") for r in recs) if v)
     if uncertain:
         shown += f"; {fmt(uncertain)} uncertain overlaps"
-    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for _, r in rows.iterrows()) if t))
+    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for r in recs) if t))
     if reasons:
         shown += f" ({reasons[0]}{f' +{len(reasons) - 1} more' if len(reasons) > 1 else ''})"
     return cls, shown, violations
@@ -160,7 +161,7 @@ def _bound_reason(rows: pd.DataFrame, column: str) -> str:
     if not column.startswith(GENERATOR_SENSITIVE) or "generator_bound" not in rows.columns:
         return ""
     unmeasured = ""
-    for _, r in rows.iterrows():
+    for r in rows.to_dict("records"):
         state = flag(r, "generator_bound")
         if state is True:
             return (text(r, "generator_bound_reason") or "").strip() or "reason not recorded"
@@ -279,7 +280,7 @@ def fairness_table(runs: list[RunData], rlabels: list[str], glabels: dict[str, s
 def _commands_per_acquire(run: RunData, rows: pd.DataFrame) -> dict[str, float]:
     totals: dict[str, float] = {}
     acquisitions = 0.0
-    for _, row in rows.iterrows():
+    for row in rows.to_dict("records"):
         commands = run.extra(str(row["case"])).get("server_commands")
         got = num(row, "acquisitions")
         if not isinstance(commands, dict) or not got:

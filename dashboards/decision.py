@@ -82,8 +82,15 @@ def _median(values: list[float]) -> float | None:
 
 
 def records(run: RunData) -> list[Row]:
-    """cases.csv as plain dicts: iterrows converts every arrow string column on every row (slow on a matrix)."""
-    return run.cases.to_dict("records")
+    """cases.csv as plain dicts: iterrows converts every arrow string column on every row (slow on a matrix).
+
+    Converted once per table: the first screen asks for them per lock and per scenario (200 times on a matrix).
+    """
+    cached = getattr(run, "_records", None)
+    if cached is None or cached[0] is not run.cases:
+        cached = (run.cases, run.cases.to_dict("records"))
+        run._records = cached  # type: ignore[attr-defined]
+    return cached[1]
 
 
 def _values(rows: list[Row], column: str) -> list[float]:

@@ -35,8 +35,8 @@ FIGURES = (
 def _median(rows: pd.DataFrame, column: str) -> float | None:
     if column not in rows.columns:
         return None
-    values = [v for v in (num(r, column) for _, r in rows.iterrows()) if v is not None]
-    return float(pd.Series(values).median()) if values else None
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()  # num() per cell, vectorised
+    return float(values.median()) if len(values) else None
 
 
 def _shown(value: float | None, kind: str) -> str:
@@ -57,10 +57,12 @@ def bound_of(rows: pd.DataFrame) -> tuple[bool | None, str]:
     Three states: a group is "no" only when every trial was measured and none was bound; one
     trial without the figures makes the group's answer unknown, never "no".
     """
-    flags = [flag(r, "generator_bound") for _, r in rows.iterrows()]
+    flags = [flag(r, "generator_bound") for r in rows.to_dict("records")]
     reasons = [
         (f, t.strip())
-        for f, t in zip(flags, (text(r, "generator_bound_reason") for _, r in rows.iterrows()), strict=True)
+        for f, t in zip(
+            flags, (text(r, "generator_bound_reason") for r in rows.to_dict("records")), strict=True
+        )
         if t and t.strip()
     ]
     if any(f is True for f in flags):

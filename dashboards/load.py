@@ -275,7 +275,7 @@ def case_labels(cases: pd.DataFrame) -> dict[str, str]:
         # Impl ids start with their backend ("redis.setnx"), so the backend adds nothing.
         varying = ["impl"] + [c for c in varying if c not in ("impl", "backend")]
     labels: dict[str, str] = {}
-    for _, row in cases.iterrows():
+    for row in cases.to_dict("records"):
         case = str(row["case"])
         parts = []
         for col in varying:

@@ -177,7 +177,7 @@ def matrix_cells(run: RunData) -> tuple[list[str], list[tuple[str, list[str]]], 
         return [], [], {}
     impl_key = cases["impl"].astype("string") if "impl" in cases.columns else cases["case"].astype("string")
     impl_key = impl_key.fillna(cases["case"].astype("string"))
-    scenario_key = pd.Series([scenario_of(r) for _, r in cases.iterrows()], index=cases.index)
+    scenario_key = pd.Series([scenario_of(r) for r in cases.to_dict("records")], index=cases.index)
     present = set(scenario_key)
     groups = {(str(i), str(s)): rows for (i, s), rows in cases.groupby([impl_key, scenario_key], sort=False)}
     impls = list(dict.fromkeys(i for i, _ in groups))

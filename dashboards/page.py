@@ -252,10 +252,11 @@ def status_banner(run: RunData) -> str:
     )
 
 
-def _verdict_why(group: pd.DataFrame) -> str:
+def _verdict_why(group: pd.DataFrame | list[dict[str, Any]]) -> str:
     """Under a verdict: the uncertain overlaps (clock error could explain them) and each reason given."""
-    uncertain = sum(v for v in (num(r, "uncertain_overlaps") for _, r in group.iterrows()) if v)
-    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for _, r in group.iterrows()) if t))
+    group = group.to_dict("records") if isinstance(group, pd.DataFrame) else group
+    uncertain = sum(v for v in (num(r, "uncertain_overlaps") for r in group) if v)
+    reasons = list(dict.fromkeys(t for t in (text(r, "verdict_reason") for r in group) if t))
     out = f"<br><small>{int(uncertain):,} uncertain overlaps</small>" if uncertain else ""
     return out + "".join(f'<br><small class="reason">{e(t)}</small>' for t in reasons[:3])
 
@@ -264,7 +265,7 @@ def verdict_section(run: RunData) -> str:
     cases = run.cases
     if "workload" in cases.columns or "scenario" in cases.columns:
         # fenced and unfenced runs of a workload are different rows: their counters must not add up
-        cases = cases.assign(scenario=[scenario_of(r) for _, r in cases.iterrows()])
+        cases = cases.assign(scenario=[scenario_of(r) for r in cases.to_dict("records")])
     keys = [c for c in ("impl", "scenario") if c in cases.columns] or ["case"]
     counters = VIOLATIONS + WARNINGS
     head = "".join(f"<th>{e(k)}</th>" for k in keys) + "<th>cases</th>"
@@ -275,19 +276,18 @@ def verdict_section(run: RunData) -> str:
         key_text = ["n/a" if pd.isna(k) else str(k) for k in key]
         cells = "".join(f'<td class="key">{e(k)}</td>' for k in key_text)
         cells += f'<td class="num">{len(group)}</td>'
+        recs = group.to_dict("records")  # once per row: each conversion costs as much as the whole row
         for col in counters:
-            values = [v for v in (num(r, col) for _, r in group.iterrows()) if v is not None]
+            values = [v for v in (num(r, col) for r in recs) if v is not None]
             total = sum(values) if values else None
             cls = ""
             if total:
                 cls = "bad" if col in VIOLATIONS else "warn"
             cells += _cell(total, cls=cls, col=col)
-        verdicts = [_verdict_class(text(r, "verdict")) for _, r in group.iterrows()]
+        verdicts = [_verdict_class(text(r, "verdict")) for r in recs]
         cls = "bad" if "bad" in verdicts else "unknown" if "unknown" in verdicts else "good"
-        shown = sorted(
-            {verdict_word(text(r, "verdict"), text(r, "verdict_reason")) for _, r in group.iterrows()}
-        )
-        cells += f'<td class="{cls}" data-col="verdict">{e(", ".join(shown))}{_verdict_why(group)}</td>'
+        shown = sorted({verdict_word(text(r, "verdict"), text(r, "verdict_reason")) for r in recs})
+        cells += f'<td class="{cls}" data-col="verdict">{e(", ".join(shown))}{_verdict_why(recs)}</td>'
         rows.append(f'<tr data-row="{e("|".join(key_text))}">{cells}</tr>')
     table = f'<table id="verdicts"><tr>{head}</tr>{"".join(rows)}</table>' if rows else "<p>No cases.</p>"
     return (
@@ -328,7 +328,7 @@ def latency_section(run: RunData, labels: dict[str, str]) -> str:
         + "<th>p50</th><th>p99</th>"
     )
     rows = []
-    for _, row in run.cases.iterrows():
+    for row in run.cases.to_dict("records"):
         case = str(row["case"])
         bound = flag(row, "generator_bound") is True
         cls = "bound" if bound else ""
@@ -485,7 +485,7 @@ def build_page(
         sections.append(metadata_diff_section(runs, rlabels))
     sections.append(metadata_section(run))
     notes = [n for r in runs for n in r.notes]
-    bound = [str(r["case"]) for _, r in run.cases.iterrows() if flag(r, "generator_bound") is True]
+    bound = [str(r["case"]) for r in run.cases.to_dict("records") if flag(r, "generator_bound") is True]
     if bound:
         notes.insert(0, f"load generator was the limit (generator-bound) in {len(bound)} case(s): "
                      f"{', '.join(bound)}; their throughput is a lower bound and their latencies an upper "
