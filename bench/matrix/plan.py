@@ -308,8 +308,13 @@ def form_groups(lane: Lane) -> list[list[MatrixCase]]:
             units.append([item])
             continue
         members = buckets[item]
-        # a shared nemesis needs its control inside each group; a workload's own strikes do not
-        control = members[0].control_impl if members[0].fault is not None else ""
+        # a shared nemesis needs its control inside each group; a workload's own strikes need one
+        # in the lane only: where the lane was split by impl and the control went to the other
+        # lane (another shard, perhaps), a copy joins here so the lane judges its own cells
+        control = members[0].control_impl
+        if members[0].fault is None and control:
+            in_lane = any(c.impl == control and c.matrix_scenario == item[0] for c in lane.cases)
+            control = "" if in_lane else control
         subjects = [c for c in members if not (control and c.impl == control)]
         own = [c for c in members if control and c.impl == control]
         size = group_size(item[0])
