@@ -18,7 +18,7 @@ import pytest
 
 from bench.matrix.tables import grid, undecided
 from bench.measure import strikes
-from bench.nemesis.faults import FaultThread, FaultWindow, StrikeMark, parse_fault
+from bench.nemesis.faults import FaultThread, FaultWindow, Mailbox, StrikeMark, parse_fault
 from bench.run.case import RunSettings
 from bench.run.group import resource_db
 from bench.run.judge import stall_reason, with_fault_windows
@@ -26,6 +26,7 @@ from dashboards.cells import cell_for
 from dashboards.matrix import summarize, trial_class
 from infra.redis_server import RedisServer
 from tests.helpers import bench, lock_and_resource_redis
+from workloads.checks.stop_rules import EvidenceWatch, StopRule
 from workloads.harness.resource import FlashSaleResource
 
 S = 1_000_000_000
@@ -277,3 +278,31 @@ def test_controls_read_back_from_cases_csv_ignore_empty_cells() -> None:
     controls.annotate(rows)
     assert "control_outcome" not in rows[0]  # no control on this backend: no "not run (nan)"
     assert rows[1]["control_outcome"].startswith("failed (redis.setnx-del")
+
+
+def test_a_holder_whose_strike_missed_is_told_so_and_its_case_waits_for_one_that_hit(
+    servers: tuple[RedisServer, RedisServer],
+) -> None:
+    """A case's stop rule counts fault-holds that ended ok; a strike that missed the case (its
+    master held no key of the holder, it claimed too late) ends the hold as fail, so the case
+    runs on to a strike that hit instead of stopping at k claims with k-1 hits (thin RedLock
+    restart cells, round 5 and 6)."""
+    _, resource = servers
+    url = resource_db(resource.url, 2)
+    box, holder = Mailbox(url, "0"), FlashSaleResource(url)
+    try:
+        box.reset()
+        box.release(missed=True)
+        assert holder.wait_healed(2) == "missed"
+        box.released = False
+        box.release()
+        assert holder.wait_healed(2) == "1"
+        assert holder.wait_healed(1) is None  # nothing more was said
+    finally:
+        box.close()
+    watch = EvidenceWatch(StopRule("fault", count=1), start_ns=0)
+    events = [("a", 1, "fault-hold", "invoke", "k", 1), ("a", 1, "fault-hold", "fail", "k", 2)]
+    watch.feed(events)
+    assert watch.hits == 0
+    watch.feed([*events, ("a", 2, "fault-hold", "invoke", "k", 3), ("a", 2, "fault-hold", "ok", "k", 4)])
+    assert watch.hits == 1

@@ -200,6 +200,10 @@ def namespace(label: str) -> str:
     return f"m{label}:"
 
 
+#: What bench tells a holder whose strike did not count for its case (``Mailbox.release``).
+MISSED = "missed"
+
+
 class Mailbox:
     """One case's side of a (possibly shared) fault: the resource its holders claim strikes on.
 
@@ -256,9 +260,11 @@ class Mailbox:
     def disarm(self) -> None:
         self.client.delete("lockbench:res:armed")
 
-    def release(self) -> None:
+    def release(self, missed: bool = False) -> None:
+        """Let the holder go; ``missed``: this strike did not count for its case (the holder then
+        closes its fault-hold as ``fail``, and the case's stop rule waits for a strike that hit)."""
         if not self.released:
-            self.client.rpush("lockbench:res:healed", "1")
+            self.client.rpush("lockbench:res:healed", MISSED if missed else "1")
             self.released = True
 
     def close(self) -> None:
@@ -411,17 +417,22 @@ class FaultThread(threading.Thread):
         if self.spec.at_seconds is not None:
             return
         held = [b for b in self.mailboxes if b.holder is not None]
+        index = len(self.windows)  # the strike being finished (marked before, except a delayed restart's)
+
+        def missed(box: Mailbox) -> bool:
+            return bool(box.marks) and box.marks[-1].strike == index and not box.marks[-1].hit
+
         end = time.monotonic() + self.regrant_wait_s()
         while not self._cancel.is_set() and time.monotonic() < end:
             for box in held:
                 if not box.released and box.ledger() > box.ledger_at_claim:
-                    box.release()  # the lock was granted again under its holder: the history has the overlap
+                    box.release(missed(box))  # granted again under its holder: the history has the overlap
             if all(b.released for b in held):
                 break
             self._cancel.wait(REGRANT_POLL_S)
         if not self._cancel.is_set():
             for box in held:
-                box.release()
+                box.release(missed(box))
 
     @property
     def window(self) -> FaultWindow | None:

@@ -156,14 +156,19 @@ class FlashSaleResource:
         except ValueError:
             return 0  # an older bench armed with "1": any holder may claim it
 
-    def wait_healed(self, timeout: float) -> bool:
+    def wait_healed(self, timeout: float) -> str | None:
         """Block (cooperatively under gevent) until bench says the fault is over, at most ``timeout`` s.
 
         The holder of a strike keeps its lock until then, so it holds through the whole
-        fault and no longer: a repeated fault spends no time on a fixed hold.
+        fault and no longer: a repeated fault spends no time on a fixed hold. Returns what
+        bench said ("1", or "missed" when the strike did not count for this case), None when
+        the time ran out first.
         """
         popped = self.client.blpop([f"{self.ns}:healed"], timeout=max(1, min(int(timeout + 0.999), 9)))
-        return popped is not None
+        if popped is None:
+            return None
+        value = popped[1]
+        return value.decode() if isinstance(value, bytes) else str(value)
 
     def signal_held(self, client: str) -> bool:
         """Claim the armed fault for this holder (only one claims it); True when claimed."""
