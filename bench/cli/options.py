@@ -128,8 +128,8 @@ Evidence = Annotated[
         "what a survived fault needs to be shown as survived: quick (k>=3 strikes, n>=300 grants after "
         "them: bounds a per-strike failure below 1 in 1 and a per-grant race below 1%), standard (k>=10, "
         "n>=1000: below 30% and 0.3%), thorough (k>=30, n>=3000: below 10% and 0.1%); rule of three, 95%. "
-        "bench matrix --backend all on 2 cores (2026-12-01): quick 21 min (measured), standard about an hour, "
-        "thorough about three (estimated from quick's case times)",
+        "bench matrix --backend all, standard, on 2 cores at 2 lanes (2026-12-02, measured): 40 min, or 12 min "
+        "a shard as --shard I/4 on four runners; thorough about three times that (estimated)",
         metavar="LEVEL",
     ),
 ]
