@@ -122,8 +122,8 @@ class InProcessResult:
     err: str
 
 
-def bench_in_process(*args: object) -> InProcessResult:
-    """``bench ARGS`` in this process (bench.cli.app.main; signal handlers restored after).
+def bench_in_process(*args: object, env: dict[str, str] | None = None) -> InProcessResult:
+    """``bench ARGS`` in this process (bench.cli.app.main; signal handlers and ``env`` restored after).
 
     Why: a subprocess per call costs a second of imports; the real command in a subprocess is
     exercised by the tests that call :func:`bench`.
@@ -136,6 +136,8 @@ def bench_in_process(*args: object) -> InProcessResult:
 
     out, err = io.StringIO(), io.StringIO()
     saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
     try:
         with redirect_stdout(out), redirect_stderr(err):
             try:
@@ -146,4 +148,9 @@ def bench_in_process(*args: object) -> InProcessResult:
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return InProcessResult(code, out.getvalue(), err.getvalue())

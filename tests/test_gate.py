@@ -7,23 +7,18 @@ on them. The last tests run real servers through ``bench run``.
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import random
 import re
-import signal
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from bench.cli.app import main
 from bench.gate.compare import MIN_TRIALS, run_gate
 from bench.gate.suites import SUITES, apply_suite
-from tests.helpers import bench
+from tests.helpers import bench, bench_in_process
 
 MACHINE = "x86_64-2cpu-8gib"
 COUNTERS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
@@ -94,30 +89,13 @@ class Result:
 
 
 def cli(*args: object, env: dict | None = None) -> Result:
-    """``bench ARGS`` in this process (bench.cli.app.main, exit code and both streams captured).
+    """``bench ARGS`` in this process (tests/helpers.py ``bench_in_process``), as ``returncode``/``stdout``/``stderr``.
 
     Most tests use it: a subprocess per call costs a second of imports each. The real
     command in a subprocess is exercised by the tests that call ``bench(...)``.
     """
-    out, err = io.StringIO(), io.StringIO()
-    saved_env = {k: os.environ.get(k) for k in (env or {})}
-    saved_sigterm = signal.getsignal(signal.SIGTERM)
-    os.environ.update(env or {})
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                main([str(a) for a in args])
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 0
-    finally:
-        signal.signal(signal.SIGTERM, saved_sigterm)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return Result(code, out.getvalue(), err.getvalue())
+    r = bench_in_process(*args, env=env)
+    return Result(r.code, r.out, r.err)
 
 
 def gate(*args: object, env: dict | None = None) -> Result:

@@ -122,14 +122,13 @@ def sides(
     leader = ground.leader()
     lead_name = leader[0] if leader else None
     followers = [n for n in nodes if n[0] != lead_name]
-    others = [h for h in ground.client_hosts.values() if h.name not in held_names]
-    others = list({h.name: h for h in others}.values())
+    clients = list(ground.client_hosts.values())  # one worker a host: no host twice
+    others = [h for h in clients if h.name not in held_names]
     roles = ground.net.roles
     if kind == "partition-node":
         victim = followers[-1] if followers else nodes[-1]
         a = [victim]
         b = [n for n in nodes if n is not victim]
-        clients = list({h.name: h for h in ground.client_hosts.values()}.values())
         a_hosts, b_hosts = [victim[1]], [n[1] for n in b] + clients
     elif kind == "partition-leader":
         lead = leader or nodes[0]
@@ -147,9 +146,7 @@ def sides(
     else:
         raise ValueError(f"not a partition kind: {kind}")
     a_names = [n[0] for n in a] + [roles.get(h.name, h.name) for h in held if h in a_hosts]
-    b_names = [n[0] for n in b] + [
-        roles.get(h.name, h.name) for h in b_hosts if h in ground.client_hosts.values()
-    ]
+    b_names = [n[0] for n in b] + [roles.get(h.name, h.name) for h in b_hosts if h in clients]
     detail = f"cut {{{', '.join(a_names)}}} from {{{', '.join(b_names)}}}; healed after {HEAL_AFTER_S:g}s"
     return a_hosts, b_hosts, detail
 
