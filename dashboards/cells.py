@@ -95,6 +95,19 @@ def _target(rows: list[Row]) -> tuple[int | None, int]:
     return k, n
 
 
+def fencing_saved(rows: list[Row]) -> bool:
+    """Did fencing keep the data right where the lock failed? Amber rests on this, and only this.
+
+    Every ``enforce`` case of these rows kept its data safe, and fencing was seen at work: at
+    least one stale write refused. A case that was never struck, or where no stale write came,
+    shows nothing about fencing: its data survived by luck, and the cell says "failed".
+    """
+    fenced = [r for r in rows if text(r, "fencing") == "enforce"]
+    if not fenced or not all(flag(r, "data_safe") is True for r in fenced):
+        return False
+    return sum(_int(r, "stale_writes_refused") for r in fenced) >= 1
+
+
 def _stuck(row: Row) -> bool:
     # a killed holder's lock nobody got again, or a server-fault strike never followed by a grant:
     # a liveness failure, never "held, thin"
@@ -162,10 +175,8 @@ def cell_for(rows: list[Row]) -> GridCell:
     failed = [r for r in rows if text(r, "verdict") == "invalid"]
     if failed:
         stall = [t for t in (text(r, "stall_reason") for r in failed) if t]
-        # amber only where fencing (enforce) ran and kept the data right: the same lock, fenced, is safe to use
-        fenced = [r for r in rows if text(r, "fencing") == "enforce"]
-        data_safe = bool(fenced) and all(flag(r, "data_safe") is True for r in fenced)
-        if data_safe:
+        # amber only where fencing (enforce) ran, refused a stale write and kept the data right
+        if fencing_saved(rows):
             detail = evidence
             cls, word = "warn", CLASSES["warn"][0]
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 #: Checker counters whose nonzero value means the lock was unsafe in this case.
-VIOLATIONS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
+VIOLATIONS = ("overlapping_holds", "locks_lost", "witness_violations", "oversold_units", "lost_updates")
 #: Counters that are not violations by themselves but deserve a look when nonzero.
 WARNINGS = ("acquire_info", "releases_not_owned")
 VERDICT_CLASS = {"valid": "good", "invalid": "bad", "unknown": "unknown"}

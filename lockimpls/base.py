@@ -259,6 +259,19 @@ class Lock(ABC):
         """Let go of the lock; True when the caller still owned it at that moment."""
         return self._release(lease)
 
+    def owns(self, lease: Lease) -> bool | None:
+        """Does the holder of ``lease`` still own the lock now? None: this lock cannot tell.
+
+        Why: a verdict must come from the lock's state, not from whether a waiter happened
+        to be granted the lock in time. The harness asks this after every strike (a server
+        restart, a failover, a cut) while the holder is still inside its critical section;
+        False there is a lost lock, a failure of exclusion, whoever came in. It must not
+        change the lock (a read only). The default, None, leaves the release result alone to
+        say it (``release`` returns whether the caller still owned the lock); locks that can
+        read their own state cheaply override it.
+        """
+        return None
+
     def stats(self) -> dict[str, int]:
         """Counters the algorithm keeps about itself (conflicts, retries, notifications).
 

@@ -255,6 +255,16 @@ class _EtcdLeaseLock(Lock):
         self._stats["grants"] += 1
         return lease
 
+    def owns(self, lease: Lease) -> bool | None:
+        """The lock key is still there and still attached to this grant's lease (a read)."""
+        held = self._held.get(lease.extra.get("lease_id", -1))
+        if held is None or held.lease is not lease or held.key is None:
+            return False
+        if held.lost:
+            return False
+        kvs = self._client().range(held.key).get("kvs") or []
+        return any(str(kv.get("lease", "")) == str(held.lease_id) for kv in kvs)
+
     def _release(self, lease: Lease) -> bool:
         held = self._held.get(lease.extra.get("lease_id", -1))
         if held is None or held.lease is not lease or held.key is None:

@@ -174,6 +174,10 @@ class FileFlock(Lock):
         self._owner = new_owner_id(self.options.owner_prefix)
         return self._new_lease(self._owner, token=token, ttl=None)
 
+    def owns(self, lease: Lease) -> bool | None:
+        """This instance still holds the descriptor the kernel lock is on (only closing it lets go)."""
+        return self._owner is not None and lease.owner == self._owner and self._pid == os.getpid()
+
     def _release(self, lease: Lease) -> bool:
         if self._owner is None or lease.owner != self._owner or self._pid != os.getpid():
             return False

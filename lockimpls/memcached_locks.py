@@ -247,6 +247,11 @@ class _MemcachedLock(Lock):
             ) from exc
         return self._new_lease(owner, token=token, ttl=self.expire - 1)
 
+    def owns(self, lease: Lease) -> bool | None:
+        """The key still holds this grant's owner id (a read; an expired or taken-over key does not)."""
+        with self._call("probe", changes_state=False) as mc:
+            return mc.get(self.key) == lease.owner.encode()
+
     def _next_token(self) -> int:
         with self._call("fence", changes_state=True) as mc:
             value = mc.incr(self.fence_key, 1)

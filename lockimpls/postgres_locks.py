@@ -117,6 +117,17 @@ class _PollingPgLock(_PgLock):
     def _remaining(self) -> float | None:
         return None if self._deadline is None else self._deadline - time.monotonic()
 
+    #: Is the row still this owner's (a read)? Subclasses with an expiry add it.
+    _owns_sql = "SELECT owner = %s FROM {table} WHERE name = %s"
+
+    def owns(self, lease: Lease) -> bool | None:
+        """The lock row still names this grant's owner (and, with an expiry, has not expired)."""
+        self._deadline = None
+        row = self._run(
+            self._owns_sql.format(table=self._table), (lease.owner, self.name), maybe_applied=False
+        )
+        return bool(row and row[0])
+
     def _run(
         self, sql: str, params: tuple, maybe_applied: bool, conn: psycopg.Connection | None = None
     ) -> Any:
@@ -195,6 +206,7 @@ class UniqueInsertExpiry(_PollingPgLock):
     summary = "INSERT row with expires_at; a waiter takes over an expired row (ON CONFLICT DO UPDATE WHERE)"
 
     _table = f"{S}.insert_locks_ttl"
+    _owns_sql = "SELECT owner = %s AND expires_at >= now() FROM {table} WHERE name = %s"
 
     def __init__(self, name: str, urls: Sequence[str], options: LockOptions | None = None) -> None:
         super().__init__(name, urls, options)
@@ -414,6 +426,20 @@ class _PinnedPgLock(_PgLock):
     def _missing_row(self) -> bool:
         """Called when the attempt returned no row: True to set things up and try again."""
         return False
+
+    def owns(self, lease: Lease) -> bool | None:
+        """The session that took the lock is alive: the server keeps the lock as long as it is.
+
+        A connection the server dropped (a restart, a cut the server gave up on) ended the
+        session and with it the lock; a query on it fails, and that is the answer.
+        """
+        if self._held is None or self._held[0] != lease.owner:
+            return False
+        try:
+            self._held[1].execute("SELECT 1").fetchone()
+        except psycopg.OperationalError:
+            return False
+        return True
 
     def _release(self, lease: Lease) -> bool:
         if self._held is None or self._held[0] != lease.owner:

@@ -128,6 +128,12 @@ class RedisPyLock(_Adapter):
         lease.extra["lib"] = lib
         return lease
 
+    def owns(self, lease: Lease) -> bool | None:
+        """redis-py's own ``Lock.owned()``: the key still holds this grant's token."""
+        lib = lease.extra.get("lib") or self._lib(lease.owner)
+        with self._call("probe"):
+            return bool(lib.owned())
+
     def _release(self, lease: Lease) -> bool:
         lib = lease.extra.get("lib") or self._lib(lease.owner)
         try:
@@ -224,6 +230,15 @@ class PythonRedisLock(_Adapter):
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._timeout(timeout)
 
+    def owns(self, lease: Lease) -> bool | None:
+        """The library's ``get_owner_id()``: the key still names this grant's id."""
+        lib = lease.extra.get("lib") or self._lib(client_for(self.url), lease.owner)
+        with self._call("probe"):
+            owner = lib.get_owner_id()
+        if isinstance(owner, bytes):
+            owner = owner.decode(errors="replace")
+        return owner == lease.owner
+
     def _release(self, lease: Lease) -> bool:
         lib = lease.extra.get("lib") or self._lib(client_for(self.url), lease.owner)
         try:
@@ -291,6 +306,12 @@ class PotteryRedlock(_Adapter):
         lease.deadline_ns = started + int(self.options.ttl * 1e9)
         lease.extra["lib"] = lib
         return lease
+
+    def owns(self, lease: Lease) -> bool | None:
+        """pottery's ``locked()``: a quorum of masters still holds this grant's id (0 ms left: no)."""
+        lib = lease.extra.get("lib") or self._lib(lease.owner)
+        with self._call("probe"):
+            return bool(lib.locked())
 
     def _release(self, lease: Lease) -> bool:
         lib = lease.extra.get("lib") or self._lib(lease.owner)

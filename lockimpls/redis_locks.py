@@ -99,6 +99,12 @@ class _RedisLock(Lock):
         self._owner = new_owner_id(self.options.owner_prefix)
         return lease
 
+    def owns(self, lease: Lease) -> bool | None:
+        """The key still holds this grant's value (the owner id; setnx-getset: its expiry time)."""
+        expected = str(lease.extra["expires_at_ms"]) if "expires_at_ms" in lease.extra else lease.owner
+        with self._call("probe"):
+            return execute(self.url, "GET", self.key) == expected.encode()
+
     def _step_setnx(self, value: str | None = None) -> bool:
         """SETNX key value (the current owner id by default): True when this call set it."""
         return execute(self.url, "SETNX", self.key, self._owner if value is None else value) == 1
@@ -236,6 +242,16 @@ class SetnxGetset(_RedisLock):
         lease = self._granted(token, started, self.options.ttl)
         lease.extra["expires_at_ms"] = expires_ms
         return lease
+
+    def owns(self, lease: Lease) -> bool | None:
+        """False once the key holds another expiry time; the same time cannot tell (None).
+
+        The value is a timestamp in ms, not an owner: two grants in the same millisecond
+        write the same value, so a match proves nothing, while a mismatch proves the loss.
+        """
+        if super().owns(lease):
+            return None
+        return False
 
     def _release(self, lease: Lease) -> bool:
         with self._call("release"):

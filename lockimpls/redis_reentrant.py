@@ -481,6 +481,11 @@ class ReentrantLock(Lock):
             raise LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout or 0:.3f}s")
         return lease
 
+    def owns(self, lease: Lease) -> bool | None:
+        """The hash still counts this owner (a read: the watchdog may have lost it under a pause)."""
+        with RedisCall(f"{self.id} probe of {self.name!r}", self.url):
+            return bool(client_for(self.url).hexists(self.key, lease.owner))
+
     def _release(self, lease: Lease) -> bool:
         hold = self._holds.get(lease.owner)
         lease_ms = hold.lease_ms if hold is not None else self.watchdog_ms

@@ -323,6 +323,21 @@ class RedLock(Lock):
             return []
         return fan_out(masters, ("EVAL", UNLOCK_LUA, 1, self.key, owner), self.request_timeout)
 
+    def owns(self, lease: Lease) -> bool | None:
+        """A quorum of masters still holds this owner's key: True; so few that even the masters
+        that did not answer cannot make a quorum: False (a restarted master came back empty, a
+        failover lost the write); otherwise None (a master is down: it may come back either way)."""
+        replies = fan_out(self.masters, ("GET", self.key), self.request_timeout)
+        mine = sum(
+            1 for r in replies if r.status == ANSWERED and r.value in (lease.owner.encode(), lease.owner)
+        )
+        silent = sum(1 for r in replies if r.status != ANSWERED)
+        if mine >= self.quorum:
+            return True
+        if mine + silent < self.quorum:
+            return False
+        return None
+
     def _release(self, lease: Lease) -> bool:
         replies = self._unlock(self.masters, lease.owner)
         deleted = sum(1 for r in replies if r.status == ANSWERED and r.value == 1)

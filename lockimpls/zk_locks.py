@@ -138,6 +138,21 @@ class _ZkLock(Lock):
             self._counters["leases_lost"] += 1
         return node
 
+    def owns(self, lease: Lease) -> bool | None:
+        """The lease's node is still there (a sequential node's name is unique to its grant; the
+        one ephemeral node must still carry this owner). A lost session took the node with it."""
+        node = lease.extra.get("node")
+        if lease.lost:
+            return False
+        if not node:
+            return None
+        path = node if node.startswith("/") else f"{self.path}/{node}"  # queue locks keep the child's name
+        try:
+            data, stat = self.session.call(f"{self.id} probe of {self.name!r}", "get", path)
+        except NoNodeError:
+            return False
+        return path != self.path or (data == lease.owner.encode() and stat.czxid == lease.token)
+
     def _ensure_parent(self, parent: str) -> None:
         self.session.call(f"{self.id} create {parent}", "ensure_path", parent, write=True)
 

@@ -98,8 +98,31 @@ def check_mutual_exclusion(make: Factory, threads: int = 6, rounds: int = 25) ->
     assert worst == 1, f"{worst} holders inside the critical section at once"
 
 
+def check_ownership_probe(make: Factory) -> None:
+    """``owns`` says True while the lease holds the lock and False once it let go (None: cannot tell).
+
+    A lock that answers must answer right: a probe that says "owned" after the release would
+    hide every lost lock; one that says "lost" while held would invent them.
+    """
+    name = fresh_name()
+    a = make(name)
+    lease = a.acquire(timeout=2)
+    held = a.owns(lease)
+    assert held in (True, None), f"{type(a).__name__}.owns says {held!r} while it holds the lock"
+    assert a.release(lease) is True
+    after = a.owns(lease)
+    if held is True:
+        assert after is False, f"{type(a).__name__}.owns says {after!r} after the release"
+    b = make(name)
+    other = b.acquire(timeout=2)
+    if held is True:
+        assert a.owns(lease) is False, "a released lease owns a lock another client holds"
+    b.release(other)
+
+
 def check_all(make: Factory) -> None:
     check_acquire_release(make)
+    check_ownership_probe(make)
     check_exclusive_and_timeout(make)
     check_release_by_non_owner(make)
     check_mutual_exclusion(make)

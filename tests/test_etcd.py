@@ -109,6 +109,11 @@ def test_contract_acquire_release(impl: str, etcd_server: EtcdServer) -> None:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_contract_ownership_probe(impl: str, etcd_server: EtcdServer) -> None:
+    contract.check_ownership_probe(factory(impl, etcd_server.url))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_contract_exclusive_and_timeout(impl: str, etcd_server: EtcdServer) -> None:
     contract.check_exclusive_and_timeout(factory(impl, etcd_server.url))
 

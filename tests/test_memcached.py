@@ -108,6 +108,11 @@ def test_contract_acquire_release(impl: str, memcached_server: MemcachedServer) 
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_contract_ownership_probe(impl: str, memcached_server: MemcachedServer) -> None:
+    contract.check_ownership_probe(factory(impl, memcached_server.url))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_contract_exclusive_and_timeout(impl: str, memcached_server: MemcachedServer) -> None:
     contract.check_exclusive_and_timeout(factory(impl, memcached_server.url))
 

@@ -47,6 +47,7 @@ def test_declares_what_the_library_lacks(impl: str, redis_url: str) -> None:
 def test_contract(impl: str, redis_url: str) -> None:
     make = factory(impl, redis_url)
     contract.check_acquire_release(make)
+    contract.check_ownership_probe(make)
     contract.check_exclusive_and_timeout(make)
     contract.check_release_by_non_owner(make)
     contract.check_mutual_exclusion(make, threads=4, rounds=15)

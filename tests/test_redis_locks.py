@@ -94,6 +94,11 @@ def test_contract_acquire_release(impl: str, redis_url: str) -> None:
 
 
 @pytest.mark.parametrize("impl", REDIS_IDS)
+def test_contract_ownership_probe(impl: str, redis_url: str) -> None:
+    contract.check_ownership_probe(factory(impl, redis_url))
+
+
+@pytest.mark.parametrize("impl", REDIS_IDS)
 def test_contract_exclusive_and_timeout(impl: str, redis_url: str) -> None:
     contract.check_exclusive_and_timeout(factory(impl, redis_url))
 

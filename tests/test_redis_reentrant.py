@@ -60,6 +60,7 @@ def test_registered_with_honest_capabilities() -> None:
 
 def test_contract(make: Make) -> None:
     contract.check_acquire_release(make)
+    contract.check_ownership_probe(make)
     contract.check_exclusive_and_timeout(make)
     contract.check_release_by_non_owner(make)
     contract.check_mutual_exclusion(make)

@@ -73,6 +73,7 @@ def test_registered_as_five_masters_without_fencing() -> None:
 def test_contract(masters: list[str]) -> None:
     make = maker(masters)
     contract.check_acquire_release(make)
+    contract.check_ownership_probe(make)
     contract.check_exclusive_and_timeout(make)
     contract.check_release_by_non_owner(make)
     contract.check_mutual_exclusion(make, threads=4, rounds=15)

@@ -208,6 +208,9 @@ class FlashSaleUser(User):
             said = None
             while time.monotonic() < deadline and said is None:
                 said = self.resource.wait_healed(deadline - time.monotonic())
+            # does the holder still own its lock after the strike? A "no" is a lost lock, a
+            # failure of exclusion whether or not a waiter came in (workloads/checks/ownership.py)
+            lock.probe(lease, "strike")
             # a strike bench says missed this case ends the hold as fail: the case's stop rule
             # counts only the holds that ended ok, so it waits for a strike that hit
             self.mark(lock, "fault-hold", "fail" if said == "missed" else "ok", seq)

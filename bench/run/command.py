@@ -758,11 +758,13 @@ def _safety(row: dict[str, Any]) -> str:
         return verdict
     damage = [
         f"{_number(row.get(key))} {label}"
-        for key, label in (("overlapping_holds", "overlaps"), ("oversold_units", "oversold"),
-                           ("lost_updates", "lost"))
+        for key, label in (("overlapping_holds", "overlaps"), ("locks_lost", "locks lost"),
+                           ("oversold_units", "oversold"), ("lost_updates", "lost"))
         if _number(row.get(key)) not in ("-", "0")
     ]  # fmt: skip
-    if _is_true(row.get("data_safe")):
+    from dashboards.cells import fencing_saved  # the cells' rule: amber needs a refused stale write
+
+    if fencing_saved([row]):
         return "lock unsafe, data safe (fenced)" + (f": {', '.join(damage)}" if damage else "")
     return "INVALID" + (f": {', '.join(damage)}" if damage else "")
 

@@ -24,6 +24,8 @@ Status = Literal["valid", "invalid", "unknown"]
 #: Every counter the checkers here can report, in the order results tables show them.
 COUNTER_COLUMNS = [
     "overlapping_holds",
+    "locks_lost",
+    "locks_lost_in_lease",
     "uncertain_overlaps",
     "max_concurrent_holders",
     "witness_violations",

@@ -6,6 +6,7 @@ what they judge (as Jepsen keeps ``checker.clj`` beside a ``checker/`` folder):
 - :mod:`workloads.checks.common`: results, verdicts, holds, clock bounds;
 - :mod:`workloads.checks.exclusion`: two clients holding one lock at once;
 - :mod:`workloads.checks.witness`: the same, as the resource's witness counter saw it;
+- :mod:`workloads.checks.ownership`: a holder that found its lock gone while it held it;
 - :mod:`workloads.checks.stock`: oversold units and lost updates;
 - :mod:`workloads.checks.fencing`: tokens in grant order, refusals earned;
 - :mod:`workloads.checks.recovery`: pauses, killed holders, server-fault recovery.
@@ -50,6 +51,7 @@ from workloads.checks.fencing import (
     refusal_counts,
     token_promise,
 )
+from workloads.checks.ownership import check_ownership, lost_holds
 from workloads.checks.recovery import (
     check_crashes,
     check_pauses,
@@ -76,6 +78,7 @@ __all__ = [
     "check_lease_expiry",
     "check_lock_pairs",
     "check_overlaps",
+    "check_ownership",
     "check_pauses",
     "check_server_recovery",
     "check_stock",
@@ -88,6 +91,7 @@ __all__ = [
     "holds",
     "indeterminate_purchases",
     "legitimate_refusals",
+    "lost_holds",
     "order_flags",
     "process_deaths",
     "process_of",
@@ -110,6 +114,7 @@ def check_flash_sale(history: pd.DataFrame, final_state: dict[str, Any] | None) 
     h = holds(history)
     results = [
         check_overlaps(history, h, uncertainty_ns=bounds),
+        check_ownership(history),
         check_witness(history, h),
         check_stock(final_state, indeterminate_purchases(history)),
         check_fencing(final_state, history, h, bounds),
@@ -136,7 +141,7 @@ def check_lock_pairs(history: pd.DataFrame, final_state: dict[str, Any] | None =
     """The lock-pairs verdict: only the history can speak (there is no resource)."""
     bounds = clock_uncertainty(final_state)
     h = holds(history)
-    results = [check_overlaps(history, h, uncertainty_ns=bounds)]
+    results = [check_overlaps(history, h, uncertainty_ns=bounds), check_ownership(history)]
     order = fencing_order_result(history, final_state, h, bounds)
     if order is not None:
         results.append(order)

@@ -31,6 +31,7 @@ from workloads.checks.common import (
     worker_of,
 )
 from workloads.checks.fencing import fencing_order_result
+from workloads.checks.ownership import check_ownership
 from workloads.checks.witness import check_witness
 
 MODE_WRITE = 0
@@ -264,6 +265,7 @@ def check_read_mostly(history: pd.DataFrame, final_state: dict[str, Any] | None)
     bounds = clock_uncertainty(final_state)
     results = [
         check_rw_overlaps(history, bounds),
+        check_ownership(history),
         check_witness(history),
         check_rw_data(final_state),
     ]

@@ -33,6 +33,7 @@ from workloads.checks.common import (
 )
 from workloads.checks.exclusion import check_overlaps
 from workloads.checks.fencing import check_fencing, fencing_order_result
+from workloads.checks.ownership import check_ownership
 from workloads.checks.stock import check_stock, indeterminate_purchases
 from workloads.checks.witness import check_witness
 
@@ -164,6 +165,7 @@ def check_reentrant(history: pd.DataFrame, final_state: dict[str, Any] | None) -
     bounds = clock_uncertainty(final_state)
     results = [
         check_overlaps(history, h, uncertainty_ns=bounds),
+        check_ownership(history),
         check_witness(history, h),
         check_stock(final_state, indeterminate_purchases(history)),
         check_nesting(history, h),

@@ -57,6 +57,17 @@ def _interrupted(exc: BaseException) -> str:
     return f"{INTERRUPTED}{type(exc).__name__}: {exc}"[:200]
 
 
+def _remaining_ms(lease: Lease) -> int | None:
+    """Milliseconds until the lease's client-side deadline (negative: past it; None: no deadline)."""
+    if lease.deadline_ns is None:
+        return None
+    return int((lease.deadline_ns - time.monotonic_ns()) // 1_000_000)
+
+
+#: ``error`` of a probe the lock could not answer (``Lock.owns`` returned None).
+PROBE_UNTOLD = "the lock cannot tell (no ownership probe)"
+
+
 def _clamp_us(ns: int) -> int:
     us = ns // 1000
     return min(max(us, HIST_LOWEST_US), HIST_HIGHEST_US)
@@ -241,7 +252,9 @@ class RecordedLock:
         since = self._held_since.pop(id(lease), None)
         if since is not None:
             rec.record("hold", t0 - since)
-        rec.event(self.client, seq, "release", "invoke", name, t0)
+        # the invoke's value: ms the client's own deadline still had to run (None: no deadline), so a
+        # "not owned" answer says whether the lock was lost within its lease or the holder overstayed
+        rec.event(self.client, seq, "release", "invoke", name, t0, value=_remaining_ms(lease))
         try:
             owned = self.lock.release(lease)
         except (LockError, OSError) as exc:
@@ -256,4 +269,45 @@ class RecordedLock:
         t1 = time.monotonic_ns()
         rec.event(self.client, seq, "release", "ok", name, t1, value=int(bool(owned)))
         rec.record("release", t1 - t0)
+        return bool(owned)
+
+    def probe(self, lease: Lease, why: str = "strike") -> bool | None:
+        """Ask the lock whether ``lease`` still owns it (``Lock.owns``) and record the answer.
+
+        One ``probe`` invoke/completion pair: ``ok`` with value 1 (owned) or 0 (lost), ``info``
+        when the lock cannot tell or the probe failed. The invoke's value is the ms left of the
+        client's own deadline, as for a release; its error names why the probe was made.
+        """
+        rec, name = self.recorder, self.lock.name
+        seq = self.next_seq()
+        rec.event(
+            self.client,
+            seq,
+            "probe",
+            "invoke",
+            name,
+            time.monotonic_ns(),
+            value=_remaining_ms(lease),
+            error=why,
+        )
+        try:
+            owned = self.lock.owns(lease)
+        except Exception as exc:  # noqa: BLE001 - a client library's own error: the probe could not tell
+            rec.event(
+                self.client,
+                seq,
+                "probe",
+                "info",
+                name,
+                time.monotonic_ns(),
+                error=f"{type(exc).__name__}: {exc}"[:200],
+            )
+            return None
+        except BaseException as exc:
+            rec.event(self.client, seq, "probe", "info", name, time.monotonic_ns(), error=_interrupted(exc))
+            raise
+        if owned is None:
+            rec.event(self.client, seq, "probe", "info", name, time.monotonic_ns(), error=PROBE_UNTOLD)
+            return None
+        rec.event(self.client, seq, "probe", "ok", name, time.monotonic_ns(), value=int(bool(owned)))
         return bool(owned)
