@@ -43,13 +43,22 @@ CLASSES = {
     ),
     "nottested": (
         "not tested",
-        "the fault never struck (or missed: its precondition did not hold), its positive control survived "
-        "(did not bite), or the scenario could not run here",
+        "the fault never struck (or missed: its precondition did not hold), no control of its own failed "
+        "beside it (did not bite, or unproven: no control), or the scenario could not run here",
     ),
-    "unknown": ("unknown", "the checkers could not decide (a lost worker, a dead server ...)"),
+    "unknown": (
+        "unknown",
+        "the checkers could not decide (a lost worker, a dead server ...), or the failure came under a stall "
+        "of the load generator that could explain it (stalled)",
+    ),
+    "baseline": (
+        "no fault",
+        "the fault-free row: exclusion under contention alone, the baseline the faults are read against; "
+        "never a safety claim",
+    ),
 }
 #: Worst first: the cell takes the worst class among its cases.
-ORDER = ("bad", "warn", "stuck", "unknown", "thin", "good", "nottested")
+ORDER = ("bad", "warn", "stuck", "unknown", "thin", "good", "baseline", "nottested")
 #: Counters shown on hover when nonzero.
 COUNTED = (
     *VIOLATIONS, "stale_writes_accepted", "stale_writes_refused", "fencing_order_violations",
@@ -128,12 +137,33 @@ def _recovery(rows: list[Row]) -> str:
     return f"recovered in {grant}"
 
 
+def distinct_strikes(rows: list[Row]) -> int:
+    """Strikes that hit these cases, each physical strike once.
+
+    The cases of one group (``group_id``: fenced and unfenced of a lock, under one nemesis)
+    share the same strikes: counting each case's would count one restart twice. A group
+    counts its most-struck case (the strikes that hit any of its cases, as far as the rows
+    can tell); cases run alone, and workload faults (each case pauses or crashes its own
+    clients), count their own.
+    """
+    by_group: dict[str, int] = {}
+    alone = 0
+    for r in rows:
+        k = _int(r, "strikes")
+        group = text(r, "group_id")
+        if group and text(r, "fault"):
+            by_group[group] = max(by_group.get(group, 0), k)
+        else:
+            alone += k
+    return alone + sum(by_group.values())
+
+
 def cell_for(rows: list[Row]) -> GridCell:
     """The cell of one impl x scenario from its cases (plain dicts of cases.csv)."""
     target_k, target_n = _target(rows)
     fault_scenario = target_k is not None
     struck = [r for r in rows if _int(r, "strikes") > 0] if fault_scenario else rows
-    k = sum(_int(r, "strikes") for r in struck) if fault_scenario else 0
+    k = distinct_strikes(struck) if fault_scenario else 0
     n = (
         sum(_int(r, "acquisitions_after_strike") for r in struck)
         if fault_scenario
@@ -173,8 +203,15 @@ def cell_for(rows: list[Row]) -> GridCell:
     hover = "; ".join(p for p in hover_parts if p)
     evidence = f"k={k} n={n:,}" if fault_scenario else f"n={n:,}"
     failed = [r for r in rows if text(r, "verdict") == "invalid"]
+    # a failure a stall of the load generator could explain decides nothing: neither red nor green
+    stalled = [r for r in failed if text(r, "stall_reason")]
+    failed = [r for r in failed if not text(r, "stall_reason")]
+    if stalled and not failed:
+        return GridCell(
+            "unknown", "stalled", f"{evidence}; undecided: the generator stalled",
+            f"{hover}; {text(stalled[0], 'stall_reason')}", k, n, contradicts, link=anchor(str(stalled[0].get("case"))),
+        )  # fmt: skip
     if failed:
-        stall = [t for t in (text(r, "stall_reason") for r in failed) if t]
         # amber only where fencing (enforce) ran, refused a stale write and kept the data right
         if fencing_saved(rows):
             detail = evidence
@@ -183,9 +220,6 @@ def cell_for(rows: list[Row]) -> GridCell:
             survived = all(flag(r, "data_safe") is True for r in failed)
             cls, word = "bad", CLASSES["bad"][0]
             detail = "the data happened to survive (no fencing)" if survived else evidence
-        if stall:
-            detail = f"{detail}; found under a stall"
-            hover = f"{hover}; {stall[0]}"
         return GridCell(cls, word, detail, hover, k, n, contradicts, link=anchor(str(failed[0].get("case"))))
     if any(_stuck(r) for r in rows):
         bound_s = max((num(r, "stuck_bound_s") or 0 for r in rows), default=0)
@@ -205,9 +239,18 @@ def cell_for(rows: list[Row]) -> GridCell:
     if fault_scenario and not struck:
         word = "did not strike" if not missed else "missed"
         return GridCell("nottested", word, "not tested", hover, 0, 0, contradicts)
+    in_matrix = any(text(r, "matrix_scenario") for r in rows)
+    if in_matrix and fault_scenario and (not control or control.startswith("not run")):
+        # a green needs a control beside it, under the same strikes, that failed as it must
+        why = f"control {control}" if control else "no control ran beside it"
+        return GridCell("nottested", "unproven: no control", why, hover, k, n, contradicts)
     if control and not control.startswith("failed"):
-        return GridCell("nottested", "did not bite", f"control {control}", hover, k, n, contradicts)
+        word = "did not bite" if control.startswith("survived") else "unproven"
+        return GridCell("nottested", word, f"control {control}", hover, k, n, contradicts)
     recovery = _recovery(rows)
+    if in_matrix and not fault_scenario:
+        # the matrix's fault-free row shows exclusion under contention, never safety under a fault
+        return GridCell("baseline", CLASSES["baseline"][0], f"{evidence}; held", hover, 0, n, contradicts)
     earned = (k >= (target_k or 0) and n >= target_n) if fault_scenario else n >= max(target_n, 1)
     cls = "good" if earned else "thin"
     detail = evidence + (f"; {recovery}" if recovery else "")

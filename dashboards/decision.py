@@ -46,6 +46,7 @@ OUTCOME = {
     "unknown": "inconclusive",
     "nottested": "did not strike: not tested",
     "nofault": "no fault tried",
+    "baseline": "no fault",
 }
 
 
@@ -189,7 +190,7 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
             cls, strikes, detail = graded.cls, graded.k, graded.detail
             after = [float(graded.n)]
         plain = not any(is_fault_case(r) for r in rows) and not scenario.endswith("+clock-skew")
-        if cls in ("good", "thin") and plain and strikes is None:
+        if cls in ("good", "thin", "baseline") and plain and strikes is None:
             cls = "nofault"  # plain contention shows exclusion, not safety: never a green chip
         out.append(
             Outcome(

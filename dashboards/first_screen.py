@@ -34,12 +34,15 @@ from dashboards.load import ReportInputError, RunData, load_run, num, scenario_o
 
 #: Safety tiers, best first: the rank's first key.
 TIERS = {
-    "safe": 0,  # survived every fault tried on the target evidence
-    "thin": 1,  # nothing failed, but some held on thin evidence or undecided
-    "none": 2,  # no fault tried: nothing known
+    "safe": 0,  # every scenario that applies decided, and survived on the target evidence
+    "none": 1,  # no fault tried: nothing known
+    "thin": 2,  # nothing failed, but some held on thin evidence, undecided, or not yet tried
     "warn": 3,  # the lock failed, fencing kept the data right
     "bad": 4,  # failed (two holders or damaged data) or stuck
 }
+#: Why "thin" sits below "none": a partial or thin matrix is not evidence of safety, and ranking
+#: it above an untested lock reads as a recommendation (a shard whose only Redis column was
+#: failover once ranked a lock that fails three other scenarios first).
 
 FIRST_CSS = """
 #pick { font-size: 1em; margin: 0.4em 0 0.2em 0; }
@@ -71,6 +74,10 @@ class Safety:
     source: int | None = None  # index into the page's source list (1-based), matrix only
     from_run: bool = False
     plain_failed: list[str] = field(default_factory=list)  # fault-free scenarios where the lock failed
+    #: applicable fault scenarios not decided green (a pick needs none), and how many apply
+    missing: list[str] = field(default_factory=list)
+    applicable: int = 0
+    shard: str = ""
 
 
 @dataclass
@@ -85,6 +92,10 @@ class Source:
     evidence: str
     impls: list[str]
     cells: dict[tuple[str, str], GridCell]
+    #: impl -> the fault scenarios that apply to it in the whole plan (every shard); None: not recorded
+    applicable: dict[str, list[str]] | None = None
+    #: "shard I/N" when this matrix ran one slice of its plan
+    shard: str = ""
 
 
 def load_sources(sources: list[dict[str, Any]] | None) -> list[Source]:
@@ -117,9 +128,41 @@ def load_sources(sources: list[dict[str, Any]] | None) -> list[Source]:
                 evidence=str(params.get("evidence") or ""),
                 impls=[str(i) for i in entry.get("impls") or []],
                 cells=cells,
+                applicable=_applicable(params),
+                shard=_shard(params),
             )
         )
     return out
+
+
+def _applicable(params: dict[str, Any]) -> dict[str, list[str]] | None:
+    raw = params.get("applicable")
+    if not isinstance(raw, dict):
+        return None
+    return {str(k): [str(s) for s in v] for k, v in raw.items() if isinstance(v, list)}
+
+
+def _shard(params: dict[str, Any]) -> str:
+    shard = params.get("shard")
+    if isinstance(shard, dict) and shard.get("index") and shard.get("of"):
+        return f"shard {shard['index']}/{shard['of']}"
+    return ""
+
+
+def missing_scenarios(impl: str, cells: dict[str, GridCell], sources: list[Source]) -> tuple[list[str], int]:
+    """(the applicable fault scenarios with no decided green cell, how many apply) for ``impl``.
+
+    A pick is a safety claim, so it needs every scenario that applies to the lock, decided and
+    green at the target evidence, in one matrix or in matrices of the same commit merged.
+    """
+    applicable: list[str] | None = None
+    for source in sources:
+        if impl in source.impls and source.applicable is not None and impl in source.applicable:
+            applicable = source.applicable[impl]
+            break
+    if applicable is None:
+        return ["(which scenarios apply was not recorded: run bench matrix again)"], 0
+    return [s for s in applicable if s not in cells or cells[s].cls != "good"], len(applicable)
 
 
 def _tier(classes: list[str]) -> str:
@@ -160,8 +203,19 @@ def safety_of(row: ImplRow, run: RunData, sources: list[Source]) -> Safety:
     for index, source in enumerate(sources, start=1):
         if row.impl in source.impls:
             cells = {s: c for (i, s), c in source.cells.items() if i == row.impl}
+            # the other slices of the same commit's plan (shards) fill in what this one did not run
+            for other in sources:
+                if other is not source and other.git_commit and other.git_commit == source.git_commit:
+                    for (i, s), c in other.cells.items():
+                        if i == row.impl and s not in cells:
+                            cells[s] = c
             classes = [c.cls for c in cells.values()] + (["bad"] if plain_failed else [])
-            return Safety(_tier(classes), cells, index, plain_failed=plain_failed)
+            tier = _tier(classes)
+            missing, applicable = missing_scenarios(row.impl, cells, sources)
+            if tier == "safe" and missing:
+                tier = "thin"  # green where tried, but not everything that applies was tried
+            return Safety(tier, cells, index, plain_failed=plain_failed, missing=missing, applicable=applicable,
+                          shard=source.shard)  # fmt: skip
     cells = _run_cells(row, run)
     classes = [c.cls for c in cells.values()] + (["bad"] if plain_failed else [])
     return Safety(_tier(classes), cells, None, from_run=bool(cells), plain_failed=plain_failed)
@@ -294,12 +348,18 @@ def _reasons(ranked: list[Ranked]) -> None:
         if r.acq_s is None:
             speed = "cost not measured"
         if tier == "safe":
-            why = (
-                f"safe under every fault tried ({sum(1 for c in cells.values() if c.cls == 'good')}); {speed}"
-            )
+            why = f"survived every scenario that applies ({sum(1 for c in cells.values() if c.cls == 'good')}); {speed}"
         elif tier == "thin":
-            thin = [s for s, c in cells.items() if c.cls in ("thin", "unknown")]
-            why = f"nothing failed, thin evidence in {_names(thin, 2)}; {speed}"
+            thin = [s for s, c in cells.items() if c.cls in ("thin", "unknown", "nottested")]
+            why = (
+                f"nothing failed, thin evidence in {_names(thin, 2)}; {speed}"
+                if thin
+                else f"nothing failed; {speed}"
+            )
+            if r.safety.missing and r.safety.applicable:
+                decided = r.safety.applicable - len(r.safety.missing)
+                where = f" ({r.safety.shard})" if r.safety.shard else ""
+                why = f"not a pick: {decided} of {r.safety.applicable} scenarios decided green{where}; {why}"
         elif tier == "warn":
             why = f"needs fencing for {_names(fenced, 2)}; {speed}"
         elif tier == "bad":
@@ -387,6 +447,11 @@ def first_screen_section(run: RunData, sources: list[Source]) -> str:
         pick = (
             f'<p id="pick"><b>No pick</b>: every lock failed a fault tried. Fewest failures: <b>{e(top.row.impl)}</b> '
             f"(failed {e(_names(failed, 4))}): only where those faults cannot happen, or with fenced data.</p>"
+        )
+    elif top.safety.tier != "safe":
+        pick = (
+            f'<p id="pick"><b>No pick</b>: no lock has every scenario that applies to it decided and survived. '
+            f"First: <b>{e(top.row.impl)}</b>: {e(top.why)}.</p>"
         )
     else:
         pick = f'<p id="pick"><b>Pick: {e(top.row.impl)}</b>: {e(top.why)}.</p>'

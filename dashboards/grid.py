@@ -36,6 +36,7 @@ GRID_CSS = """
 #safety-grid td.warn, .legend span.warn { background: #fbe2a8; color: #6b4a00; }
 #safety-grid td.stuck, .legend span.stuck { background: #e3d3f2; color: #4b2a6b; }
 #safety-grid td.nottested, .legend span.nottested { background: #f4f4f4; color: #888; }
+#safety-grid td.baseline, .legend span.baseline { background: #eef2f7; color: #4a5a6a; }
 #safety-grid td.unknown, .legend span.unknown { background: #dcdcdc; color: #333; }
 #safety-grid td.none { background: #fff; color: #bbb; }
 #safety-grid td.contradicts { outline: 2px solid #c0392b; outline-offset: -2px; }
@@ -100,6 +101,7 @@ def _paragraph(impl: str, columns: list[str], cells: dict[tuple[str, str], GridC
         ("good", "survived"),
         ("thin", "held on thin evidence in"),
         ("unknown", "undecided in"),
+        ("baseline", "held without a fault in"),
         ("nottested", "not tested in"),
     ):
         if by_class.get(cls):
@@ -137,7 +139,7 @@ def safety_grid_section(run: RunData) -> str:
         counts[c.cls] = counts.get(c.cls, 0) + 1
     legend = " ".join(
         f'<span class="{cls}" title="{e(CLASSES[cls][1])}">{e(CLASSES[cls][0])}: {counts.get(cls, 0)}</span>'
-        for cls in ("good", "thin", "bad", "warn", "stuck", "unknown", "nottested")
+        for cls in ("good", "thin", "bad", "warn", "stuck", "unknown", "baseline", "nottested")
     )
     level_text = f" ({e(level)})" if level else ""
     caption = (

@@ -44,7 +44,7 @@ _VERDICT_TEXT = {c: word for c, (word, _) in CLASSES.items()}
 #: Classes the page's own CSS does not colour (it knows good, warn, bad, unknown).
 MATRIX_CSS = (
     "<style>td.mcell.thin{background:#eef7ee;color:#4d6b4d}td.mcell.stuck{background:#e3d3f2;color:#4b2a6b}"
-    "td.mcell.nottested{background:#f4f4f4;color:#888}</style>"
+    "td.mcell.nottested{background:#f4f4f4;color:#888}td.mcell.baseline{background:#eef2f7;color:#4a5a6a}</style>"
 )
 
 

@@ -98,7 +98,7 @@ ul.notes { font-size: 0.85em; color: #555; }
 .chip.warn { background: #fbeccb; color: #6b4a00; } .chip.unknown { background: #e4e4e4; color: #444; }
 .chip.untested { background: #eeeeee; color: #777; border: 1px dashed #aaa; }
 .chip.thin { background: #eef7ee; color: #4d6b4d; border: 1px dashed #9cc59c; }
-.chip.stuck { background: #e3d3f2; color: #4b2a6b; } .chip.nottested { background: #f4f4f4; color: #888; }
+.chip.stuck { background: #e3d3f2; color: #4b2a6b; } .chip.nottested { background: #f4f4f4; color: #888; } .chip.baseline { background: #eef2f7; color: #4a5a6a; }
 .chip.contradicts { outline: 2px solid #c0392b; }
 ul.evidence { margin: 2px 0 0 0; padding-left: 1.1em; font-size: 0.92em; color: #555; }
 th.sortable { cursor: pointer; } th.sortable::after { content: " \\2195"; color: #aaa; }

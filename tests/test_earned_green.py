@@ -37,6 +37,7 @@ def _row(**kw: object) -> dict:
         "case": "c", "impl": "x.lock", "matrix_scenario": "restart", "verdict": "valid", "fencing": "observe",
         "strikes": 10, "acquisitions_after_strike": 1000, "evidence_target_k": 10, "evidence_target_n": 1000,
         "overlapping_holds": 0, "stuck_locks": 0, "acquisitions": 1200,
+        "control_outcome": "failed (x.control, 10 strikes)",
     }  # fmt: skip
     return {**base, **kw}
 
@@ -55,12 +56,26 @@ def _row(**kw: object) -> dict:
         ([_row(verdict="invalid", overlapping_holds=3)], "bad"),
         ([_row(stuck_locks=1, verdict="valid", stuck_bound_s=9.0)], "stuck"),
         ([_row(strikes=4, verdict="unknown")], "unknown"),
-        # fenced and unfenced runs of one scenario test the same lock: their evidence adds up
+        # fenced and unfenced runs of one scenario in separate trials (their own strikes): evidence adds up
         ([_row(strikes=5, acquisitions_after_strike=500), _row(strikes=5, acquisitions_after_strike=500,
                                                               fencing="enforce")], "good"),
-        # a lock that failed while fencing kept the data right
+        # ... but in one group they took the same 5 strikes: k is 5, not 10
+        ([_row(strikes=5, acquisitions_after_strike=500, group_id="g", fault="restart@held"),
+          _row(strikes=5, acquisitions_after_strike=500, fencing="enforce", group_id="g", fault="restart@held")],
+         "thin"),
+        # a lock that failed while fencing refused a stale write and kept the data right
         ([_row(verdict="invalid", overlapping_holds=3, data_safe=False),
-          _row(verdict="invalid", overlapping_holds=2, fencing="enforce", data_safe=True)], "warn"),
+          _row(verdict="invalid", overlapping_holds=2, fencing="enforce", data_safe=True,
+               stale_writes_refused=2)], "warn"),
+        # ... amber needs fencing at work: no stale write refused, the data survived by luck
+        ([_row(verdict="invalid", overlapping_holds=3, data_safe=False),
+          _row(verdict="invalid", overlapping_holds=2, fencing="enforce", data_safe=True)], "bad"),
+        # a green needs its own control beside it, failed
+        ([_row(control_outcome="")], "nottested"),
+        ([_row(control_outcome="survived (x.control, 10 strikes)")], "nottested"),
+        ([_row(control_outcome="unproven (x.control): its violation came under a stall")], "nottested"),
+        # a failure a generator stall could explain is undecided, never red
+        ([_row(verdict="invalid", overlapping_holds=1, stall_reason="a Locust process stalled 2 s")], "unknown"),
     ],
 )  # fmt: skip
 def test_a_cell_is_green_only_on_its_target_evidence(rows: list[dict], cls: str) -> None:

@@ -30,7 +30,8 @@ def _row_of(page: str, table: str, row: str) -> str:
 
 
 def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025-01-02T00:00:00Z",
-            machine: str = MACHINE, status: str = "complete", cells: dict | None = None) -> Path:  # fmt: skip
+            machine: str = MACHINE, status: str = "complete", cells: dict | None = None,
+            applicable: dict | None = None, shard: dict | None = None) -> Path:  # fmt: skip
     """A bench matrix folder: per (impl, scenario) one case with strikes and grants after them."""
     cells = cells or {
         ("redis.setnx", "restart"): {"verdict": "invalid", "overlapping_holds": 4},
@@ -50,7 +51,9 @@ def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025
              "evidence_target_n": 1_000, "acquisitions": 2_000, "overlapping_holds": 0, "stuck_locks": 0,
              # every row bench writes has these (resultsio's schema): without them the folder is damaged
              "workload": scenario, "throughput_acq_s": 100.0, "witness_violations": 0, "oversold_units": 0,
-             "lost_updates": 0, **extra}
+             "lost_updates": 0,
+             # each fault cell's own control failed beside it, in its group (bench/matrix/controls.py)
+             "control_outcome": "" if scenario == "flash-sale" else "failed (x.control, 10 strikes)", **extra}
         )  # fmt: skip
     frame = pd.DataFrame(rows)
     frame.to_csv(path / "cases.csv", index=False)
@@ -62,7 +65,10 @@ def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025
                    "scenarios": {"flash-sale": {"workload": "flash-sale", "fault": ""},  # the fault-free baseline
                                  "restart": {"workload": "flash-sale", "fault": "restart@held"},
                                  "crash": {"workload": "crash", "fault": ""},
-                                 "long-cs": {"workload": "long-cs", "fault": ""}}},
+                                 "long-cs": {"workload": "long-cs", "fault": ""}},
+                   # what a pick needs decided: every fault scenario the whole plan runs on the lock
+                   "applicable": applicable or {"redis.setnx": ["restart", "crash"], "file.flock": ["crash", "long-cs"]},
+                   "shard": shard},
         "cases": [r["case"] for r in rows],
     }  # fmt: skip
     (path / "run.json").write_text(json.dumps(meta))
@@ -129,7 +135,7 @@ def test_safety_comes_from_the_newest_matrix_of_the_same_commit_with_provenance(
         "redis.setnx",
     ]  # among the unsafe, fewer failures first
     assert re.search(
-        r'<p id="pick"><b>Pick: file.flock</b>: safe under every fault tried \(2\); fastest', page
+        r'<p id="pick"><b>Pick: file.flock</b>: survived every scenario that applies \(2\); fastest', page
     )
     # "not tested" only for a lock no matrix holds
     assert "not tested: no matrix" in _row_of(page, "decision-table", "redis.setnx-no-owner")
@@ -169,3 +175,37 @@ def test_a_default_run_after_a_matrix_of_the_same_commit_shows_its_safety(tmp_pa
     assert re.search(r'class="chip (good|thin|bad|warn|stuck|unknown)"', row), row
     sources = page[page.index('id="safety-sources"') :]
     assert f"matrix {matrix_dir.name} of this commit" in sources[: sources.index("</ol>")]
+
+
+def test_a_partial_matrix_is_no_pick_and_says_what_is_missing(tmp_path: Path) -> None:
+    """A pick is a safety claim: every scenario that applies, decided and green. A shard that ran 2 of
+    the lock's 3 scenarios, all green, is "not a pick", and thin never ranks above untested."""
+    run = _default_run(tmp_path)
+    _matrix(
+        tmp_path, "20250102T000000Z-shard4",
+        applicable={"redis.setnx": ["restart", "crash"], "file.flock": ["crash", "long-cs", "restart"]},
+        shard={"index": 4, "of": 4},
+    )  # fmt: skip
+    page = render_report([run], safety_sources=sources_for_run(run)).read_text(encoding="utf-8")
+    flock = _row_of(page, "decision-table", "file.flock")
+    assert 'data-tier="thin"' in flock and "not a pick: 2 of 3 scenarios decided green (shard 4/4)" in flock
+    assert "Pick: file.flock" not in page and "<b>No pick</b>" in page
+    order = re.findall(r'<tr data-row="([^"]+)" data-tier="([^"]+)"', page)
+    tiers = [t for _, t in order]
+    assert (
+        tiers.index("thin") > tiers.index("bad")
+        or "none" not in tiers
+        or tiers.index("none") < tiers.index("thin")
+    )
+
+
+def test_a_green_without_its_own_control_is_no_pick(tmp_path: Path) -> None:
+    run = _default_run(tmp_path)
+    _matrix(
+        tmp_path, "20250102T000000Z-noctl",
+        cells={("file.flock", "crash"): {"verdict": "valid", "control_outcome": ""},
+               ("file.flock", "long-cs"): {"verdict": "valid"}},
+    )  # fmt: skip
+    page = render_report([run], safety_sources=sources_for_run(run)).read_text(encoding="utf-8")
+    flock = _row_of(page, "decision-table", "file.flock")
+    assert 'data-tier="safe"' not in flock and "Pick: file.flock" not in page

@@ -134,8 +134,20 @@ def test_an_invalid_case_is_red_in_every_view_whatever_made_it_invalid(counter: 
 def test_an_unfenced_failure_whose_data_survived_is_red_and_says_so() -> None:
     cell = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=True, fencing="observe")])
     assert cell.cls == "bad" and "happened to survive" in cell.detail
-    fenced = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=True, fencing="enforce")])
-    assert fenced.cls == "warn"  # fencing (enforce) kept the data right: amber
+    fenced = cell_for(
+        [
+            _row(
+                verdict="invalid",
+                overlapping_holds=2,
+                data_safe=True,
+                fencing="enforce",
+                stale_writes_refused=1,
+            )
+        ]
+    )
+    assert fenced.cls == "warn"  # fencing (enforce) refused a stale write and kept the data right: amber
+    idle = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=True, fencing="enforce")])
+    assert idle.cls == "bad"  # fenced, but no stale write came: fencing was never seen at work
 
 
 def test_a_scenario_whose_control_survived_has_no_green_and_is_undecided() -> None:
@@ -151,14 +163,27 @@ def test_a_scenario_whose_control_survived_has_no_green_and_is_undecided() -> No
 
 
 def test_a_violation_under_a_stalled_generator_says_so() -> None:
+    """A stall counts only where it could explain the violation: 30% of the session, just before it."""
     settings = RunSettings(ttl=1.0, lock_params={"session_timeout": 3})
     row = {"verdict": "invalid", "loop_lag_late_share": 0.61, "loop_lag_p99_us": 3.4e6, "fault": "crash"}
-    reason = stall_reason(row, settings)
-    assert "loop late 61%" in reason and "3 s session" in reason and "not the scenario's crash" in reason
-    assert stall_reason({**row, "loop_lag_late_share": 0.02, "loop_lag_p99_us": 900.0}, settings) == ""
-    assert stall_reason({**row, "verdict": "valid"}, settings) == ""
+    stalled = _history([("loop:7", -1, "stall", "ok", "", int(9.0 * S), None, 1500, None), *_grants([12.0])])
+    reason = stall_reason(row, settings, stalled, int(10.0 * S))
+    assert "stalled 1.5 s" in reason and "3 s session" in reason and "not the scenario's crash" in reason
+    # a stall long before the violation, or too short for the session, or no stall at all: no excuse
+    assert stall_reason(row, settings, stalled, int(20.0 * S)) == ""
+    short = _history([("loop:7", -1, "stall", "ok", "", int(9.0 * S), None, 600, None), *_grants([12.0])])
+    assert stall_reason(row, settings, short, int(10.0 * S)) == ""
+    assert stall_reason(row, settings, _history(_grants([12.0])), int(10.0 * S)) == ""  # late share alone: no
+    assert stall_reason({**row, "verdict": "valid"}, settings, stalled, int(10.0 * S)) == ""
     cell = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=False, stall_reason=reason)])
-    assert cell.cls == "bad" and "found under a stall" in cell.detail
+    assert cell.cls == "unknown" and cell.word == "stalled"  # undecided: never red, never green
+    both = cell_for(
+        [
+            _row(verdict="invalid", overlapping_holds=2, data_safe=False, stall_reason=reason),
+            _row(verdict="invalid", overlapping_holds=1, data_safe=False, case="d"),
+        ]
+    )
+    assert both.cls == "bad"  # a failure without a stall beside it decides the cell
 
 
 @pytest.fixture
@@ -252,7 +277,8 @@ def test_recovery_counts_only_the_strikes_that_hit_the_case() -> None:
     assert unmarked["unrecovered_strikes"] == 1  # without marks every strike counts, as before
 
 
-def test_a_workload_fault_group_without_its_control_takes_the_scenario_s_control() -> None:
+def test_a_group_without_its_control_takes_no_other_group_s_control() -> None:
+    """No fallback: a control in another group saw other strikes (and another machine load)."""
     from bench.matrix import controls
 
     rows = [
@@ -262,7 +288,34 @@ def test_a_workload_fault_group_without_its_control_takes_the_scenario_s_control
          "group_id": "redis#0/crash/t0/g1", "verdict": "valid", "stuck_locks": 0, "strikes": 5},
     ]  # fmt: skip
     controls.annotate(rows)
-    assert rows[1]["control_outcome"].startswith("failed (redis.setnx-del")  # not "not run": another group's
+    assert rows[0]["control_outcome"].startswith("failed (redis.setnx-del")
+    assert (
+        rows[1]["control_outcome"] == "not run (redis.setnx-del)"
+    )  # the other group's failure vouches for nothing
+    assert cell_for(
+        [{**rows[1], "evidence_target_k": 1, "evidence_target_n": 0, "acquisitions_after_strike": 9}]
+    ).word == ("unproven: no control")
+
+
+def test_a_control_fails_only_by_a_violation_tied_to_a_strike_and_not_under_a_stall() -> None:
+    from bench.matrix import controls
+
+    base = {
+        "impl": "c",
+        "control_impl": "c",
+        "verdict": "invalid",
+        "strikes": 3,
+        "violation_after_strike": True,
+    }
+    assert controls.failed(base)
+    assert not controls.failed({**base, "violation_after_strike": False})  # before any strike
+    assert not controls.failed({**base, "strikes": 0})  # never struck
+    assert not controls.failed({**base, "stall_reason": "a Locust process stalled 2 s"})
+    assert (
+        controls.outcome([{**base, "stall_reason": "stalled"}], "c")
+        == "unproven (c): its violation came under a stall"
+    )
+    assert controls.failed({**base, "verdict": "valid", "stuck_locks": 1})  # stuck after its strike
 
 
 def test_controls_read_back_from_cases_csv_ignore_empty_cells() -> None:

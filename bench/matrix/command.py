@@ -182,8 +182,19 @@ class _Plan:
                 if self.shard is not None else None
             ),
             "evidence": evidence, "strikes": self.level.strikes, "evidence_target": self.target.text(),
-            "impls": self.subjects, "not_run": self.not_run,
+            "impls": self.subjects, "not_run": self.not_run, "applicable": self.applicable(),
         }  # fmt: skip
+
+    def applicable(self) -> dict[str, list[str]]:
+        """impl -> every fault scenario the whole plan (all shards) runs on it: what a pick needs decided."""
+        sized = scenarios_at(self.level)
+        out: dict[str, list[str]] = {}
+        for c in self.whole:
+            if c.role == "subject" and sized[c.matrix_scenario].strike:
+                out.setdefault(c.impl, [])
+                if c.matrix_scenario not in out[c.impl]:
+                    out[c.impl].append(c.matrix_scenario)
+        return out
 
 
 def _run(

@@ -73,23 +73,60 @@ def control_for(scenario: str, backend: str) -> str | None:
     return CONTROLS.get(scenario, {}).get(backend)
 
 
-def failed(row: dict[str, Any]) -> bool:
-    """Did the control fail as it must: a violation, or (after a crash) a lock nobody could take again."""
-    stuck = row.get("stuck_locks")
+def _number(row: dict[str, Any], column: str) -> float:
+    value = row.get(column)
     try:
-        stuck_n = float(stuck) if stuck is not None else 0.0
+        number = float(value) if value is not None else 0.0
     except (TypeError, ValueError):
-        stuck_n = 0.0
-    return row.get("verdict") == "invalid" or stuck_n > 0
+        return 0.0
+    return number if number == number else 0.0
+
+
+def _yes(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def failed(row: dict[str, Any]) -> bool:
+    """Did the control fail as it must, because of the strikes it shared with the cells beside it?
+
+    A violation counts only when it is tied to a strike (the first one the case placed in time
+    came at or after its first counted strike: ``violation_after_strike``) and no stall of the
+    load generator could explain it (``stall_reason`` empty). A lock nobody could take again
+    after a crash or a server fault (stuck) is tied to its strike by definition. A violation
+    before any strike, or under a stall, proves the scenario nothing.
+    """
+    if _number(row, "strikes") <= 0:
+        return False
+    if _number(row, "stuck_locks") > 0 or _number(row, "unrecovered_strikes") > 0:
+        return True
+    if row.get("verdict") != "invalid" or _text(row, "stall_reason"):
+        return False
+    return _yes(row.get("violation_after_strike"))
+
+
+def _why_not(rows: list[dict[str, Any]]) -> str:
+    """Why an invalid control does not count as failed ("" when none was invalid)."""
+    for r in rows:
+        if r.get("verdict") != "invalid":
+            continue
+        if _number(r, "strikes") <= 0:
+            return "its violation came with no strike"
+        if _text(r, "stall_reason"):
+            return "its violation came under a stall"
+        return "its violation came before any strike"
+    return ""
 
 
 def outcome(rows: list[dict[str, Any]], impl: str) -> str:
     """One phrase for what the control did in ``rows`` (its cases): failed / survived / unknown / not run."""
     if not rows:
         return f"not run ({impl})"
-    strikes = sum(int(float(r.get("strikes") or 0)) for r in rows)
+    strikes = sum(int(_number(r, "strikes")) for r in rows)
     if any(failed(r) for r in rows):
         return f"failed ({impl}, {strikes} strikes)"
+    untied = _why_not(rows)
+    if untied:
+        return f"unproven ({impl}): {untied}"
     if any(r.get("verdict") == "unknown" for r in rows):
         why = next((str(r.get("verdict_reason")) for r in rows if r.get("verdict_reason")), "")
         return f"unknown ({impl}): {why}" if why else f"unknown ({impl})"
@@ -105,8 +142,10 @@ def _text(row: dict[str, Any], column: str) -> str:
 def annotate(rows: list[dict[str, Any]]) -> dict[str, str]:
     """Give every row of a scenario that has a control its ``control_outcome``; returns scenario -> header text.
 
-    A grouped row (``group_id``) takes the control of its own group (the same strikes); any
-    other row the control's cases of the same scenario and backend.
+    A grouped row (``group_id``) takes the control of its own group, under the same strikes,
+    and nothing else: no fallback to another group, lane, trial or merged shard. A row with no
+    control beside it (a lone case, a group that lost its control) gets ``not run``: its cell
+    is grey, "unproven: no control" (dashboards/cells.py).
     """
     by_group: dict[str, list[dict[str, Any]]] = {}
     by_scenario: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -121,11 +160,11 @@ def annotate(rows: list[dict[str, Any]]) -> dict[str, str]:
         control = _text(r, "control_impl")
         if not control:
             continue
-        # a group under one nemesis carries its own control; a group of a workload fault (its
-        # strikes are its own) and a lone case take the scenario's control on the same backend
-        mine = by_group.get(_text(r, "group_id"), []) or by_scenario.get(
-            (str(r.get("matrix_scenario")), str(r.get("backend"))), []
-        )
+        # the control of this row's own group only: a control elsewhere saw other strikes
+        if str(r.get("impl") or "") == control:
+            mine = [r]
+        else:
+            mine = by_group.get(_text(r, "group_id"), []) if _text(r, "group_id") else []
         r["control_outcome"] = outcome(mine, str(control))
     for (scenario, _backend), controls in by_scenario.items():
         impl = str(controls[0].get("impl"))

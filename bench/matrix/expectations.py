@@ -317,6 +317,9 @@ def observed_outcome(row: dict[str, Any]) -> str:
     verdict = row.get("verdict")
     if verdict == "unknown" or verdict not in ("valid", "invalid"):
         return "unknown"
+    stall = row.get("stall_reason")
+    if verdict == "invalid" and isinstance(stall, str) and stall:
+        return "unknown"  # a failure a generator stall could explain is compared with nothing
     if verdict == "valid":
         return "stuck" if _positive(row, "stuck_locks") else "survives"
     if any(_positive(row, k) for k in (*DAMAGE_COLUMNS, "stale_writes_accepted")):

@@ -308,13 +308,9 @@ def form_groups(lane: Lane) -> list[list[MatrixCase]]:
             units.append([item])
             continue
         members = buckets[item]
-        # a shared nemesis needs its control inside each group; a workload's own strikes need one
-        # in the lane only: where the lane was split by impl and the control went to the other
-        # lane (another shard, perhaps), a copy joins here so the lane judges its own cells
+        # every group carries its own control, under the same strikes and on the same machine load
+        # (a workload fault's too: a control in another group saw other pauses, crashes and stalls)
         control = members[0].control_impl
-        if members[0].fault is None and control:
-            in_lane = any(c.impl == control and c.matrix_scenario == item[0] for c in lane.cases)
-            control = "" if in_lane else control
         subjects = [c for c in members if not (control and c.impl == control)]
         own = [c for c in members if control and c.impl == control]
         size = group_size(item[0])

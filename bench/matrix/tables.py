@@ -50,7 +50,7 @@ def _axes(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 _MD_WORD = {
     "good": "survived", "thin": "thin", "bad": "**FAILED**", "warn": "**failed**, data safe",
-    "stuck": "**stuck**", "unknown": "?", "nottested": "not tested",
+    "stuck": "**stuck**", "unknown": "?", "nottested": "not tested", "baseline": "no fault",
 }  # fmt: skip
 
 
@@ -79,7 +79,9 @@ def markdown_table(rows: list[dict[str, Any]], not_run: list[dict[str, str]] | N
 
 
 #: grid class -> the one-letter code of the terminal summary
-CODES = {"good": "S", "thin": "t", "bad": "F", "warn": "f", "stuck": "X", "unknown": "?", "nottested": "-"}
+CODES = {
+    "good": "S", "thin": "t", "bad": "F", "warn": "f", "stuck": "X", "unknown": "?", "nottested": "-", "baseline": "b",
+}  # fmt: skip
 LEGEND = (
     "S survived (target evidence reached), t held on thin evidence, F failed, f failed but fencing kept "
     "the data safe, X stuck (liveness), ? unknown, - not tested (did not strike / needs root), . n/a; "
@@ -166,7 +168,7 @@ def print_summary(
 
 
 #: Cell classes that answer the question: survived on its target, failed, or stuck.
-DECIDED = ("good", "bad", "warn", "stuck")
+DECIDED = ("good", "bad", "warn", "stuck", "baseline")
 
 
 def undecided(rows: list[dict[str, Any]], not_run: list[dict[str, str]] | None = None) -> list[str]:

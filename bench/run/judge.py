@@ -100,7 +100,13 @@ def judge(
     row.update(arrival_columns)
     row["data_safe"] = data_safe(row)
     fault_info = recording.get("fault") or {}
-    fault_case = _fault_columns(row, case, settings, recording, history)
+    fault_case, strike_ns = _fault_columns(row, case, settings, recording, history)
+    first_ns = first_violation_ns(verdict.results)
+    row["violation_after_strike"] = (
+        bool(len(strike_ns)) and first_ns is not None and first_ns >= int(strike_ns[0])
+        if fault_case
+        else None
+    )
     row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
     row["verdict_reason"] = checker_reason(verdict.results, row["verdict"])
     # a verdict needs evidence (bench/measure/evidence.py): enough acquisitions, not mostly server errors
@@ -111,7 +117,7 @@ def judge(
     )  # fmt: skip
     if fault_case:
         _grade(row, case, settings, fault_info)
-    _load_columns(row, settings, recording, case, solo)
+    _load_columns(row, settings, recording, case, solo, history, first_ns)
     return {
         "row": row,
         "histograms": {**recording["histograms"], **arrival_hists},
@@ -137,10 +143,20 @@ def data_safe(row: dict[str, Any]) -> bool:
     return not any(v and v == v for v in damage)
 
 
+def first_violation_ns(results: list[Any]) -> int | None:
+    """When the earliest violation a checker placed in time happened (history ns), None if none was."""
+    times = [
+        r.first_ns for r in results if r.status == "invalid" and getattr(r, "first_ns", None) is not None
+    ]
+    return min(times) if times else None
+
+
 def _fault_columns(
     row: dict[str, Any], case: Case, settings: RunSettings, recording: dict[str, Any], history: pd.DataFrame
-) -> bool:
-    """The fault's columns (window, strikes that counted, recovery, partition); True for a fault case."""
+) -> tuple[bool, Any]:
+    """The fault's columns (window, strikes that counted, recovery, partition); (a fault case?, the
+    counted strikes' start times)."""
+    times: Any = []
     fault_info = recording.get("fault") or {}
     if fault_info.get("start_ns") is not None:
         row["fault_window_s"] = (fault_info["end_ns"] - fault_info["start_ns"]) / 1e9
@@ -168,7 +184,7 @@ def _fault_columns(
                 (recording.get("final_state") or {}).get("clock_uncertainty_ns"),
             )
         )  # fmt: skip
-    return fault_case
+    return fault_case, times
 
 
 def _grade(row: dict[str, Any], case: Case, settings: RunSettings, fault_info: dict[str, Any]) -> None:
@@ -195,6 +211,8 @@ def _load_columns(
     recording: dict[str, Any],
     case: Case,
     solo: fidelity.Solo | None,
+    history: pd.DataFrame | None = None,
+    first_ns: int | None = None,
 ) -> None:
     """What the load cost the servers and the generator, and whether the figures are the lock's."""
     shares = [
@@ -224,7 +242,7 @@ def _load_columns(
     )
     for key, value in sorted((recording.get("lock_stats") or {}).items()):
         row[f"lockstat_{key}"] = value
-    row["stall_reason"] = stall_reason(row, settings)
+    row["stall_reason"] = stall_reason(row, settings, history, first_ns)
 
 
 def _extra(recording: dict[str, Any], verdict: Any) -> dict[str, Any]:
@@ -247,34 +265,51 @@ def _extra(recording: dict[str, Any], verdict: Any) -> dict[str, Any]:
     }
 
 
-def stall_reason(row: dict[str, Any], settings: RunSettings) -> str:
+#: A stall could explain a violation when the generator's loop stopped for at least this share of
+#: the lease (or session) the lock rests on, in the lease before the violation: a holder frozen
+#: that long may have outlived its lease, or its watchdog may have missed a renewal (every third
+#: of the lease), through the generator and not the scenario's fault. Below it, a stall cannot
+#: matter: 6 ms of loop lag against a 1 s lease once drew a failure "found under a stall".
+STALL_SHARE = 0.3
+
+
+def stall_reason(
+    row: dict[str, Any],
+    settings: RunSettings,
+    history: pd.DataFrame | None = None,
+    first_ns: int | None = None,
+) -> str:
     """Why a failed case's violation may be a stall of the load generator's own process, "" if not.
 
-    A holder whose Locust loop ran late longer than its lease or session (or late most of the
-    time) was paused, whatever fault the case was about: the violation is real (a pause breaks
-    a lease lock) but it is not the scenario's fault's doing, and the reader must be told.
+    A stall counts only where it could explain the violation: the longest ``stall`` event (the
+    loop-lag probe writes every wake-up 50 ms late or more into the history) in the lease before
+    the first violation reaches :data:`STALL_SHARE` of the lease or session. Such a failure is
+    the generator's doing, not necessarily the scenario's: the cell is undecided ("stalled"),
+    never red and never green. A history without a time for its violation is judged by the
+    whole case's longest stall.
     """
     if row.get("verdict") != "invalid":
         return ""
-    late = row.get("loop_lag_late_share")
-    p99_us = row.get("loop_lag_p99_us")
-    lease = settings.lock_params.get("session_timeout") or settings.ttl
+    lease = float(settings.lock_params.get("session_timeout") or settings.ttl or 0)
     what = "session" if settings.lock_params.get("session_timeout") else "lease"
-    late_ok = isinstance(late, int | float) and late == late
-    p99_ok = isinstance(p99_us, int | float) and p99_us == p99_us
-    over_share = late_ok and late > fidelity.LATE_SHARE_LIMIT
-    over_lease = p99_ok and lease and p99_us / 1e6 > float(lease)
-    if not (over_share or over_lease):
+    if not lease or history is None or history.empty:
         return ""
-    parts = []
-    if late_ok:
-        parts.append(f"loop late {late:.0%}")
-    if p99_ok:
-        parts.append(f"lag p99 {p99_us / 1e6:.2g} s")
+    stalls = history[(history["op"] == "stall").to_numpy(dtype=bool)]
+    if stalls.empty:
+        return ""
+    t = stalls["t_ns"].to_numpy(dtype="int64")
+    lag_ms = stalls["value"].astype("Float64").fillna(0).to_numpy(dtype=float)
+    if first_ns is not None:
+        near = (t <= first_ns) & (t >= first_ns - int((lease + 1.0) * 1e9))
+        lag_ms = lag_ms[near]
+    worst_s = float(lag_ms.max()) / 1000 if len(lag_ms) else 0.0
+    if worst_s < STALL_SHARE * lease:
+        return ""
+    where = "in the lease before the violation" if first_ns is not None else "during the case"
     cause = (
         f"the scenario's {row.get('fault') or row.get('workload')}" if row.get("fault") else "the scenario"
     )
     return (
-        f"a Locust process stalled ({', '.join(parts)}) against a {float(lease):g} s {what}: the violation may be "
-        f"a pause of the load generator, not {cause}"
+        f"a Locust process stalled {worst_s:.2g} s {where}, against a {lease:g} s {what} (at least "
+        f"{STALL_SHARE:.0%} of it could explain the violation): it may be a pause of the load generator, not {cause}"
     )

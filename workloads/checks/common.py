@@ -65,6 +65,9 @@ class CheckResult:
     status: Status
     counters: dict[str, int | float]
     detail: str
+    #: when the first violation this checker found happened (history ns; None: none, or no time to it),
+    #: so a control's failure can be tied to a strike and set beside the stalls before it
+    first_ns: int | None = None
 
 
 @dataclass

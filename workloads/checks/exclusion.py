@@ -143,4 +143,5 @@ def check_overlaps(
     }
     if open_ended:
         counters["open_ended_overlaps"] = open_ended
-    return CheckResult("overlaps", status, counters, detail)
+    first = int(start[certain].min()) if overlapping else None
+    return CheckResult("overlaps", status, counters, detail, first_ns=first)

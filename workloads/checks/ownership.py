@@ -108,7 +108,7 @@ def check_ownership(history: pd.DataFrame) -> CheckResult:
         else "all past the holder's own deadline (it overstayed its lease)"
     )
     detail = f"lost the lock: {n} holds found their lock gone while they held it ({how}; {lease})"
-    return CheckResult("ownership", "invalid", counters, detail)
+    return CheckResult("ownership", "invalid", counters, detail, first_ns=int(per_hold["t_ns"].min()))
 
 
 def lost_holds(history: pd.DataFrame) -> pd.DataFrame:

@@ -82,4 +82,5 @@ def check_witness(history: pd.DataFrame, hold_frame: pd.DataFrame | None = None)
             f"; {uncertain} readings above 1 are explained by holders whose worker was lost inside "
             "(never counted out): cannot tell"
         )
-    return CheckResult("witness", status, counters, detail)
+    first = int(w["t_ns"].to_numpy(dtype=np.int64)[excess > 0].min()) if violations else None
+    return CheckResult("witness", status, counters, detail, first_ns=first)

@@ -61,6 +61,13 @@ PONG_WAIT_S = 1.0
 RECORDER = Recorder()
 
 
+def _record_stall(t_ns: int, lag_us: float) -> None:
+    """A stall of this process's loop as a history event: client ``loop:<pid>``, op ``stall``, value ms."""
+    RECORDER.event(
+        f"loop:{os.getpid()}", -1, "stall", "ok", "", t_ns - int(lag_us * 1000), value=int(lag_us // 1000)
+    )
+
+
 class _State:
     """Process-wide state of the harness (one per Locust process)."""
 
@@ -506,6 +513,8 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.t_start_ns = time.monotonic_ns()
     STATE.cpu_start = (_cpu_seconds(), STATE.t_start_ns)
     LOOP_LAG.start()  # every Locust process, worker or not: its loop lag over this case
+    # its long stalls placed in time, so a violation can be judged against the stalls before it
+    LOOP_LAG.on_stall = _record_stall
     STATE.sent_final = False
     if isinstance(environment.runner, WorkerRunner):
         return

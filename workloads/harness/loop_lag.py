@@ -40,6 +40,13 @@ INTERVAL_S = 0.001
 LATE_LIMIT_US = 1000.0
 
 
+#: A wake-up this late (microseconds) is a stall worth placing in time: the probe hands it to
+#: :attr:`LoopLagProbe.on_stall` (the harness writes it into the history as a ``stall`` event),
+#: so a violation can be set beside the stalls just before it. 50 ms: a twentieth of the
+#: shortest lease the matrix uses (1 s), and rare enough on a healthy loop to cost nothing.
+STALL_MARK_US = 50_000.0
+
+
 class LoopLagProbe:
     """A greenlet waking every :data:`INTERVAL_S`, recording how late it woke.
 
@@ -55,6 +62,9 @@ class LoopLagProbe:
         self.wakes = 0
         self.t0_ns: int | None = None
         self._greenlet: Greenlet | None = None
+        #: called with (when the wake-up came, monotonic ns; how late, us) for every stall of at
+        #: least STALL_MARK_US; None: nobody listens
+        self.on_stall: Any = None
 
     @property
     def running(self) -> bool:
@@ -101,6 +111,8 @@ class LoopLagProbe:
                 self.wakes += 1
                 if lag_us > limit:
                     self.late_us += lag_us - limit
+                    if lag_us >= STALL_MARK_US and self.on_stall is not None:
+                        self.on_stall(now, lag_us)
         finally:
             timer.stop()
 
