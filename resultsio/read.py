@@ -34,7 +34,9 @@ from resultsio.schema import (
     SCHEMA_VERSION,
     TEXT_COLUMNS,
     RunMeta,
+    non_finite,
     numbers,
+    required_files,
     trial_group,
 )
 
@@ -44,6 +46,8 @@ FIX_BASELINE = "re-create the baseline with bench baseline update"
 FIX_HIST = "the file is damaged (re-create the run with bench run; its latencies are not trustworthy)"
 #: run.json statuses of a run that ran every case it planned
 FINISHED = ("complete", "complete-with-failures")
+#: run.json fields that are models of their own (RunParams): a damaged field inside is named by its path
+NESTED_MODELS = ("params",)
 HISTOGRAM_FILE = re.compile(r"^(?P<case>.+?)(?P<merged>\.merged)?\.json$")
 
 
@@ -118,7 +122,10 @@ class Results:
         unchanged.
         """
         frame = self.cases
-        if frame.empty or "case" not in frame.columns:
+        if "case" not in frame.columns:
+            # no row can be told apart from another (the reader named the missing column): none is shown
+            return pd.DataFrame({"case": pd.Series([], dtype="string")})
+        if frame.empty:
             return frame
         frame = frame[frame["case"].notna()]
         frame = frame[~frame["case"].astype(str).duplicated()].reset_index(drop=True)
@@ -206,20 +213,35 @@ def _read_meta(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     except pydantic.ValidationError as exc:
         seen: set[str] = set()
         for error in exc.errors():
-            key = str(error["loc"][0]) if error["loc"] else "?"
+            loc = [str(part) for part in error["loc"]] or ["?"]
+            nested = len(loc) > 1 and loc[0] in NESTED_MODELS
+            key = ".".join(loc[:2]) if nested else loc[0]
             if key in seen:
                 continue
             seen.add(key)
-            kind = JSON_KIND.get(error["type"]) or JSON_KIND.get(_outer_type(key), "value")
-            problems.append(
-                Problem(
-                    name,
-                    f"is damaged: {key} must be a JSON {kind}, got {raw.get(key)!r:.60}",
-                    FIX_RUN_JSON,
-                    cases=None,
-                )
+            value = raw.get(loc[0])
+            if nested and isinstance(value, dict):
+                value = value.get(loc[1])
+            if error["type"] == "literal_error":
+                wanted = error.get("ctx", {}).get("expected", "one of the known values")
+                what = f"is damaged: {key} must be one of {wanted}, got {value!r:.60}"
+            else:
+                kind = JSON_KIND.get(error["type"]) or JSON_KIND.get(_outer_type(loc[0]), "value")
+                what = f"is damaged: {key} must be a JSON {kind}, got {value!r:.60}"
+            problems.append(Problem(name, what, FIX_RUN_JSON, cases=None))
+            if nested and isinstance(meta.get(loc[0]), dict):
+                meta[loc[0]] = {k: v for k, v in meta[loc[0]].items() if k != loc[1]}
+            else:
+                meta.pop(loc[0], None)
+    for where, number in non_finite(raw):
+        problems.append(
+            Problem(
+                name,
+                f"is damaged: {where} is {number} (a figure must be a finite number)",
+                FIX_RUN_JSON,
+                cases=None,
             )
-            meta.pop(key, None)
+        )
     return meta
 
 
@@ -460,6 +482,59 @@ def _inside(base: Path, name: str) -> Path | None:
     return candidate if candidate.parent == base.resolve() else None
 
 
+FIX_FILES = "a file the run wrote is gone (restore the folder from a copy, or re-create it with bench run)"
+
+
+def _check_files(path: Path, meta: dict[str, Any], frame: pd.DataFrame, problems: list[Problem]) -> None:
+    """The files every row rests on are there (resultsio.schema.required_files), and hist/, history/ are folders.
+
+    One problem per missing folder, or per kind of missing file (the first named, the count
+    beside it), each with every case resting on it: a gate must not judge, nor a report
+    draw, a case whose histograms or history are gone.
+    """
+    if "case" not in frame.columns:
+        return
+    cases = list(dict.fromkeys(frame["case"].dropna().astype(str)))
+    if not cases:
+        return
+    baseline = (path / "baseline.json").exists()
+    broken: set[str] = set()
+    for folder in ("hist",) if baseline else ("hist", "history"):
+        where = path / folder
+        if where.is_dir():
+            continue
+        broken.add(folder)
+        what = "is a file, not a folder" if where.exists() else "is missing"
+        problems.append(
+            Problem(
+                f"{where}/",
+                f"{what}: every case's {'histograms' if folder == 'hist' else 'history files'} belong in it",
+                FIX_FILES,
+                cases=None,
+            )
+        )
+    missing: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    for name, resting in required_files(meta, cases, baseline).items():
+        folder, _, file = name.partition("/")
+        if folder in broken:
+            continue
+        target = _inside(path / folder, file)
+        if target is not None and target.is_file():
+            continue
+        kind = "merged histograms" if file.endswith(".merged.json") else folder
+        missing.setdefault(kind, []).append((name, resting))
+    for kind, files in missing.items():
+        first, _ = files[0]
+        more = f" (+{len(files) - 1} more in {first.split('/')[0]}/)" if len(files) > 1 else ""
+        resting = tuple(dict.fromkeys(c for _, cs in files for c in cs))
+        what = {
+            "hist": "is missing: the case's histograms",
+            "history": "is missing: the case's history (every lock operation)",
+            "merged histograms": "is missing: every trial's histograms merged",
+        }[kind]
+        problems.append(Problem(f"{path}/{first}", f"{what}{more}", FIX_FILES, cases=resting))
+
+
 def _check_histograms(path: Path, frame: pd.DataFrame, problems: list[Problem]) -> None:
     from hdrh.histogram import HdrHistogram
 
@@ -578,6 +653,7 @@ def read_results(path: Path | str) -> Results:
     _check_plan(path, meta, frame, table_file, problems)
     if csv is not None and parquet is not None:
         problems += _compare(csv, parquet, str(parquet_path))
+    _check_files(path, meta, frame, problems)
     _check_histograms(path, frame, problems)
     _check_histories(path, frame, problems)
     return Results(path, meta, frame.reset_index(drop=True), problems)

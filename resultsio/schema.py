@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 #: The results folder layout this lockbench reads and writes (run.json ``schema``).
 SCHEMA_VERSION = 1
+#: A case's verdict, exactly as bench writes it (lower case: ``VALID`` is not a verdict bench writes).
 VERDICTS = ("valid", "invalid", "unknown")
+#: A fault case's evidence grade (cases.csv ``evidence``; empty for a case without a fault).
+EVIDENCE_GRADES = ("earned", "thin", "not-struck", "unknown", "failed")
+#: The evidence levels a run or matrix may be asked for (run.json ``params.evidence``; bench/measure/strikes.py LEVELS).
+EVIDENCE_LEVELS = ("quick", "standard", "thorough")
 #: Counters whose nonzero value means the lock was unsafe in a case.
 VIOLATION_COLUMNS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
 #: Every checker counts overlapping holds: an empty cell there is damage, never "not counted".
@@ -236,11 +241,20 @@ def _columns() -> dict[str, pa.Column]:
         "verdict": pa.Column(
             None,
             checks=_check(
-                lambda c: c.astype("string").str.strip().str.lower().isin(VERDICTS).fillna(False),
-                f"is not one of {', '.join(VERDICTS)}",
+                lambda c: c.astype("string").isin(VERDICTS).fillna(False),
+                f"is not one of {', '.join(VERDICTS)} (exactly, in lower case)",
             ),
             nullable=False,
             name="verdict",
+        ),
+        "evidence": pa.Column(
+            None,
+            checks=_check(
+                lambda c: _blank(c) | c.astype("string").isin(EVIDENCE_GRADES).fillna(False),
+                f"is not one of {', '.join(EVIDENCE_GRADES)} or empty",
+            ),
+            nullable=True,
+            name="evidence",
         ),
     }
     cols[ALWAYS_COUNTED] = _count(ALWAYS_COUNTED, nullable=False)
@@ -365,6 +379,18 @@ def _throughput_present(frame: pd.DataFrame) -> pd.Series:
     return ~(numbers(frame["throughput_acq_s"]).isna() & (numbers(frame["acquisitions"]) > 0))
 
 
+def _at_most_acquisitions(column: str) -> Callable[[pd.DataFrame], pd.Series]:
+    """A count of grants' subsets (strikes: each hit a holder's grant; grants after a strike) <= all grants."""
+
+    def check(frame: pd.DataFrame) -> pd.Series:
+        if not {column, "acquisitions"} <= set(frame):
+            return pd.Series(True, index=frame.index)
+        part, whole = numbers(frame[column]), numbers(frame["acquisitions"])
+        return part.isna() | whole.isna() | (part <= whole)
+
+    return check
+
+
 def _in_order(columns: tuple[str, ...]) -> Callable[[pd.DataFrame], pd.Series]:
     def check(frame: pd.DataFrame) -> pd.Series:
         ok = pd.Series(True, index=frame.index)
@@ -406,6 +432,18 @@ TABLE_CHECKS: tuple[TableCheck, ...] = (
         _throughput_with_acquisitions,
         ("throughput_acq_s",),
     ),
+    TableCheck(
+        "strikes",
+        "is more than acquisitions (a strike counts only when it hit a holder, who had a grant)",
+        _at_most_acquisitions("strikes"),
+        ("strikes",),
+    ),
+    TableCheck(
+        "acquisitions_after_strike",
+        "is more than acquisitions (grants after a strike are some of the case's grants)",
+        _at_most_acquisitions("acquisitions_after_strike"),
+        ("acquisitions_after_strike",),
+    ),
     *(
         TableCheck(
             cols[-1] if len(cols) == 2 else "acquire_p99_us",
@@ -430,6 +468,22 @@ CASES_SCHEMA = pa.DataFrameSchema(
 # run.json ---------------------------------------------------------------------------------------
 
 
+class RunParams(BaseModel):
+    """run.json ``params`` fields that readers act on, with their JSON types; other fields pass through.
+
+    Why declared: the shard merge compares ``evidence`` across shards and the report draws a
+    matrix's ``controls``; a shard saying evidence ``bogus`` or controls as a list was merged,
+    and the report ended in a traceback on it.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    evidence: Literal[EVIDENCE_LEVELS] | None = None  # type: ignore[valid-type]
+    controls: dict[str, Any] | None = None
+    shard: dict[str, Any] | None = None
+    not_run: list[Any] | None = None
+
+
 class RunMeta(BaseModel):
     """run.json's fields that readers rely on, with their JSON types; other fields pass through.
 
@@ -442,12 +496,14 @@ class RunMeta(BaseModel):
     schema_: StrictInt = Field(alias="schema")
     status: StrictStr | None = None
     run_id: StrictStr | None = None
+    kind: StrictStr | None = None
     started_at: StrictStr | None = None
     finished_at: StrictStr | None = None
     git_commit: StrictStr | None = None
     cases: list[StrictStr] | None = None
     impls: list[StrictStr] | None = None
-    params: dict[str, Any] | None = None
+    params: RunParams | None = None
+    matrix: dict[str, Any] | None = None
     host: dict[str, Any] | None = None
     versions: dict[str, Any] | None = None
     endpoints: dict[str, Any] | None = None
@@ -457,5 +513,55 @@ class RunMeta(BaseModel):
 #: pydantic's error type -> the JSON type it wanted, as a person reads it
 JSON_KIND = {
     "list_type": "list", "dict_type": "dict", "string_type": "str", "int_type": "int",
-    "model_type": "dict",
+    "model_type": "dict", "model_attributes_type": "dict",
 }  # fmt: skip
+
+
+def non_finite(value: Any, path: str = "", limit: int = 3) -> list[tuple[str, float]]:
+    """(field path, value) of the numbers in parsed JSON that are NaN or infinite (``1e999`` parses as inf).
+
+    Why: run.json's figures (timings, load, calibration floors) are read as figures; bench
+    never writes NaN or Infinity there, so one is damage, named by its path (``timing.wall_s``).
+    """
+    found: list[tuple[str, float]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack and len(found) < limit:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            found.append((where or "(top)", item))
+        elif isinstance(item, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return found
+
+
+# the files a folder must hold -------------------------------------------------------------------
+
+#: Each case's histograms: ``hist/<case>.json``, in every results folder (runs, matrices, baselines).
+CASE_HISTOGRAMS = "hist/{case}.json"
+#: Every trial of an impl x workload merged: ``hist/<group>.merged.json``, in a finished ``bench run``
+#: (and its baseline); a matrix writes none.
+MERGED_HISTOGRAMS = "hist/{group}.merged.json"
+#: Each case's history: ``history/<case>.parquet``, in a run or matrix folder; a baseline keeps none.
+CASE_HISTORY = "history/{case}.parquet"
+
+
+def required_files(meta: dict[str, Any], cases: list[str], baseline: bool) -> dict[str, tuple[str, ...]]:
+    """The files a folder must hold for its rows: {path inside the folder: the case ids resting on it}.
+
+    Why declared here: a missing file was never checked, so a folder without ``hist/`` passed
+    the gate; this says which files each kind of folder holds (see the three patterns above).
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for case in cases:
+        out[CASE_HISTOGRAMS.format(case=case)] = (case,)
+        if not baseline:
+            out[CASE_HISTORY.format(case=case)] = (case,)
+    if meta.get("kind") != "matrix" and meta.get("status") in ("complete", "complete-with-failures"):
+        groups: dict[str, list[str]] = {}
+        for case in cases:
+            groups.setdefault(trial_group(case), []).append(case)
+        for group, members in groups.items():
+            out[MERGED_HISTOGRAMS.format(group=group)] = tuple(members)
+    return out

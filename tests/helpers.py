@@ -154,3 +154,53 @@ def bench_in_process(*args: object, env: dict[str, str] | None = None) -> InProc
             else:
                 os.environ[k] = v
     return InProcessResult(code, out.getvalue(), err.getvalue())
+
+
+def add_case_files(run: Path, *, hists: bool = True, history: bool = True, merged: bool = True) -> Path:
+    """Give a folder written by a test the files bench writes beside every row (resultsio checks them).
+
+    A case's ``hist/<case>.json`` and ``history/<case>.parquet`` and, per impl x workload,
+    ``hist/<group>.merged.json``: empty but well-formed where the test wrote none, so a test
+    that builds its table by hand reads as a whole folder, and one that leaves a file out on
+    purpose (``hists=False``, ``history=False``, ``merged=False``) reads as damaged.
+    """
+    import json
+
+    import pandas as pd
+
+    from resultsio import trial_group
+
+    try:
+        cases = [str(c) for c in pd.read_csv(run / "cases.csv")["case"].dropna()]
+    except (pd.errors.EmptyDataError, KeyError):  # a run that finished no case: no file to add
+        return run
+    (run / "hist").mkdir(exist_ok=True)
+    for case in cases if hists else []:
+        hist = run / "hist" / f"{case}.json"
+        if not hist.exists():
+            hist.write_text(json.dumps({"unit": "us", "histograms": {}}))
+    if history:
+        (run / "history").mkdir(exist_ok=True)
+        empty = pd.DataFrame(
+            {
+                "client": pd.Series([], dtype="string"), "seq": pd.Series([], dtype="int64"),
+                "op": pd.Series([], dtype="string"), "type": pd.Series([], dtype="string"),
+                "lock": pd.Series([], dtype="string"), "t_ns": pd.Series([], dtype="int64"),
+                "token": pd.Series([], dtype="Int64"), "value": pd.Series([], dtype="Int64"),
+                "error": pd.Series([], dtype="string"),
+            }
+        )  # fmt: skip
+        for case in cases:
+            file = run / "history" / f"{case}.parquet"
+            if not file.exists():
+                empty.to_parquet(file, index=False)
+    if merged:
+        groups: dict[str, list[str]] = {}
+        for case in cases:
+            groups.setdefault(trial_group(case), []).append(case)
+        for group, members in groups.items():
+            file = run / "hist" / f"{group}.merged.json"
+            if not file.exists():
+                payload = {"unit": "us", "group": group, "cases": members, "histograms": {}, "trials": []}
+                file.write_text(json.dumps(payload))
+    return run

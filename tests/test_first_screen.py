@@ -17,6 +17,7 @@ import pytest
 
 from bench.results.matrices import find_matrices, sources_for_run
 from dashboards import render_report
+from tests.helpers import add_case_files
 from tests.test_report import CASES, make_run
 
 COMMIT = "0123456789abcdef"
@@ -72,7 +73,7 @@ def _matrix(root: Path, name: str, *, commit: str = COMMIT, started: str = "2025
         "cases": [r["case"] for r in rows],
     }  # fmt: skip
     (path / "run.json").write_text(json.dumps(meta))
-    return path
+    return add_case_files(path)  # each case's histograms and history, as bench writes them
 
 
 def _default_run(root: Path) -> Path:

@@ -18,7 +18,7 @@ import pytest
 
 from bench.gate.compare import MIN_TRIALS, run_gate
 from bench.gate.suites import SUITES, apply_suite
-from tests.helpers import bench, bench_in_process
+from tests.helpers import add_case_files, bench, bench_in_process
 
 MACHINE = "x86_64-2cpu-8gib"
 COUNTERS = ("overlapping_holds", "witness_violations", "oversold_units", "lost_updates")
@@ -73,7 +73,7 @@ def write_run(
         "cases": [r["case"] for r in rows] + (["lost__flash-sale__t9"] if drop_planned else []),
     }
     (run / "run.json").write_text(json.dumps(meta))
-    return run
+    return add_case_files(run)  # each row's histograms and history, as bench writes them
 
 
 def noisy(center: float, n: int = 5, spread: float = 0.02, seed: int = 1) -> list[float]:
@@ -247,7 +247,8 @@ def test_json_output(tmp_path: Path) -> None:
 
 
 def test_markdown_cells_cannot_break_the_table(tmp_path: Path) -> None:
-    impl = "redis.x|<script>alert(1)</script>"
+    # no "/" in it: a case id names its files (hist/<case>.json), which the reader requires
+    impl = "redis.x|<script>alert(1)<script>"
     base = write_run(tmp_path, "a", {impl: {"throughput_acq_s": noisy(1000)}})
     cand = write_run(tmp_path, "b", {impl: {"throughput_acq_s": noisy(1000)}})
     r = gate(base, cand, "--rule", "throughput:-5%")
@@ -339,7 +340,7 @@ def test_baseline_update_copies_a_small_summary_and_gates_like_a_run(tmp_path: P
     run = write_run(
         tmp_path / "results", "20250101T000000Z-aaaaaa", {"redis.x": {"throughput_acq_s": noisy(1000)}}
     )
-    (run / "history").mkdir()
+    (run / "history").mkdir(exist_ok=True)
     (run / "history" / "big.parquet").write_bytes(b"x" * 500_000)
     (run / "report.html").write_text("<html></html>")
     (run / "hist" / "redis.x__flash-sale__t0.json").write_text(json.dumps({"unit": "us", "histograms": {}}))

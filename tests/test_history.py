@@ -27,7 +27,7 @@ from bench.history.changes import MAX_PVALUE, MEASURED_NOISE_CV, MIN_MAGNITUDE, 
 from bench.history.read import read_runs
 from bench.history.series import METRICS, build_series, order_runs
 from bench.results.folder import RunFolder
-from tests.helpers import InProcessResult, bench_in_process
+from tests.helpers import InProcessResult, add_case_files, bench_in_process
 
 NOISE = MEASURED_NOISE_CV["throughput"]
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
@@ -140,6 +140,7 @@ def make_run(
         case = {"case": f"{impl}__flash-sale__t{t}", "impl": impl, "trial": t, "throughput_acq_s": value}
         folder.add_case({**case, **ROW, **(row or {})}, {}, None, {})
     folder.finish("complete")
+    add_case_files(folder.path)  # each case's history and the merged histograms, as bench writes them
     if report:
         (folder.path / "report.html").write_text("<html>report</html>")
     return folder.path

@@ -118,7 +118,7 @@ def _run_with_files(tmp_path: Path) -> Path:
     frame = pd.read_csv(run / "cases.csv")
     frame["acquisitions"] = 100
     frame.to_csv(run / "cases.csv", index=False)
-    (run / "history").mkdir()
+    (run / "history").mkdir(exist_ok=True)
     for case in frame["case"]:
         (run / "hist" / f"{case}.json").write_text(json.dumps({"unit": "us", "histograms": {}}))
     return run

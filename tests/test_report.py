@@ -19,6 +19,7 @@ from hdrh.histogram import HdrHistogram
 from dashboards import ReportInputError, render_report
 from dashboards.charts import acquire_timeseries, spectrum_points
 from dashboards.report import main
+from tests.helpers import add_case_files
 
 PLOTLY_SIGNATURE = "* plotly.js v"
 #: every case row bench writes has these (resultsio.schema): a folder without them is damaged
@@ -179,7 +180,7 @@ def make_run(
         **(meta_extra or {}),
     }
     (run / "run.json").write_text(json.dumps(meta))
-    return run
+    return add_case_files(run, hists=False, history=False)  # the merged histograms bench writes last
 
 
 class _Cells(HTMLParser):
@@ -572,7 +573,7 @@ def make_fault_run(
         "params": {"trials": 1}, "cases": [r["case"] for r in rows],
     }  # fmt: skip
     (run / "run.json").write_text(json.dumps(meta))
-    return run
+    return add_case_files(run)  # each case's histograms and the merged ones, as bench writes them
 
 
 def _matrix(page: str) -> dict[str, dict[str, str]]:
