@@ -38,15 +38,49 @@ def die_with_parent() -> None:
         pass
 
 
-_spawn_jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+_spawn_jobs: queue.SimpleQueue[tuple[Callable[[], Any], int | None, Future]] = queue.SimpleQueue()
 _spawner_started = threading.Lock()
 _spawner: list[threading.Thread] = []
+_CLONE_NEWNET = 0x40000000
+
+
+def _thread_netns() -> int | None:
+    """An fd of the calling thread's network namespace (None where /proc cannot say)."""
+    try:
+        return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _same_file(fd_a: int, fd_b: int) -> bool:
+    a, b = os.fstat(fd_a), os.fstat(fd_b)
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _join_netns(fd: int | None) -> None:
+    """Move the spawner into the caller's network namespace (``fd``), unless it is there already."""
+    if fd is None:
+        return
+    own = _thread_netns()
+    try:
+        if own is not None and _same_file(own, fd):
+            return  # the common case, and the only one without root: nothing to do
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise InfraError(f"cannot start a server in the caller's network namespace: {os.strerror(err)}")
+    finally:
+        if own is not None:
+            os.close(own)
 
 
 def _serve_spawns() -> None:
     while True:
-        job, done = _spawn_jobs.get()
+        job, netns, done = _spawn_jobs.get()
         try:
+            _join_netns(netns)
             done.set_result(job())
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             done.set_exception(exc)
@@ -58,14 +92,26 @@ def _from_spawner(job: Callable[[], subprocess.Popen]) -> subprocess.Popen:
     A child's parent-death signal fires when its forking thread ends; this thread ends only
     with the process (after the atexit stop of every server), so the children of any thread
     die with bench, SIGKILL included, and never with the thread that asked for them.
+
+    A child is forked into its forking thread's network namespace, and a thread starts in
+    its creator's. The spawner used to stay wherever it was created: when a matrix's partition
+    lane (a thread inside its ``control`` test host) started the first server, every later
+    loopback server was born inside that test host, where 127.0.0.1 is not the lanes' loopback
+    ("redis-lock did not become ready within 10s" right after a partition lane), and was killed
+    with the test host's namespaces. So the spawner enters the caller's namespace for each fork.
     """
     with _spawner_started:
         if not _spawner:
             _spawner.append(threading.Thread(target=_serve_spawns, name="lockbench-spawner", daemon=True))
             _spawner[0].start()
     done: Future = Future()
-    _spawn_jobs.put((job, done))
-    return done.result()
+    netns = _thread_netns()
+    try:
+        _spawn_jobs.put((job, netns, done))
+        return done.result()
+    finally:
+        if netns is not None:
+            os.close(netns)
 
 
 def _stop_all_at_exit() -> None:

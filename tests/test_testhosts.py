@@ -259,3 +259,38 @@ def test_one_cut_takes_every_case_holder_and_leaves_their_other_clients(net: Tes
     a1, b1, _ = sides("partition-client", ground, clients[2])
     assert [h.name for h in a1] == [clients[2].name]
     assert {h.name for h in b1} == {h.name for h in nodes}
+
+
+_LANES_ONE_THREAD = """
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from infra.stack import Stack
+from infra.testhosts import TestHostNet
+
+def partition_lane():  # as bench/matrix/lanes.py _run_lane: the lane's thread inside its control host
+    with contextlib.ExitStack() as ctx:
+        net = ctx.enter_context(TestHostNet(0, prefix="lbt"))
+        ctx.enter_context(net.enter(net.add_host("control")))
+        with Stack(["redis"], reuse_infra_up=False, hosts=net):
+            pass
+
+def loopback_lane():
+    with Stack(["redis"], reuse_infra_up=False) as stack:
+        print("up", stack.urls["redis"][0])
+
+with ThreadPoolExecutor(1) as pool:
+    pool.submit(partition_lane).result()
+    pool.submit(loopback_lane).result()
+"""
+
+
+def test_a_loopback_server_after_a_partition_lane_starts_on_loopback() -> None:
+    """The spawner thread (infra/process.py) was born inside the first partition lane's control host
+    and forked every later server there: a loopback lane's Redis never answered on 127.0.0.1 (issue 39)."""
+    _netns_or_skip()
+    # a fresh process, so that its spawner thread is first created by the partition lane, as in a matrix
+    r = subprocess.run(
+        [sys.executable, "-c", _LANES_ONE_THREAD], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "up redis://127.0.0.1:" in r.stdout
