@@ -3,6 +3,18 @@
     .venv/bin/python benchmarks/history_scale.py                 # 100 and 1,000 folders in a temp dir
     .venv/bin/python benchmarks/history_scale.py --runs 100 300
     .venv/bin/python benchmarks/history_scale.py --screenshot docs/history-page.png
+    .venv/bin/python benchmarks/history_scale.py --copies 1000 --of results/<run-id>   # a real run, 1,000 times
+
+``--copies N --of FOLDER`` (issue 42): N copies of one real run folder (a default ``bench run``:
+10 locks, hist/ and history/ files; files hard-linked, so 1,000 copies take no space), each
+with its own run id and start time and, unless ``--identical``, its figures moved by the
+run-to-run noise measured here and a 10% throughput step for one lock two thirds of the way
+(identical copies make every series constant, and Otava skips a constant series: the change
+points would cost nothing). It times, each as a fresh process with the page written: the
+floor (list the folders and ``json.load`` every run.json), ``bench history`` with no kept
+verdicts (every folder checked by the results reader, as before issue 42), and ``bench
+history`` again (the verdicts kept in history/.checked.json), each as a ratio to the floor,
+with the load average before and after each.
 
 Each generated folder is what the ``ci`` suite leaves (2 impls x 5 trials of flash-sale),
 written with bench/results/folder.py's writer so the schema is real; throughput carries the
@@ -17,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -135,6 +148,112 @@ def measure(runs: int, workdir: Path) -> dict[str, float | int | None]:
     }  # fmt: skip
 
 
+def copy_run(source: Path, root: Path, count: int, identical: bool = False, seed: int = 1) -> list[Path]:
+    """``count`` copies of ``source`` under ``root`` (files hard-linked), each its own run; noisy unless ``identical``."""
+    import json
+
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    noise = MEASURED_NOISE_CV
+    meta = json.loads((source / "run.json").read_text())
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    frame = pd.read_parquet(source / "cases.parquet")
+    slowed = str(frame["impl"].iloc[0])
+    latency = [c for c in frame.columns if c.endswith("_us") and pd.api.types.is_numeric_dtype(frame[c])]
+    out = []
+    for i in range(count):
+        when = start + timedelta(minutes=i)
+        target = root / f"{when:%Y%m%dT%H%M%SZ}-{i:06x}"
+        for dirpath, _dirs, files in os.walk(source):
+            here = target / Path(dirpath).relative_to(source)
+            here.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                os.link(Path(dirpath) / name, here / name)
+        out.append(target)
+        if identical:
+            continue
+        for name in ("run.json", "cases.csv", "cases.parquet"):
+            (target / name).unlink()  # the links: the source stays as it is
+        (target / "run.json").write_text(
+            json.dumps({**meta, "run_id": target.name, "started_at": when.isoformat()}, indent=2)
+        )
+        copy = frame.copy()
+        drift = max(0.5, rng.normal(1.0, noise["throughput"]))  # the run's level: grants and rate together
+        step = np.where((copy["impl"] == slowed) & (i >= count * 2 // 3), 0.9, 1.0)
+        if "acquisitions" in copy:
+            copy["acquisitions"] = (
+                (copy["acquisitions"] * drift * step).round().astype(copy["acquisitions"].dtype)
+            )
+        copy["throughput_acq_s"] = copy["throughput_acq_s"] * drift * step
+        scale = rng.lognormal(0.0, noise["acquire.p99"], size=len(copy))  # every percentile of a row alike
+        for column in latency:
+            copy[column] = copy[column] * scale
+        if "hold_inflation" in copy:
+            copy["hold_inflation"] = copy["hold_inflation"] * rng.normal(
+                1.0, noise["hold-inflation"], len(copy)
+            )
+        atomic_write_frame(target / "cases.csv", copy)
+        atomic_write_frame(target / "cases.parquet", copy)
+    return out
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _timed(args: list[str]) -> tuple[float, str, str]:
+    """Wall seconds of ``args`` as a fresh process, with the load average before and after; skips named."""
+    before = _load()
+    t0 = time.perf_counter()
+    r = subprocess.run(args, capture_output=True, text=True, check=False)
+    took = time.perf_counter() - t0
+    if r.returncode not in (0, 2):
+        raise SystemExit(f"{args[:3]}... failed ({r.returncode}): {r.stderr[-2000:]}")
+    skipped = [line for line in r.stderr.splitlines() if line.startswith("bench history: skipped")]
+    if skipped:
+        print(f"  {len(skipped)} folder(s) skipped, e.g. {skipped[0]}")
+    return took, before, _load()
+
+
+FLOOR = (
+    "import json, os, sys\n"
+    "root = sys.argv[1]\n"
+    "for name in sorted(os.listdir(root)):\n"
+    "    path = os.path.join(root, name, 'run.json')\n"
+    "    if os.path.isfile(path):\n"
+    "        with open(path) as f: json.load(f)\n"
+)
+
+
+def measure_copies(source: Path, count: int, workdir: Path, identical: bool, repeat: int) -> None:
+    """Floor, bench history without kept verdicts, and with them, over ``count`` copies of ``source``."""
+    from bench.history.checked import CACHE_NAME, RACY_NS
+
+    root = workdir / "results"
+    t0 = time.perf_counter()
+    copy_run(source, root, count, identical)
+    print(f"{count} copies of {source} ({'identical' if identical else 'noisy figures'}) made in "
+          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    time.sleep(
+        RACY_NS / 1e9 + 0.5
+    )  # past the window in which a verdict is not kept (hard links: shared ctime)
+    python = str(ROOT / ".venv" / "bin" / "python")
+    bench = [str(ROOT / ".venv" / "bin" / "bench"), "history", str(root), "--out", str(workdir / "page.html")]
+    cache = root / "history" / CACHE_NAME
+    rows: list[tuple[str, float, str, str]] = []
+    for _ in range(repeat):
+        rows.append(("floor: list + json.load every run.json", *_timed([python, "-c", FLOOR, str(root)])))
+        cache.unlink(missing_ok=True)
+        rows.append(("bench history, no kept verdicts (every folder checked)", *_timed(bench)))
+        rows.append(("bench history, verdicts kept", *_timed(bench)))
+    floor = sorted(r[1] for r in rows if r[0].startswith("floor"))[len(rows) // 3 // 2]
+    for name, took, before, after in rows:
+        print(f"{name:<58} {took:7.2f} s  {took / floor:7.1f} x floor  load {before} -> {after}")
+    page = workdir / "page.html"
+    print(f"page: {page.stat().st_size / 1e6:.1f} MB; kept verdicts: {cache.stat().st_size / 1e6:.1f} MB")
+
+
 def screenshot(path: Path) -> None:
     """A page from generated folders (40 runs), its first 1400x900 screen saved as a PNG."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,7 +277,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--screenshot", type=Path, help="save a screenshot of a generated page here and stop")
+    parser.add_argument("--copies", type=int, help="copies of the run folder --of to read (issue 42)")
+    parser.add_argument("--of", type=Path, help="a real run folder (a default bench run: 10 locks)")
+    parser.add_argument("--identical", action="store_true", help="copies with the source's own figures")
+    parser.add_argument("--repeat", type=int, default=1, help="measure the floor and both commands N times")
     args = parser.parse_args()
+    if args.copies:
+        if args.of is None or not (args.of / "run.json").is_file():
+            parser.error("--copies needs --of <run folder> (one with run.json)")
+        with tempfile.TemporaryDirectory() as tmp:
+            measure_copies(args.of.resolve(), args.copies, Path(tmp), args.identical, args.repeat)
+        return
     if args.screenshot:
         screenshot(args.screenshot)
         return

@@ -19,6 +19,7 @@ from bench.errors import UserError
 from bench.gate.rules import DEFAULT_RULES, parse_rules
 from bench.history.changes import MAX_PVALUE, MEASURED_NOISE_CV, MIN_MAGNITUDE, MIN_RUNS, WINDOW
 from bench.history.check import Finding, check_series, commit_range, short_commit
+from bench.history.checked import CACHE_NAME
 from bench.history.read import Loaded, is_run_folder, newest_damaged, read_runs
 from bench.history.series import Order, Series, build_series, metrics_for_rules, order_runs
 
@@ -189,7 +190,8 @@ def history_command(
     say = say or (lambda text: print(text, file=sys.stderr))
     parsed = parse_rules(list(rules) if rules else list(DEFAULT_RULES))
     out = out or default_out(roots)
-    loaded = read_runs(roots)
+    # the reader's verdicts on unchanged folders are kept beside the default page (bench/history/checked.py)
+    loaded = read_runs(roots, cache=default_out(roots).parent / CACHE_NAME)
     _refuse_run_folder(out, loaded)
     for skipped in loaded.skipped:
         say(f"bench history: skipped {skipped.path}: {skipped.why}")

@@ -209,8 +209,14 @@ def _read_parquet(files: list[str]) -> tuple[pd.DataFrame, list[tuple[str, str]]
         con.close()
 
 
-def read_runs(roots: list[Path]) -> Loaded:
-    """Read every run folder under ``roots``; UserError (exit 2) when there is none or none is readable."""
+def read_runs(roots: list[Path], cache: Path | None = None) -> Loaded:
+    """Read every run folder under ``roots``; UserError (exit 2) when there is none or none is readable.
+
+    With ``cache`` (a file), the reader's verdict on a folder whose files are unchanged is
+    taken from it (bench/history/checked.py): the same verdict, without the check's cost.
+    """
+    from bench.history.checked import CheckedFolders
+
     folders = find_run_folders(roots)
     names = ", ".join(str(r) for r in roots)
     if not folders:
@@ -220,12 +226,14 @@ def read_runs(roots: list[Path]) -> Loaded:
         )
     runs: dict[str, RunInfo] = {}
     skipped: list[Skipped] = []
+    checked = CheckedFolders(cache)
     for path in folders:
-        info = read_meta(path)
+        info = checked.read(path, read_meta)
         if isinstance(info, Skipped):
             skipped.append(info)
         else:
             runs[info.key] = info
+    checked.save()
     cases = pd.DataFrame()
     if runs:
         files = {str(info.path / "cases.parquet"): key for key, info in runs.items()}
