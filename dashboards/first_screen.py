@@ -96,16 +96,43 @@ class Source:
     applicable: dict[str, list[str]] | None = None
     #: "shard I/N" when this matrix ran one slice of its plan
     shard: str = ""
+    #: why this matrix is not used (resultsio found it damaged, or it is gone): it answers for no lock
+    damaged: str = ""
+
+
+def _unused(entry: dict[str, Any], why: str) -> Source:
+    """A matrix bench named whose safety is not taken: listed with why, answering for no lock."""
+    return Source(
+        run_id=str(entry.get("run_id") or Path(str(entry.get("path"))).name),
+        started_at=str(entry.get("started_at") or ""),
+        git_commit=str(entry.get("git_commit") or ""),
+        same_commit=bool(entry.get("same_commit")),
+        target="",
+        evidence="",
+        impls=[],
+        cells={},
+        damaged=why,
+    )
 
 
 def load_sources(sources: list[dict[str, Any]] | None) -> list[Source]:
-    """The matrix folders bench named, loaded and graded with the grid's cells; unreadable ones left out."""
+    """The matrix folders bench named, loaded and graded with the grid's cells.
+
+    Safety is never taken from a matrix the results reader finds damaged (or cannot read): it
+    is listed with its first problem and answers for no lock, whose safety then reads as if
+    no matrix held it.
+    """
     out: list[Source] = []
     for entry in sources or []:
         try:
             matrix = load_run(Path(str(entry.get("path"))))
-        except ReportInputError:
-            continue  # a matrix removed or damaged since bench chose it: its locks read "not tested"
+        except ReportInputError as exc:
+            out.append(_unused(entry, str(exc)))  # removed or unreadable since bench chose it
+            continue
+        if matrix.damaged:
+            more = f" (+{len(matrix.damaged) - 1} more)" if len(matrix.damaged) > 1 else ""
+            out.append(_unused(entry, f"damaged: {matrix.damaged[0]}{more}"))
+            continue
         _, _, cells = grid_cells(matrix)
         params = matrix.meta.get("params") if isinstance(matrix.meta.get("params"), dict) else {}
         declared = params.get("scenarios") if isinstance(params.get("scenarios"), dict) else {}
@@ -383,6 +410,12 @@ def _cost_cell(value: float | None, shown: str, col: str, bound: bool) -> str:
 def _source_items(sources: list[Source], commit: str) -> str:
     items = []
     for i, s in enumerate(sources, start=1):
+        if s.damaged:
+            items.append(
+                f'<li id="safety-source-{i}" class="unused" value="{i}">matrix {e(s.run_id)} not used, its '
+                f"safety not taken: {e(s.damaged)}</li>"
+            )
+            continue
         when = s.started_at[:16].replace("T", " ") + " UTC" if s.started_at else "date n/a"
         level = f"evidence {s.evidence}: " if s.evidence else ""
         target = f"{level}green needs {s.target}" if s.target else "target n/a"

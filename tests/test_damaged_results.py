@@ -140,6 +140,60 @@ def _csv_only_differs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _remove(name: str) -> Spoil:
+    """``name`` (a file or a folder inside the run) gone; a ``{case}`` / ``{group}`` in it is the first case's."""
+
+    def spoil(run: Path) -> None:
+        case = _first_case(run)
+        path = run / name.format(case=case, group=case.rsplit("__t", 1)[0])
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    return spoil
+
+
+def _hist_a_file(run: Path) -> None:
+    shutil.rmtree(run / "hist")
+    (run / "hist").write_text("not a folder")
+
+
+def _raw_meta(old: str, new: str) -> Spoil:
+    """run.json's text with ``old`` replaced: figures json.dumps would not write (``1e999``)."""
+
+    def spoil(run: Path) -> None:
+        text = (run / "run.json").read_text()
+        assert old in text, old
+        (run / "run.json").write_text(text.replace(old, new, 1))
+
+    return spoil
+
+
+def _params(key: str, value: object) -> Spoil:
+    def spoil(run: Path) -> None:
+        meta = json.loads((run / "run.json").read_text())
+        meta["params"][key] = value
+        (run / "run.json").write_text(json.dumps(meta))
+
+    return spoil
+
+
+def _timing_nan(run: Path) -> None:
+    meta = json.loads((run / "run.json").read_text())
+    meta["timing"] = {**(meta.get("timing") or {}), "wall_s": float("nan")}
+    (run / "run.json").write_text(json.dumps(meta))  # json writes NaN, as Python's json module reads it
+
+
+def _strikes_above_grants(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["strikes"] = frame["strikes"].astype(float) if "strikes" in frame else float("nan")
+    frame.loc[0, "strikes"] = float(frame.loc[0, "acquisitions"]) + 5
+    return frame
+
+
+def _bogus_evidence(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["evidence"] = frame["evidence"].astype(object) if "evidence" in frame else ""
+    frame.loc[0, "evidence"] = "bogus"
+    return frame
+
+
 DEEP = b"[" * 100_000
 
 #: (kind, damage, what the gate's line and the report's banner must name, nothing left to read)
@@ -190,6 +244,22 @@ CORPUS: list[tuple[str, Spoil, str, bool]] = [
     ("undecodable histogram", _hist(_undecodable), "hist/", False),
     ("truncated merged histograms", _hist(_half, merged=True), "hist/", False),
     ("garbage history file", _history_file, "history/", False),
+    # issue 43: what was never checked (files that are missing, enums, ranges and invariants of run.json)
+    ("hist/ missing", _remove("hist"), "hist/ is missing", False),
+    ("hist/ a file", _hist_a_file, "hist/ is a file", False),
+    ("a trial's histograms missing", _remove("hist/{case}.json"), "__t0.json is missing", False),
+    ("merged histograms missing", _remove("hist/{group}.merged.json"), ".merged.json is missing", False),
+    ("history/ missing", _remove("history"), "history/ is missing", False),
+    ("a trial's history missing", _remove("history/{case}.parquet"), "__t0.parquet is missing", False),
+    ("verdict VALID", _cell("verdict", "VALID"), "verdict is not one of valid", False),
+    ("evidence grade bogus", _tables(_bogus_evidence), "evidence is not one of", False),
+    ("strikes above grants", _tables(_strikes_above_grants), "strikes is more than acquisitions", False),
+    ("no case column", _tables(lambda f: f.drop(columns=["case"])), "lacks column(s) case", False),
+    ("NaN in run.json", _timing_nan, "timing.wall_s is nan", False),
+    ("1e999 in run.json", _raw_meta('"duration_s": 2.0', '"duration_s": 1e999'), "duration_s is inf", False),
+    ("params.evidence bogus", _params("evidence", "bogus"), "params.evidence must be one of", False),
+    ("params.controls a list", _params("controls", ["redis"]), "params.controls must be a JSON dict", False),
+    ('run.json "matrix" a string', _meta("matrix", "fast"), "matrix must be a JSON dict", False),
 ]
 
 
@@ -282,7 +352,7 @@ def test_a_damaged_folder_is_never_passed_unbannered_or_safe(
     r = cli("history", root, "--check", "--out", tmp_path / "history.html")
     assert r.code == 2, (r.out, r.err)
     skipped = [line for line in r.err.splitlines() if line.startswith("bench history: skipped")]
-    assert len(skipped) == 1 and damaged.name in skipped[0], r.err
+    assert len(skipped) == 1 and damaged.name in skipped[0] and needle in skipped[0], r.err
     assert f"DAMAGED {damaged}" in r.out and "DAMAGED (exit 2)" in r.err, (r.out, r.err)
     assert "the newest run is safe" not in r.out
 
@@ -300,3 +370,124 @@ def test_merge_and_every_reader_share_the_one_reader(clean_run: Path, tmp_path: 
     row = load_run(damaged).cases.iloc[0]
     assert row["verdict"] == "unknown" and str(row["verdict_reason"]).startswith("damaged: overlapping_holds")
     assert pd.isna(row["overlapping_holds"])  # a damaged counter is never summed
+
+
+# issue 43: the shard merge, baseline update, --out and the first screen ---------------------------
+
+
+def _as_shard(run: Path) -> Path:
+    """The run made a matrix's only shard (1/1) of the cases it holds: what bench merge takes."""
+    meta = json.loads((run / "run.json").read_text())
+    meta["kind"] = "matrix"
+    meta["params"]["shard"] = {"index": 1, "of": 1, "plan": list(meta["cases"]), "lanes": ["redis#0"]}
+    (run / "run.json").write_text(json.dumps(meta))
+    _tables(lambda f: f.assign(matrix_scenario="flash-sale"))(run)
+    return run
+
+
+#: (kind, damage, what the merge's line must name)
+SHARD_DAMAGE: list[tuple[str, Spoil, str]] = [
+    ("hist/ missing", _remove("hist"), "hist/ is missing"),
+    ("history/ missing", _remove("history"), "history/ is missing"),
+    ("a trial's history missing", _remove("history/{case}.parquet"), "__t0.parquet is missing"),
+    ("params.evidence bogus", _params("evidence", "bogus"), "params.evidence must be one of"),
+    ("params.controls a list", _params("controls", ["redis"]), "params.controls must be a JSON dict"),
+    ('run.json "matrix" a string', _meta("matrix", "fast"), "matrix must be a JSON dict"),
+    ("no matrix_scenario", _tables(lambda f: f.drop(columns=["matrix_scenario"])), "matrix_scenario"),
+]
+
+
+@pytest.mark.slow
+def test_a_clean_shard_merges_and_a_damaged_one_is_refused_naming_folder_and_field(
+    clean_run: Path, tmp_path: Path
+) -> None:
+    clean = _as_shard(_damaged_copy(clean_run, tmp_path / "clean", lambda run: None))
+    assert read_results(clean).problems == []
+    r = cli("merge", clean, "--no-report", "--results-dir", tmp_path / "merged")
+    assert r.code in (0, 1) and "bench: error" not in r.err, (r.code, r.err)  # 1: its one cell is undecided
+    (merged,) = list((tmp_path / "merged").iterdir())
+    assert read_results(merged).problems == []  # the merge writes what the reader requires
+
+    for kind, spoil, needle in SHARD_DAMAGE:
+        shard = _as_shard(_damaged_copy(clean_run, tmp_path / kind.replace(" ", "-"), lambda run: None))
+        spoil(shard)
+        r = cli("merge", shard, "--no-report", "--results-dir", tmp_path / "refused")
+        line = _one_error_line(r)
+        assert f"{shard} is damaged, not merged" in line and needle in line, (kind, line)
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+
+
+@pytest.mark.slow
+def test_a_matrix_whose_controls_are_a_list_renders_with_the_banner(clean_run: Path, tmp_path: Path) -> None:
+    matrix = _as_shard(_damaged_copy(clean_run, tmp_path, _params("controls", ["redis"])))
+    page = tmp_path / "matrix.html"
+    r = cli("report", matrix, "--out", page)
+    assert r.code == 0 and "Traceback" not in r.err and "DAMAGED DATA" in r.err, (r.code, r.err)
+    html = page.read_text()
+    banner = html[html.index('id="damage-banner"') :]
+    assert "params.controls must be a JSON dict" in banner[: banner.index("</div>")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["file", "sys"])
+def test_baseline_update_into_an_unwritable_place_changes_nothing_and_says_why(
+    clean_run: Path, tmp_path: Path, where: str
+) -> None:
+    run = _damaged_copy(clean_run, tmp_path / "results", lambda run: None)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (run / "hist").iterdir()}
+    if where == "file":
+        (tmp_path / "a-file").write_text("")
+        target = tmp_path / "a-file" / "baselines"
+        needle = "is a file, not a folder"
+    else:
+        target = Path("/sys/lockbench-baselines")  # sysfs: refused even to root
+        needle = "/sys is not writable"
+    r = cli("baseline", "update", run, "--name", "ci", "--baselines-dir", target)
+    line = _one_error_line(r)
+    assert needle in line and "--baselines-dir" in line and "[Errno" not in line, line
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (run / "hist").iterdir()}
+    assert after == before  # the run's merged histograms were rewritten before the refusal once
+    assert not target.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["report", "history"])
+def test_an_empty_or_folder_out_is_one_line_naming_the_option(
+    clean_run: Path, tmp_path: Path, command: str
+) -> None:
+    for out, needle in (("", "must name a file, not an empty path"), (str(tmp_path), "is a folder")):
+        r = cli(command, clean_run, "--out", out)
+        line = _one_error_line(r)
+        assert "--out" in line and needle in line and "free some space" not in line, line
+
+
+@pytest.mark.slow
+def test_the_first_screen_takes_no_safety_from_a_damaged_matrix_and_names_it(
+    clean_run: Path, tmp_path: Path
+) -> None:
+    """A matrix beside a run answers "is it safe?"; a damaged one answers nothing and is named."""
+    root = tmp_path / "results"
+    run = root / clean_run.name
+    shutil.copytree(clean_run, run)
+    matrix = _as_shard(_damaged_copy(clean_run, root, lambda run: None))
+    meta = json.loads((matrix / "run.json").read_text())
+    meta["params"]["shard"] = None  # a whole matrix, not a slice
+    meta["run_id"] = matrix.name
+    (matrix / "run.json").write_text(json.dumps(meta))
+
+    r = cli("report", run, "--out", tmp_path / "clean.html")
+    assert r.code == 0, r.err
+    html = (tmp_path / "clean.html").read_text()
+    sources = html[html.index('id="safety-sources"') :]
+    assert f"matrix {matrix.name} of this commit" in sources[: sources.index("</ol>")]
+
+    _remove("history/{case}.parquet")(matrix)
+    r = cli("report", run, "--out", tmp_path / "damaged.html")
+    assert r.code == 0 and "Traceback" not in r.err, r.err
+    html = (tmp_path / "damaged.html").read_text()
+    sources = html[html.index('id="safety-sources"') :]
+    sources = sources[: sources.index("</ol>")]
+    assert f"matrix {matrix.name} not used" in sources and "__t0.parquet is missing" in sources, sources
+    assert "of this commit" not in sources
+    row = html[html.index(f'data-row="{IMPL}"') :]
+    assert "#safety-source-1" not in row[: row.index("</tr>")]  # no lock's safety cites it

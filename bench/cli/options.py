@@ -45,6 +45,13 @@ def folder_path(value: Any) -> Path:
     return Path(value)
 
 
+def file_path(value: Any) -> Path:
+    """A file option's value (``--out``); an empty one is refused (``Path('')`` is the working directory)."""
+    if not str(value).strip():
+        raise typer.BadParameter("must name a file, not an empty path (e.g. report.html)")
+    return Path(value)
+
+
 # what to run
 Backend = Annotated[
     list[str],

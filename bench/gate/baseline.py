@@ -18,7 +18,6 @@ from pathlib import Path
 
 from bench.errors import UserError
 from bench.gate.compare import load_side
-from bench.results.folder import write_merged_histograms
 from resultsio import parse_json
 
 DEFAULT_NAME = "ci"
@@ -59,6 +58,8 @@ def update_baseline(
 
     A baseline git tracks (the committed CI baseline) is replaced only with ``force``: a
     silent overwrite changed what every later gate compares against and left the checkout dirty.
+    The run is only read (its merged histograms were rewritten here once, even when the copy then
+    failed); where the baseline cannot be written is found out before anything is.
     """
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"baseline name must be a plain folder name, got {name!r}")
@@ -72,14 +73,17 @@ def update_baseline(
     side = load_side(run, "run")  # the gate's own checks: a baseline it cannot read is useless
     if side.machine_class is None:
         raise UserError(f"run {run} records no machine class (host.machine_class in run.json)")
-    write_merged_histograms(run)
-    baselines_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=baselines_dir))
+    check_writable(baselines_dir)  # before anything is written; the run itself is only ever read
+    tmp: Path | None = None
+    old: Path | None = None
     try:
+        baselines_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=baselines_dir))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a baseline is committed and shared
         shutil.copyfile(run / "run.json", tmp / "run.json")
         shutil.copyfile(run / "cases.csv", tmp / "cases.csv")
         (tmp / "hist").mkdir()
+        # per trial and merged (the reader checked that the run holds both): copied, never rewritten in the run
         for hist in sorted((run / "hist").glob("*.json")):
             shutil.copyfile(hist, tmp / "hist" / hist.name)
         info = {
@@ -93,19 +97,49 @@ def update_baseline(
             "command": side.meta.get("command"),
         }
         (tmp / "baseline.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        dest = baselines_dir / name
-        old = None
         if dest.exists():
             old = baselines_dir / f".{name}.old"
             shutil.rmtree(old, ignore_errors=True)
             os.replace(dest, old)
         os.replace(tmp, dest)
+        tmp = None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except OSError as exc:
+        if old is not None and old.exists() and not dest.exists():
+            os.replace(old, dest)  # the previous baseline back in place
+        raise UserError(
+            f"could not write the baseline {dest}: {exc.strerror or type(exc).__name__}"
+            f"{f' ({exc.filename})' if exc.filename else ''}; the previous baseline and the run are "
+            "unchanged: free space, or give --baselines-dir a folder you can write"
+        ) from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def check_writable(folder: Path) -> None:
+    """UserError (in words) unless a baseline can be written under ``folder``; changes nothing.
+
+    Why before the copy: a refusal must leave everything as it was, and a folder that is a
+    file, read-only, or on a full disk is found by trying, not by permission bits (root
+    passes every one of those).
+    """
+    probe = Path(folder)
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    fix = "give --baselines-dir a folder you can write"
+    if not probe.is_dir():
+        raise UserError(f"cannot write a baseline under {folder}: {probe} is a file, not a folder; {fix}")
+    try:
+        with tempfile.TemporaryDirectory(prefix=".lockbench-probe-", dir=probe):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise UserError(
+            f"cannot write a baseline under {folder}: {probe} is not writable ({why}); {fix}"
+        ) from None
 
 
 def folder_size(path: Path) -> int:

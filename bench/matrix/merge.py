@@ -164,7 +164,10 @@ def merge_command(paths: list[Path], results_dir: Path, console: Console, render
         (folder.path / sub).mkdir(exist_ok=True)
         for path, _, _ in shards:
             for src in sorted((path / sub).glob("*")) if (path / sub).is_dir() else []:
-                shutil.copyfile(src, folder.path / sub / src.name)
+                if src.is_dir():  # logs/servers/: the server logs a shard kept
+                    shutil.copytree(src, folder.path / sub / src.name, dirs_exist_ok=True)
+                else:
+                    shutil.copyfile(src, folder.path / sub / src.name)
     folder.rows = rows
     folder.meta["cases"] = [str(r.get("case")) for r in rows]
     folder.meta["params"]["controls"] = controls.annotate(folder.rows)
