@@ -132,3 +132,32 @@ def test_run_json_fields_of_the_wrong_type_are_removed_and_named(tmp_path: Path)
     assert any("cases must be a JSON list, got 5" in t for t in texts)
     assert any("host must be a JSON dict" in t for t in texts)
     assert results.damaged_cases() is None  # the whole run is in doubt
+
+
+def test_the_enums_the_schema_checks_are_the_ones_bench_writes() -> None:
+    """run.json ``params.evidence`` and cases.csv ``evidence`` are checked against bench's own lists."""
+    from bench.measure.strikes import LEVELS
+    from resultsio.schema import EVIDENCE_GRADES, EVIDENCE_LEVELS, RunParams
+
+    assert set(EVIDENCE_LEVELS) == set(LEVELS)
+    assert RunParams.model_validate({"evidence": "quick"}).evidence == "quick"
+    assert {"earned", "thin", "not-struck", "failed"} <= set(EVIDENCE_GRADES)
+
+
+def test_a_baseline_needs_no_history_and_a_matrix_no_merged_histograms(tmp_path: Path) -> None:
+    """Which files a folder must hold depends on what made it (resultsio.schema.required_files)."""
+    import shutil
+
+    run = _run(tmp_path)
+    shutil.rmtree(run / "history")
+    assert any("history/ is missing" in str(p) for p in read_results(run).problems)
+    (run / "baseline.json").write_text(json.dumps({"machine_class": "x86_64-2cpu-8gib", "schema": 1}))
+    assert read_results(run).problems == []  # a baseline keeps no history
+    merged = next((run / "hist").glob("*.merged.json"))
+    merged.unlink()
+    assert any(".merged.json is missing" in str(p) for p in read_results(run).problems)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "kind": "matrix"}))
+    frame = pd.read_csv(run / "cases.csv").assign(matrix_scenario="flash-sale")
+    frame.to_csv(run / "cases.csv", index=False)
+    assert read_results(run).problems == []  # a matrix writes no merged histograms
