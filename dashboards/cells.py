@@ -226,7 +226,10 @@ def cell_for(rows: list[Row]) -> GridCell:
         never = sum(_int(r, "unrecovered_strikes") for r in rows)
         detail = f"none in {bound_s:g} s" if bound_s else evidence
         if never:
-            detail = f"never granted again after {never} strike{'s' if never != 1 else ''}"
+            within = max((num(r, "recovery_bound_s") or 0 for r in rows), default=0)
+            detail = f"never granted again after {never} strike{'s' if never != 1 else ''}" + (
+                f" (waited {within:g} s, 3x its own timeout)" if within else ""
+            )
         return GridCell("stuck", "stuck", detail, hover, k, n, contradicts)
     # a case resting on damaged data (resultsio: verdict unknown, reason "damaged: ...") is unknown whatever struck
     damaged = any((text(r, "verdict_reason") or "").startswith(DAMAGED) for r in rows)
@@ -237,6 +240,8 @@ def cell_for(rows: list[Row]) -> GridCell:
             "unknown", UNKNOWN_DAMAGED if damaged else "unknown", evidence, hover, k, n, contradicts
         )
     if fault_scenario and not struck:
+        if any((text(r, "verdict_reason") or "").startswith("n/a: ") for r in rows):
+            return GridCell("nottested", "n/a", "the fault cannot reach this lock", hover, 0, 0, contradicts)
         word = "did not strike" if not missed else "missed"
         return GridCell("nottested", word, "not tested", hover, 0, 0, contradicts)
     in_matrix = any(text(r, "matrix_scenario") for r in rows)

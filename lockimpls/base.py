@@ -211,6 +211,11 @@ class Lock(ABC):
     summary: ClassVar[str] = ""
     #: How many independent servers of its backend the algorithm wants (RedLock: 5).
     servers: ClassVar[int] = 1
+    #: Does the algorithm read the client's wall clock (``options.clock``) to decide a grant? A
+    #: clock fault reaches only such a lock; for the others (monotonic time, server time) the
+    #: matrix's clock-skew cell is "n/a" with that reason, never a strike. The harness also counts
+    #: the reads, so a lock that declares it and never reads is caught.
+    reads_clock: ClassVar[bool] = False
     #: The ``--lock-params`` keys the algorithm reads (``None``: undeclared, not checked).
     params: ClassVar[dict[str, ParamSpec] | None] = None
     #: Attempts made by the polling template (``stats()["attempts"]``): polls per acquisition.

@@ -37,6 +37,7 @@ from lockimpls.base import (
     Lock,
     LockConfigError,
     LockOptions,
+    LockOutcomeUnknown,
     LockTimeout,
     ParamSpec,
     new_owner_id,
@@ -307,11 +308,33 @@ class PotteryRedlock(_Adapter):
         lease.extra["lib"] = lib
         return lease
 
+    def _silent_masters(self) -> int:
+        """How many masters do not answer a PING now."""
+        silent = 0
+        for url in self.urls:
+            try:
+                client_for(url).ping()
+            except (redis.RedisError, OSError):
+                silent += 1
+        return silent
+
     def owns(self, lease: Lease) -> bool | None:
-        """pottery's ``locked()``: a quorum of masters still holds this grant's id (0 ms left: no)."""
-        lib = lease.extra.get("lib") or self._lib(lease.owner)
-        with self._call("probe"):
-            return bool(lib.locked())
+        """A quorum of masters still holds this grant's id: True; too few even counting the masters
+        that did not answer: False; otherwise None. Not pottery's ``locked()``, which says 0 as soon
+        as it cannot *confirm* a quorum (a master down) though nobody else could win one either."""
+        key = self.quorum_key(self.name)
+        mine = silent = 0
+        for url in self.urls:
+            try:
+                value = client_for(url).get(key)
+            except (redis.RedisError, OSError):
+                silent += 1
+                continue
+            mine += value in (lease.owner.encode(), lease.owner)
+        quorum = len(self.urls) // 2 + 1
+        if mine >= quorum:
+            return True
+        return False if mine + silent < quorum else None
 
     def _release(self, lease: Lease) -> bool:
         lib = lease.extra.get("lib") or self._lib(lease.owner)
@@ -319,6 +342,13 @@ class PotteryRedlock(_Adapter):
             with self._call("release"):
                 lib.release()
         except self._mod.ReleaseUnlockedLock:
+            # pottery says so whenever it cannot delete on a quorum, a master that is down included:
+            # then whether the holder still owned the lock is unknown, not "no"
+            silent = self._silent_masters()
+            if silent:
+                raise LockOutcomeUnknown(
+                    f"{self.id}: release of {self.name!r} reached no quorum with {silent} masters down"
+                ) from None
             return False
         except self._mod.QuorumIsImpossible as exc:
             raise BackendUnavailable(

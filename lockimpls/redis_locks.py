@@ -212,6 +212,7 @@ class SetnxGetset(_RedisLock):
     """
 
     id = "redis.setnx-getset"
+    reads_clock = True  # the expiry time it writes and compares is the client's clock
     summary = "SETNX expiry-timestamp, GET + GETSET takeover by client clock, DEL to release"
     capabilities = Capabilities(
         ttl=True,

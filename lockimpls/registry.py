@@ -55,6 +55,16 @@ TEST_ONLY: dict[str, str] = {
 CANARIES: dict[str, str] = {
     f"canary.fail-open-{b}": f"lockimpls.canary:FailOpen{b.capitalize()}"
     for b in ("redis", "postgres", "etcd", "zookeeper", "memcached")
+} | {
+    # crash's controls where every catalog lock of the backend frees a dead holder in its own time
+    **{
+        f"canary.no-expiry-{b}": f"lockimpls.canary:NoExpiry{b.capitalize()}"
+        for b in ("etcd", "zookeeper", "memcached", "file")
+    },
+    # long-cs and lease-expiry-task on etcd (etcd.lease keeps its lease alive while the process runs)
+    "canary.no-keepalive-etcd": "lockimpls.canary:NoKeepaliveEtcd",
+    # restart-delayed: the same lock, its lease outlasting the delay
+    "canary.redlock-long-lease": "lockimpls.canary:RedLockLongLease",
 }
 
 ENTRY_POINT_GROUP = "lockbench.locks"

@@ -76,6 +76,7 @@ _COUNTS = (
     "stale_writes_refused", "stale_reads", "fencing_order_violations", "legit_writes_refused",
     "open_ended_overlaps", "scenario_events", "acquisitions_after_event", "reentrant_token_changes",
     "uncertain_fencing_order", "evidence_target_k", "evidence_target_n",
+    "locks_lost", "locks_lost_in_lease", "ownership_probes", "ownership_probes_untold",
 )  # fmt: skip
 _RATES = ("throughput_acq_s", "throughput_ops_s", "model_acq_s")
 _FRACTIONS = ("jain_index", "loop_lag_late_share")

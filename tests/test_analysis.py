@@ -232,7 +232,9 @@ def test_case_row_has_every_column_and_right_figures() -> None:
     assert row["jain_index"] == pytest.approx(4 / (4 * 2))
     assert row["overlapping_holds"] == 0 and row["witness_violations"] == 0
     assert row["oversold_units"] == 0 and row["lost_updates"] == 0 and row["acquire_info"] == 1
-    assert row["verdict"] == "valid"
+    # 1-u1's release found its lock gone (owned=0) while it held it: a lost lock, no overlap needed
+    assert row["locks_lost"] == 1 and row["locks_lost_in_lease"] == 1
+    assert row["verdict"] == "invalid"
 
 
 def test_case_row_trial_and_invalid_verdict() -> None:

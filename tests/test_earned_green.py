@@ -140,7 +140,7 @@ def test_partitions_are_grey_without_root_and_planned_on_test_hosts_with_it() ->
     not_run: list[dict] = []
     cases, skipped = plan_matrix([], ["redis.set-nx-px-lua"], [], set(), root=False, not_run=not_run)
     assert {c.matrix_scenario for c in cases}.isdisjoint({"partition-client", "partition-leader"})
-    assert {(n["scenario"], n["word"]) for n in not_run} == {
+    assert {(n["scenario"], n["word"]) for n in not_run if n["word"] != "n/a"} == {
         ("partition-client", "needs root"), ("partition-leader", "needs root"),
     }  # fmt: skip
     assert any("needs root" in s for s in skipped)

@@ -147,6 +147,7 @@ def test_console_table_fits_80_columns_without_breaking_ids_or_numbers() -> None
         {"case": "postgres.unique-insert-expiry__long-cs__fenced", "impl": "postgres.unique-insert-expiry",
          "scenario": "long-cs+fenced", "throughput_acq_s": 12345.6, "acquire_p50_us": 1234567.0,
          "acquire_p99_us": 98765432.0, "verdict": "invalid", "data_safe": True, "overlapping_holds": 12,
+         "fencing": "enforce", "stale_writes_refused": 3,
          "hold_inflation": 3.14, "generator_bound": True, "verdict_reason": ""},
         {"case": "redis.python-redis-lock__flash-sale", "impl": "redis.python-redis-lock", "scenario": "flash-sale",
          "throughput_acq_s": float("nan"), "acquire_p50_us": float("nan"), "acquire_p99_us": float("nan"),

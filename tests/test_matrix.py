@@ -21,6 +21,10 @@ def _applicable() -> list[tuple[str, str]]:
     pairs = []
     for impl_id, backend, cls in plan_impls(["all"], []):
         for name, scenario in SCENARIOS.items():
+            if scenario.needs_clock and not getattr(cls, "reads_clock", False):
+                continue  # n/a: the fault cannot reach a lock that never reads the client clock
+            if backend in scenario.unreachable:
+                continue  # n/a: the fault cannot reach a lock there
             if scenario.applies_to(impl_id, backend, int(getattr(cls, "servers", 1))):
                 pairs.append((impl_id, name))
     return pairs
@@ -117,7 +121,10 @@ def test_plan_puts_fault_topologies_in_their_own_lanes() -> None:
     assert ("redis.set-nx-px-lua", "long-cs+fenced") in names and ("redis.redlock", "long-cs") in names
     assert ("redis.set-nx-px-lua", "failover+unfenced") in names
     assert not any(c.impl == "redis.redlock" and c.matrix_scenario == "failover" for c in cases)
-    assert ("redis.redlock", "clock-skew") in names and skipped == []
+    # RedLock never reads the client clock (monotonic validity): clock-skew cannot reach it, n/a
+    assert ("redis.redlock", "clock-skew") not in names and skipped == []
+    assert ("redis.redlock", "restart") not in names  # replaced by its arms
+    assert ("redis.redlock", "restart-delayed") in names
     lanes = plan_lanes(cases, fixed_servers=set())
     assert {(ln.backend, ln.topology) for ln in lanes} == {
         ("redis", None),

@@ -37,6 +37,11 @@ def test_a_bare_majority_restart_breaks_redlock_and_a_delayed_or_aof_restart_doe
             row = cases.loc[f"{impl}__{arm}"]
             assert row["strikes"] == 2, row.to_dict()
             assert row["verdict"] == "valid" and row["overlapping_holds"] == 0, row.to_dict()
+    # restart-delayed can fail: its control, the same lock with a lease that outlasts the delay, is
+    # struck by the same strikes in the same group and loses its majority (issue 38 item 3)
+    control = cases.loc["canary.redlock-long-lease__restart-delayed__g1"]
+    assert control["verdict"] == "invalid" and control["locks_lost"] > 0, control.to_dict()
+    assert cases.loc["redis.redlock__restart-delayed"]["control_outcome"].startswith("failed")
     # 2 strikes against quick evidence (k >= 3): the survived arms are thin, so the matrix exits 1
     assert r.returncode == 1 and "undecided: redis.redlock x restart-delayed: held, thin" in r.stderr
     assert json.loads((run / "run.json").read_text())["contradictions"] == []

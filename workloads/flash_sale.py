@@ -200,7 +200,11 @@ class FlashSaleUser(User):
         if (
             armed_ns is not None
             and lease.acquired_at_ns > armed_ns
-            and self.resource.signal_held(self.client_id)
+            and self.resource.signal_held(
+                self.client_id,
+                str(getattr(lease, "owner", "") or ""),
+                None if lease.remaining() is None else int(lease.remaining() * 1000),
+            )
         ):
             seq = self.mark(lock, "fault-hold", "invoke")
             # hold until bench says the fault is over (at most --fault-hold s)

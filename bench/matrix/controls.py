@@ -13,8 +13,11 @@ If the control survived, the scenario *did not bite*: no cell it tested may be g
 (``dashboards/cells.py``), and ``bench matrix`` exits 1. Partitions run as groups since
 round 6, so their controls share the cut: a catalog lock that fails there, or the canary
 (its buyers on the cut holder's host lose the servers and grant themselves the lock). A
-partition-node cut on ZooKeeper or etcd has no control: it isolates a follower no client
-talks to, and no lock in the catalog fails under it; its cells say so (no control row).
+partition-node cut on ZooKeeper or etcd cannot reach a lock (it isolates a follower no client
+talks to): those cells are n/a with that reason (bench/nemesis/scenarios.py ``unreachable``).
+
+No control vouches from elsewhere: a row takes its own group's control or none, and a cell
+with no failed control beside it is grey, "unproven: no control" (dashboards/cells.py).
 """
 
 from __future__ import annotations
@@ -30,10 +33,22 @@ _CANARY_KILL = {"etcd": "canary.fail-open-etcd", "zookeeper": "canary.fail-open-
 
 #: scenario -> backend -> the control impl (a lock that must fail there)
 CONTROLS: dict[str, dict[str, str]] = {
-    "long-cs": _LEASE,
-    "lease-expiry-task": _LEASE,
+    "long-cs": {**_LEASE, "etcd": "canary.no-keepalive-etcd"},
+    "lease-expiry-task": {**_LEASE, "etcd": "canary.no-keepalive-etcd"},
     "lease-expiry-world": {**_LEASE, "etcd": "etcd.lease"},
-    "crash": {"redis": "redis.setnx-del", "postgres": "postgres.unique-insert"},
+    "session-pause": {"zookeeper": "zookeeper.sequential"},
+    # a lock that never frees a dead holder must get stuck: the catalog's where one exists, a
+    # no-expiry canary where every catalog lock of the backend recovers in its own time
+    "crash": {
+        "redis": "redis.setnx-del",
+        "postgres": "postgres.unique-insert",
+        **{b: f"canary.no-expiry-{b}" for b in ("etcd", "zookeeper", "memcached", "file")},
+    },
+    # RedLock's arms: the catalog's failure where it fails (a bare majority, a master back empty at
+    # once); restart-delayed's is the same lock with a lease that outlasts the delay
+    "restart-bare": {"redis": "redis.redlock"},
+    "restart-aof": {"redis": "redis.redlock"},
+    "restart-delayed": {"redis": "canary.redlock-long-lease"},
     "restart": {
         "redis": "redis.set-nx-px",
         "postgres": "postgres.advisory",

@@ -216,3 +216,29 @@ def stuck_bound(expected_s: float | None, ttl_s: float) -> float:
     """The stuck bound for a lock whose own timeout frees a dead holder after ``expected_s`` (None: never)."""
     base = expected_s if expected_s is not None else ttl_s
     return max(MIN_STUCK_S, STUCK_FACTOR * float(base))
+
+
+def shortfall(rows: list[dict[str, Any]], asked: int) -> list[str]:
+    """One line per server-fault case that struck fewer times than ``--strikes`` asked, and why.
+
+    A slow lock is starved of strikes by the grants the service must make between two of them
+    (n/k), and a strike that missed its holder is not one: the user must be told, for example
+    "1 of 10 strikes in 40 s: 16 grants; raise --duration", not left with an "unknown".
+    """
+    lines = []
+    for r in rows:
+        if not r.get("fault") or asked <= 1:
+            continue
+        k = _int(r, "strikes")
+        if k >= asked:
+            continue
+        grants = _int(r, "acquisitions")
+        took = r.get("duration_s")
+        took_s = f" in {float(took):.0f} s" if isinstance(took, int | float) and took == took else ""
+        missed = _int(r, "strikes_missed")
+        why = f"{grants:,} grants" + (f", {missed} strikes missed their holder" if missed else "")
+        reason = r.get("strikes_missed_reason")
+        if missed and isinstance(reason, str) and reason:
+            why += f" ({reason.split('; ')[0]})"
+        lines.append(f"{r.get('case')}: {k} of {asked} strikes{took_s}: {why}; raise --duration")
+    return lines

@@ -38,6 +38,7 @@ import redis
 
 from bench.errors import UserError
 from bench.nemesis import partitions
+from workloads.harness.resource import LEFT_SEP, OWNER_SEP
 
 _SERVERS = ("redis", "postgres", "etcd", "memcached", "zookeeper")
 _ENSEMBLES = {"zookeeper": "ensemble", "etcd": "ensemble"}
@@ -218,6 +219,10 @@ class Mailbox:
         self.started = False
         #: the holder that claimed the strike being prepared (None: nobody yet)
         self.holder: str | None = None
+        #: the value its lock wrote for that grant (``Lease.owner``): where its key is, on any server
+        self.owner = ""
+        #: what the holder's own lease had left when it claimed (seconds; None: no lease or not said)
+        self.lease_left_s: float | None = None
         self.claimed_ns: int | None = None
         self.ledger_at_claim = 0
         self.released = False
@@ -240,7 +245,8 @@ class Mailbox:
         return sum(pipe.execute())
 
     def arm(self, armed_ns: int) -> None:
-        self.holder, self.claimed_ns, self.released = None, None, False
+        self.holder, self.claimed_ns, self.released, self.owner = None, None, False, ""
+        self.lease_left_s = None
         # a heal left over from a holder that gave up waiting must not release the next one early
         self.client.delete("lockbench:res:healed", "lockbench:res:signal")
         self.client.set("lockbench:res:armed", str(armed_ns))
@@ -252,7 +258,10 @@ class Mailbox:
         value = self.client.lpop("lockbench:res:signal")
         if value is None:
             return False
-        self.holder = value.decode() if isinstance(value, bytes) else str(value)
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        text, _, left = text.partition(LEFT_SEP)
+        self.holder, _, self.owner = text.partition(OWNER_SEP)
+        self.lease_left_s = int(left) / 1000 if left.lstrip("-").isdigit() else None
         self.claimed_ns = time.monotonic_ns()
         self.ledger_at_claim = self.ledger()
         return True
@@ -412,11 +421,18 @@ class FaultThread(threading.Thread):
         wait = REGRANT_WAIT_S[self.spec.kind]
         return min(wait, self.lease_s / 2) if self.lease_s else wait
 
-    def _release_holder(self) -> None:
-        """Tell each strike's holder the fault is over: once another client of its case has bought, or after the wait."""
+    def _release_holder(self, which: Callable[[Mailbox], bool] | None = None) -> None:
+        """Tell each strike's holder the fault is over: once another client of its case has bought, or after the wait.
+
+        ``which`` limits it to some holders (a delayed restart lets go of those whose lease ends first).
+        """
         if self.spec.at_seconds is not None:
             return
-        held = [b for b in self.mailboxes if b.holder is not None]
+        held = [
+            b
+            for b in self.mailboxes
+            if b.holder is not None and not b.released and (which is None or which(b))
+        ]
         index = len(self.windows)  # the strike being finished (marked before, except a delayed restart's)
 
         def missed(box: Mailbox) -> bool:
@@ -661,8 +677,8 @@ class FaultThread(threading.Thread):
         AOF (``restart-aof``), or after the lease (``restart-delayed``). Unlike stopping the
         two masters, this holds for any RedLock client, whatever its reply timeouts.
         """
-        if len(self.servers) < 5 or not self.quorum_keys:
-            raise RuntimeError(f"{self.spec.kind} needs RedLock's 5 masters and its lock keys")
+        if len(self.servers) < 5:
+            raise RuntimeError(f"{self.spec.kind} needs RedLock's 5 masters")
         blocked = [self.servers[i] for i in self.BLOCKED_FOR_BARE_MAJORITY]
         self._phantom(blocked, on=True)
         try:
@@ -670,6 +686,7 @@ class FaultThread(threading.Thread):
                 return None
             running = [sv for sv in self.servers if sv not in blocked]
             target, missed = self._restart_target(running)
+            missed.update(self._not_bare(blocked))
             start = time.monotonic_ns()
             target.process.kill()
             if target.process.popen is not None:
@@ -678,8 +695,11 @@ class FaultThread(threading.Thread):
             self._phantom(blocked, on=False)
         freed = time.monotonic_ns()  # the lock service (a quorum of masters) serves on meanwhile
         down_s = (self.lease_s or 10.0) + 0.5
-        if self.spec.kind == "restart-delayed":  # the holder's keys elsewhere expire first
-            self._release_holder()  # as after any strike: never past half its lease
+        if self.spec.kind == "restart-delayed":
+            # a holder whose lease ends before the master is back lets go now (never past its lease);
+            # one whose lease outlasts the delay (the control: the same lock, restarted before its
+            # lease ends) holds on through the restart and is asked about its lock after it
+            self._release_holder(lambda b: b.lease_left_s is None or b.lease_left_s < down_s + 1.0)
             self._cancel.wait(max(0.0, down_s - (time.monotonic_ns() - start) / 1e9))
         target.start()
         name = target.process.name
@@ -688,25 +708,59 @@ class FaultThread(threading.Thread):
         detail = f"held on exactly 3 of 5 masters (2 voted for a phantom); killed {name}, started again {how}"
         return FaultWindow(self.spec.kind, start, time.monotonic_ns(), detail, missed, freed)
 
+    def _not_bare(self, blocked: list[Any]) -> dict[str, str]:
+        """Holders that own more than a bare majority: one restart cannot take their lock from them.
+
+        A lock whose key names bench knows (``Lock.quorum_key``) gets the two phantom votes; a
+        user's own RedLock without them may win all five masters, and then the strike proves
+        nothing for it: it is missed with that reason, never counted.
+        """
+        quorum = len(self.servers) // 2 + 1
+        counts: dict[str, int] = {}
+        for server in self.servers:
+            try:
+                client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
+                try:
+                    for label in self._holders_on(client):
+                        counts[label] = counts.get(label, 0) + 1
+                finally:
+                    client.close()
+            except (redis.RedisError, AttributeError):
+                continue
+        out = {}
+        for box in self.mailboxes:
+            n = counts.get(box.label, 0)
+            if box.holder and n > quorum:
+                why = (
+                    "declare Lock.quorum_key so bench can arrange a bare majority"
+                    if box.label not in self.quorum_keys
+                    else "a phantom vote was lost"
+                )
+                out[box.label] = (
+                    f"the holder owned {n} of {len(self.servers)} masters: one restart cannot take its majority ({why})"
+                )
+        return out
+
     def _restart_target(self, candidates: list[Any] | None = None) -> tuple[Any, dict[str, str]]:
-        """Of several masters (RedLock), the one holding the most holders' keys, and whose it is not."""
+        """Of several masters (RedLock), the one holding the most holders' keys, and whose it is not.
+
+        Reach, per holder and per strike: a master holds a holder's key when some key there has
+        the holder's owner value (a string equal to it, or a hash with it as a field: Redisson's
+        layout), whatever the lock names its keys, so a user's own RedLock is struck as ours is.
+        A holder whose owner is not known (a workload that did not send it) is found by bench's
+        key names, as before. A waiter's key is never a hit: only this strike's holder's is.
+        """
         servers = candidates or self.servers
         holding: list[set[str]] = []
         for server in servers:
-            owners: set[str] = set()
             try:
                 client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
-                for key in client.scan_iter(match="*lockbench:*", count=1000):
-                    text = key.decode() if isinstance(key, bytes) else str(key)
-                    if text.endswith(":fence"):
-                        continue  # a token counter outlives every grant
-                    owners.update(
-                        b.label for b in self.mailboxes if b.holder and f":{namespace(b.label)}" in text
-                    )
-                client.close()
+                try:
+                    holding.append(self._holders_on(client))
+                finally:
+                    client.close()
             except (redis.RedisError, AttributeError):
-                pass
-            holding.append(owners)
+                holding.append(set())
         best = max(range(len(servers)), key=lambda i: len(holding[i]))
         name = getattr(getattr(servers[best], "process", None), "name", f"master {best}")
         missed = {
@@ -715,3 +769,30 @@ class FaultThread(threading.Thread):
             if b.holder and b.label not in holding[best]
         }
         return servers[best], missed
+
+    def _holders_on(self, client: redis.Redis) -> set[str]:
+        """The labels of the cases whose strike holder has its key on this server."""
+        owners = {b.owner: b.label for b in self.mailboxes if b.holder and b.owner}
+        named = [b for b in self.mailboxes if b.holder and not b.owner]
+        found: set[str] = set()
+        for key in client.scan_iter(count=1000):
+            text = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+            if named:
+                found.update(
+                    b.label for b in named if f":{namespace(b.label)}" in text and not text.endswith(":fence")
+                )
+            if not owners:
+                continue
+            kind = client.type(key)
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            if kind == "string":
+                value = client.get(key)
+                value = value.decode(errors="replace") if isinstance(value, bytes) else value
+                if value in owners:
+                    found.add(owners[value])
+            elif kind == "hash":
+                for field_ in client.hkeys(key):
+                    field_ = field_.decode(errors="replace") if isinstance(field_, bytes) else field_
+                    if field_ in owners:
+                        found.add(owners[field_])
+        return found

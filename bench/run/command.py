@@ -17,7 +17,7 @@ from rich.table import Table
 
 from bench import validate
 from bench.errors import Interrupted, UserError, raise_if_interrupted
-from bench.measure import evidence, fidelity
+from bench.measure import evidence, fidelity, strikes
 from bench.measure.strikes import LEVELS, grants_between, stuck_bound
 from bench.nemesis.faults import parse_fault
 from bench.results import meta
@@ -698,6 +698,8 @@ class _Execution:
                 f"lockbench: case {first['case']} has no verdict: {first['verdict_reason']}{more}",
                 soft_wrap=True,
             )
+        for line in strikes.shortfall(folder.rows, int(folder.meta.get("params", {}).get("strikes") or 1)):
+            console.print(f"lockbench: {line}", soft_wrap=True, highlight=False, markup=False)
         broken = [r for r in folder.rows if r.get("verdict") == "invalid"]
         if broken:
             # as Jepsen's runner fails a test whose checker found it invalid: CI learns the lock broke

@@ -143,6 +143,10 @@ def data_safe(row: dict[str, Any]) -> bool:
     return not any(v and v == v for v in damage)
 
 
+#: Reason prefix of a fault that could not reach the lock at all (the cell says "n/a", never a strike).
+NOT_REACHED = "n/a: "
+
+
 def first_violation_ns(results: list[Any]) -> int | None:
     """When the earliest violation a checker placed in time happened (history ns), None if none was."""
     times = [
@@ -166,12 +170,17 @@ def _fault_columns(
     if fault_case:
         kind = "clock-skew" if skewed and case.fault is None else case.workload.name
         times, missed = strikes.strike_record(history, kind, settings.ttl, case.fault is not None)
+        reads = (recording.get("lock_stats") or {}).get("clock_reads")
+        if kind == "clock-skew" and reads == 0:
+            # reach: a skewed clock nobody read touched nothing; its "strikes" are none
+            times = times[:0]
+            missed = [f"{NOT_REACHED}the lock never read the skewed client clock (0 reads)"]
         row.update(strikes.columns(history, times, missed))
         if case.fault is not None and case.fault.at_seconds is None:
             row.update(server_recovery_columns(history))
     if case.workload.name == "crash":
         row["stuck_bound_s"] = settings.workload_options.get("stuck_bound")
-    for key in ("recovery_expected_s", "recovery_by"):
+    for key in ("recovery_expected_s", "recovery_by", "recovery_bound_s"):
         if key in case.params:
             value = case.params[key]
             # a lock that never frees a dead holder: empty here, and recovery_by says "never"
@@ -202,7 +211,10 @@ def _grade(row: dict[str, Any], case: Case, settings: RunSettings, fault_info: d
             or "no holder claimed it in time"
         )
         row["verdict"] = "unknown"
-        row["verdict_reason"] = f"{what} did not strike ({why}): not tested"
+        if str(why).startswith(NOT_REACHED):
+            row["verdict_reason"] = f"{why}: {what} cannot reach it"
+        else:
+            row["verdict_reason"] = f"{what} did not strike ({why}): not tested"
 
 
 def _load_columns(

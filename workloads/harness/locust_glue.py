@@ -61,6 +61,10 @@ PONG_WAIT_S = 1.0
 RECORDER = Recorder()
 
 
+#: Reads of the lock clock (``LockOptions.clock``) in this process, not yet folded into the recording.
+_CLOCK_READS = [0]
+
+
 def _record_stall(t_ns: int, lag_us: float) -> None:
     """A stall of this process's loop as a history event: client ``loop:<pid>``, op ``stall``, value ms."""
     RECORDER.event(
@@ -191,14 +195,17 @@ def lock_options(opts: Any, client_number: int = 0) -> LockOptions:
     The skew is injected into the lock's own clock (``LockOptions.clock``), never into the
     machine's: only algorithms that trust client time can be hurt by it.
     """
-    clock = time.time
+    skew = 0.0
     if opts.clock_skew and opts.skewed_clients > 0:
         every = max(1, round(1 / min(opts.skewed_clients, 1.0)))
         if client_number % every == 0:
             skew = opts.clock_skew
 
-            def clock() -> float:
-                return time.time() + skew
+    def clock() -> float:
+        # every read is counted: a clock fault reaches only a lock that reads this clock
+        # (lockstat_clock_reads; bench calls a skew that no read could see "n/a", never a strike)
+        _CLOCK_READS[0] += 1
+        return time.time() + skew
 
     return LockOptions(
         ttl=opts.lock_ttl,
@@ -737,3 +744,6 @@ def close_locks(locks: Iterable[Any]) -> None:
     for recorded in locks:
         RECORDER.add_lock_stats(recorded.lock.stats())
         recorded.lock.close()
+    # this process's reads of the lock clock since the last user stopped (lockstat_clock_reads)
+    reads, _CLOCK_READS[0] = _CLOCK_READS[0], 0
+    RECORDER.add_lock_stats({"clock_reads": reads})

@@ -58,6 +58,12 @@ FENCING_MODES = ("off", "observe", "enforce")
 STALE_LOG_MAX = 10_000
 
 
+#: Between a claiming holder's client id and its lock's owner value in the fault signal.
+OWNER_SEP = "|owner="
+#: Before the ms the claiming holder's lease still had to run.
+LEFT_SEP = "|left="
+
+
 class StaleToken(Exception):
     """The resource refused an access: its token is older than one it has already seen."""
 
@@ -170,10 +176,19 @@ class FlashSaleResource:
         value = popped[1]
         return value.decode() if isinstance(value, bytes) else str(value)
 
-    def signal_held(self, client: str) -> bool:
-        """Claim the armed fault for this holder (only one claims it); True when claimed."""
+    def signal_held(self, client: str, owner: str = "", left_ms: int | None = None) -> bool:
+        """Claim the armed fault for this holder (only one claims it); True when claimed.
+
+        ``owner`` is the value the lock wrote for this grant (``Lease.owner``): bench finds the
+        server holding the holder's key by it, whatever the lock names its keys. ``left_ms`` is
+        what the holder's own lease still has to run (None: no lease): a strike keeps a holder
+        only while its lease lasts.
+        """
         if self.client.delete(f"{self.ns}:armed"):
-            self.client.rpush(f"{self.ns}:signal", client)
+            value = f"{client}{OWNER_SEP}{owner}" if owner else client
+            if left_ms is not None:
+                value += f"{LEFT_SEP}{int(left_ms)}"
+            self.client.rpush(f"{self.ns}:signal", value)
             return True
         return False
 
