@@ -375,3 +375,26 @@ def test_cooperates_with_gevent(impl: str, etcd_server: EtcdServer) -> None:
     assert report["held_ok"] is True, report
     assert report["sock"].startswith("gevent"), report  # the client's I/O yields to the hub
     assert report == {**report, "inside": 0, "worst": 1, "done": 15}
+
+
+@pytest.mark.parametrize("impl", ["canary.no-expiry-etcd", "canary.no-keepalive-etcd"])
+def test_canaries_are_locks_that_keep_the_contract(impl: str, etcd_server: EtcdServer) -> None:
+    """The crash and long-cs controls of etcd are real locks: they fail only where built to."""
+    make = factory(impl, etcd_server.url)
+    contract.check_acquire_release(make)
+    contract.check_ownership_probe(make)
+    contract.check_exclusive_and_timeout(make)
+
+
+def test_the_no_keepalive_canary_loses_its_lease_after_its_ttl(etcd_server: EtcdServer) -> None:
+    make = factory("canary.no-keepalive-etcd", etcd_server.url)
+    name = contract.fresh_name("nokeep")
+    a = make(name, ttl=1.0)
+    lease = a.acquire(timeout=2)
+    assert a.owns(lease) is True
+    deadline = time.monotonic() + 10
+    while a.owns(lease) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert a.owns(lease) is False  # the lease expired: nothing renewed it
+    b = make(name, ttl=1.0)
+    b.release(b.acquire(timeout=5))

@@ -248,3 +248,14 @@ def test_cooperates_with_gevent(url: str) -> None:
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["ticks_while_waiting"] > 10, report
     assert report["acquired_after_ticks"] >= report["ticks_while_waiting"], report
+
+
+def test_the_no_expiry_canary_keeps_the_contract(url: str) -> None:
+    """crash's control for file locks: an O_EXCL lock file only its holder removes (the kernel frees flocks)."""
+    cls = resolve("canary.no-expiry-file")
+
+    def make(name: str, **overrides: object) -> Lock:
+        return cls(name, [url], LockOptions(**overrides))
+
+    contract.check_all(make)
+    assert cls.recovery_after_crash(1.0, {})[0] is None

@@ -325,3 +325,17 @@ def test_cooperates_with_gevent(impl: str, memcached_server: MemcachedServer) ->
     assert report["sock"].startswith("gevent"), report
     assert report == {**report, "inside": 0, "worst": 1, "done": 50}
     assert report["ticks"] > 5, report  # the ticker ran while users waited
+
+
+def test_the_no_expiry_canary_keeps_the_contract_and_never_expires(memcached_server: MemcachedServer) -> None:
+    """crash's control on memcached: a key with no expiry, which only its holder deletes."""
+    make = factory("canary.no-expiry-memcached", memcached_server.url)
+    contract.check_acquire_release(make)
+    contract.check_ownership_probe(make)
+    contract.check_exclusive_and_timeout(make)
+    name = contract.fresh_name("forever")
+    lease = make(name, ttl=1.0).acquire(timeout=2)
+    assert lease.deadline_ns is None
+    time.sleep(2.2)  # past any 1 s lease: the key is still there
+    assert make(name, ttl=1.0).try_acquire() is None
+    assert resolve("canary.no-expiry-memcached").recovery_after_crash(1.0, {})[0] is None

@@ -359,3 +359,36 @@ def test_a_holder_whose_strike_missed_is_told_so_and_its_case_waits_for_one_that
     assert watch.hits == 0
     watch.feed([*events, ("a", 2, "fault-hold", "invoke", "k", 3), ("a", 2, "fault-hold", "ok", "k", 4)])
     assert watch.hits == 1
+
+
+@pytest.mark.server
+def test_a_restart_finds_the_holder_s_master_by_its_owner_value_whatever_the_key_is_called(
+    tmp_path: Path,
+) -> None:
+    """Reach, per holder: a user's own lock with its own key names gets the same strikes as ours.
+
+    Two masters; the holder's lock value sits on the second under a key bench never named
+    (``myapp/locks/…``) and a waiter's value on the first. The restart must take the second.
+    """
+    with lock_and_resource_redis(tmp_path, "reach") as (first, resource):
+        second = RedisServer(tmp_path / "second", name="redis-reach-second").start()
+        try:
+            thread = FaultThread(
+                parse_fault("restart@held"), first, [resource_db(resource.url, 0)], deadline_s=5,
+                labels=["0"], servers=[first, second],
+            )  # fmt: skip
+            box = thread.mailbox("0")
+            box.holder, box.owner = "client-a", "owner-of-a"
+            import redis as redis_lib
+
+            redis_lib.Redis.from_url(first.url).set("myapp/locks/item", "owner-of-a-waiter")
+            redis_lib.Redis.from_url(second.url).set("myapp/locks/item", "owner-of-a")
+            target, missed = thread._restart_target()
+            assert target is second and missed == {}
+            # and the reentrant layout: the owner as a field of a hash
+            redis_lib.Redis.from_url(second.url).delete("myapp/locks/item")
+            redis_lib.Redis.from_url(first.url).hset("myapp/locks/h", "owner-of-a", 1)
+            target, missed = thread._restart_target()
+            assert target is first and missed == {}
+        finally:
+            second.stop()

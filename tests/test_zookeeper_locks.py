@@ -451,3 +451,9 @@ def test_bench_run_flash_sale_on_every_zookeeper_impl(zk: ZooKeeperServer, tmp_p
     # the herd: with 8 contenders the ephemeral lock is notified several times per grant
     assert ephemeral["lockstat_watch_notifications"] > 2 * ephemeral["acquisitions"]
     assert sequential["lockstat_watch_notifications"] <= sequential["acquisitions"]
+
+
+def test_the_no_expiry_canary_keeps_the_contract(zk: ZooKeeperServer) -> None:
+    """crash's control on ZooKeeper: a persistent node no session end removes."""
+    contract.check_all(factory("canary.no-expiry-zookeeper", zk.url))
+    assert resolve("canary.no-expiry-zookeeper").recovery_after_crash(1.0, {})[0] is None
