@@ -22,6 +22,35 @@ _PR_SET_PDEATHSIG = 1
 #: Set (to any text) to make starting a server an error: ``scripts/test --quick`` sets it, so a
 #: test that claims to start no server, or a ``bench`` command such a test runs, cannot start one.
 FORBID_ENV = "LOCKBENCH_FORBID_SERVERS"
+#: TEST ONLY (tests/test_matrix_failures.py): ``<server name>:<count>[,...]`` makes the first <count>
+#: starts of that server in this process fail (a shell that writes a line to the server's log and
+#: exits 1 runs instead of the server), so a test can show what a failed start costs.
+FAIL_START_ENV = "LOCKBENCH_TEST_FAIL_START"
+#: TEST ONLY: ``<server name>:<seconds>[,...]``: the first start of that server in this process is
+#: SIGKILLed that long after it became ready, so a test can show what a server death costs.
+KILL_AFTER_ENV = "LOCKBENCH_TEST_KILL_AFTER"
+_hook_counts: dict[tuple[str, str], int] = {}
+_hook_lock = threading.Lock()
+
+
+def _test_hook(env: str, name: str) -> tuple[float, int] | None:
+    """TEST ONLY: (the value given for ``name`` in ``env``, the how-many-th start of it this is), or None."""
+    text = os.environ.get(env, "")
+    if not text:
+        return None
+    for item in text.split(","):
+        who, _, value = item.strip().rpartition(":")
+        if who != name:
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        with _hook_lock:
+            nth = _hook_counts.get((env, name), 0) + 1
+            _hook_counts[(env, name)] = nth
+        return number, nth
+    return None
 
 
 def die_with_parent() -> None:
@@ -164,10 +193,15 @@ class ServerProcess:
             raise InfraError(f"{self.name}: starting servers is forbidden here ({FORBID_ENV} is set)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen
+        argv = self.argv
+        fail = _test_hook(FAIL_START_ENV, self.name)
+        if fail is not None and fail[1] <= fail[0]:  # TEST ONLY: this start fails, as asked
+            said = f"lockbench test hook ({FAIL_START_ENV}): start {fail[1]} of {self.name} fails"
+            argv = ["/bin/sh", "-c", f"echo '{said}'; exit 1"]
 
         def spawn() -> subprocess.Popen:
             return subprocess.Popen(
-                self.argv,
+                argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -197,12 +231,29 @@ class ServerProcess:
                 raise InfraError(f"{self.name} exited at start (code {self.popen.returncode}): {tail}")
             try:
                 if ready():
+                    self._kill_later_if_asked()
                     return
             except Exception:  # noqa: BLE001 - not ready yet, whatever the client says
                 pass
             time.sleep(0.02)
         self.stop()
         raise InfraError(f"{self.name} did not become ready within {timeout:.0f}s; see {self.log_path}")
+
+    def _kill_later_if_asked(self) -> None:
+        """TEST ONLY (:data:`KILL_AFTER_ENV`): SIGKILL the first start of this server a while after it is ready."""
+        asked = _test_hook(KILL_AFTER_ENV, self.name)
+        if asked is None or asked[1] > 1:
+            return
+        popen = self.popen
+
+        def kill() -> None:
+            if popen is not None and popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+
+        timer = threading.Timer(asked[0], kill)
+        timer.daemon = True
+        timer.start()
 
     def log_tail(self, lines: int = 3) -> str:
         try:

@@ -14,8 +14,10 @@ run inside a namespace on the same switch: see ``TestHostNet.enter``.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,33 @@ def probe(url: str, timeout: float = 3.0) -> None:
             )
 
 
+def _free_name(folder: Path, name: str, why: str) -> Path:
+    """The first unused name for a kept log of process ``name`` in ``folder`` (see Stack.keep_logs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        if why:
+            candidate = folder / f"{name}.{why}-{n}.log"
+        else:
+            candidate = folder / (f"{name}.log" if n == 1 else f"{name}.{n}.log")
+        if not candidate.exists():
+            candidate.touch()  # claimed: the next stack of this lane takes the next name
+            return candidate
+        n += 1
+
+
+def _naming_logs(message: str, processes: list[Any], kept: dict[str, Path]) -> str:
+    """``message`` with each server log it names replaced by the kept copy (or the copies appended)."""
+    named = False
+    for proc in processes:
+        if proc.name in kept and str(proc.log_path) in message:
+            message = message.replace(str(proc.log_path), str(kept[proc.name]))
+            named = True
+    if kept and not named:
+        message = f"{message.rstrip()}; log: {', '.join(str(p) for p in kept.values())}"
+    return message
+
+
 class Stack:
     """Servers for a set of backends plus the resource, as a context manager.
 
@@ -79,8 +108,14 @@ class Stack:
         servers_per_backend: dict[str, int] | None = None,
         topology: dict[str, str] | None = None,
         hosts: TestHostNet | None = None,
+        keep_logs: Path | None = None,
     ) -> None:
         self.backends = backends
+        #: where every server's log is copied when the stack closes, a start fails or a server dies
+        #: (a results folder's ``logs/servers/...``); None: the logs go with the work directory
+        self.keep_logs_dir = keep_logs
+        #: process name -> its kept log (one file per process for the stack's life; restarts append)
+        self.kept: dict[str, Path] = {}
         self.hosts = hosts
         self._place: Placer = hosts.placer() if hosts is not None else on_loopback
         self.counts = servers_per_backend or {}
@@ -114,7 +149,11 @@ class Stack:
             at = self._place(key)
             server = cls(self.workdir, name=key, host=at.host, launcher=at.launcher)
         self.servers[key] = server
-        server.start()
+        try:
+            server.start()
+        except InfraError as exc:
+            kept = self.keep_logs([key], why="start-failed")
+            raise InfraError(_naming_logs(str(exc), self.processes([key]), kept)) from exc
         try:
             self.versions[key] = server.version()
         except Exception:  # noqa: BLE001 - a version is a label, never a reason to fail
@@ -168,10 +207,49 @@ class Stack:
             if getattr(server, "process", None) is not None and not server.process.alive()
         ]
 
+    def processes(self, keys: Iterable[str] | None = None) -> list[Any]:
+        """The server processes (infra.process.ServerProcess) of these servers (default: all), members included."""
+        wanted = None if keys is None else set(keys)
+        out = []
+        for key, server in self.servers.items():
+            if wanted is not None and key not in wanted:
+                continue
+            procs = getattr(server, "processes", None) or [getattr(server, "process", None)]
+            out.extend(p for p in procs if p is not None and getattr(p, "log_path", None) is not None)
+        return out
+
+    def keep_logs(self, keys: Iterable[str] | None = None, why: str = "") -> dict[str, Path]:
+        """Copy the logs of these servers (default: all) to :attr:`keep_logs_dir`; {process name: kept file}.
+
+        Why: the work directory is deleted with the stack (and the scratch folder with bench), so
+        an error that points at a server's log must point at a copy that stays. A process keeps
+        one file for the stack's life, named the first time: ``<name>.log`` (``<name>.2.log`` for
+        the same name in a later stack), or ``<name>.<why>-<n>.log`` (``start-failed``, ``died``).
+        """
+        if self.keep_logs_dir is None:
+            return {}
+        out: dict[str, Path] = {}
+        for proc in self.processes(keys):
+            dest = self.kept.get(proc.name)
+            try:
+                if dest is None:
+                    dest = self.kept[proc.name] = _free_name(self.keep_logs_dir, proc.name, why)
+                tmp = dest.with_name(f".{dest.name}.tmp")
+                if Path(proc.log_path).exists():
+                    shutil.copyfile(proc.log_path, tmp)
+                else:
+                    tmp.write_text(f"({proc.name} wrote no log to {proc.log_path})\n")
+                os.replace(tmp, dest)
+            except OSError:
+                continue  # a full disk must not hide the error being reported
+            out[proc.name] = dest
+        return out
+
     def close(self) -> None:
         for server in reversed(list(self.servers.values())):
             with contextlib.suppress(Exception):  # keep stopping the others
                 server.stop()
+        self.keep_logs()  # after the stop: the logs are whole
         self.servers.clear()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -383,6 +383,27 @@ def merge_cmd(
     raise typer.Exit(merge_command(list(shards), results_dir, console, render=report))
 
 
+@app.command("matrix-compare", short_help="Two matrices of one commit: the cells whose class differs.")
+def matrix_compare_cmd(
+    a: Annotated[Path, typer.Argument(help="a bench matrix results folder", metavar="A")],
+    b: Annotated[
+        Path, typer.Argument(help="another bench matrix folder of the same commit and selection", metavar="B")
+    ],
+) -> None:
+    """Did the matrix give the same answer twice? Lists every impl x scenario cell whose class
+    (survived, thin, failed, stuck, unknown, not tested ...: the report's own cells) differs
+    between A and B, with each side's class and reason.
+
+    Exit 0 when every cell is the same, 1 when any differs; 2 (one line) when a folder is not
+    a matrix, or the two differ in commit or selection (impls, scenarios, evidence, strikes,
+    shard), which it names. A command of its own rather than a flag of bench matrix: it starts
+    no server and takes none of bench matrix's options, like bench merge and bench report.
+    """
+    from bench.matrix.compare import compare_command
+
+    raise typer.Exit(compare_command(a, b, console))
+
+
 @app.command("calibrate", short_help="Print backend floors and each impl's solo hold.")
 def calibrate_cmd(
     ctx: typer.Context,

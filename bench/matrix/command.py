@@ -28,7 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.errors import Interrupted, UserError
+from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
 from bench.matrix.lanes import _load_average, _Shared, busy_cores, cpu_ticks, run_lanes, strike_cycles
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
@@ -39,7 +39,7 @@ from bench.nemesis.scenarios import USERS, scenarios_at
 from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
-from bench.run.command import _check_user_dsns
+from bench.run.command import _check_user_dsns, _refuse_before_start
 from infra import install_all
 
 
@@ -77,6 +77,9 @@ def matrix_command(
     if resource_url:
         parallel = 1  # every lane would share the user's resource server
     plan = _Plan.make(backends, impls, scenarios, user_urls, LEVELS[evidence], strikes, shard, console)
+    # a server the user named that nobody answers at is bad input: one line and exit 2 before any case,
+    # never a lane lost after others ran (a lane's own servers that fail cost only its cases)
+    _refuse_before_start(list(dict.fromkeys(lane.backend for lane in plan.lanes)), user_urls, resource_url)
     # what the lanes need, installed once before they start side by side (parallel apt-get races on dpkg)
     install_all.ensure(lane.backend for lane in plan.lanes if not user_urls.get(lane.backend))
     folder = RunFolder(
@@ -91,6 +94,7 @@ def matrix_command(
             "params": plan.params(evidence, parallel, lanes_why, warm),
             "impls": plan.subjects,
             "endpoints": {},
+            "report": "missing",  # until report.html is written (an interrupt while rendering leaves it so)
         },
     )
     slice_ = f" (shard {shard.text}: {len(plan.cases)} of {len(plan.ids)} cases)" if shard is not None else ""
@@ -110,7 +114,14 @@ def matrix_command(
             f"interrupted; finished cases in {folder.path} ({len(folder.rows)} of {len(plan.cases)} finished; "
             f"render them with: bench report {folder.path})"
         )
-    return _judge_whole(plan, folder, shared, console, render, slo_us)
+    try:
+        return _judge_whole(plan, folder, shared, console, render, slo_us)
+    except KeyboardInterrupt:
+        # every case is in the folder and run.json says how the lanes ended; what is missing is the
+        # judging of the whole (controls, matrix.md) and the report, which bench report makes
+        raise Interrupted(
+            f"interrupted; every case is in {folder.path} (report.html not written: run `bench report {folder.path}`)"
+        ) from None
 
 
 @dataclass
@@ -211,16 +222,20 @@ def _run(
             run_lanes(plan.lanes, shared, parallel, user_urls, resource_url, Path(tmp), warm)
     except KeyboardInterrupt:
         status = "incomplete"  # one line, from main(), once the folder is consistent; nothing rendered
-    except BaseException as exc:  # a lane could not start (a server missing and not installable ...)
+    except BaseException as exc:  # a bug, a full disk: lanes catch what servers do (bench/matrix/lanes.py)
         status = "failed"  # never 'complete' with cases missing
         shared.failures.append(f"matrix stopped: {' '.join(str(exc).split())}")
-        raise
+        if not folder.rows or folder.broken is not None:
+            raise
+        # cases have run: they are judged, drawn and reported like any others (exit 1, never 2)
     finally:
         wall = time.monotonic() - t0
         if status == "complete" and shared.failures:
             status = "complete-with-failures"
         if shared.failures:
             folder.note("failures", shared.failures)
+        if shared.incidents:
+            folder.note("incidents", shared.incidents)
         if status in ("failed", "incomplete"):  # the grid and report name every planned case that did not run
             ran = {str(r.get("case")) for r in folder.rows}
             why = "interrupted" if status == "incomplete" else shared.failures[-1]
@@ -236,7 +251,7 @@ def _run(
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})
         folder.finish(status)
-    return status
+    return "complete-with-failures" if status == "failed" else status
 
 
 def _judge_whole(
@@ -271,7 +286,11 @@ def _judge_whole(
     if render and folder.rows:
         from dashboards import render_report
 
+        raise_if_interrupted()
         report_path = render_report([folder.path], slo_us=slo_us)
+        folder.note("report", "report.html")
+    elif not render:
+        folder.note("report", "not requested (--no-report): bench report <folder> makes it")
     print(report_path if render and folder.rows else folder.path)
     open_cells = undecided(folder.rows, not_run)
     folder.note("undecided", open_cells)
@@ -279,12 +298,12 @@ def _judge_whole(
         console.print(f"  undecided: {line}", markup=False)
     if len(open_cells) > 40:
         console.print(f"  ... and {len(open_cells) - 40} more (run.json 'undecided')", markup=False)
-    stopped = [f"{n['impl']} x {n['scenario']}" for n in not_run if n.get("word") == "not run"]
+    stopped = [f"{n['impl']} x {n['scenario']}" for n in not_run if n.get("word") == "not run"] + shared.lost
     if shared.failures or open_cells or contradictions:  # the last line says why the exit is 1
         parts = [f"{len(open_cells)} cell(s) undecided", f"{len(contradictions)} contradicting the catalog"]
         if shared.failures:
             names = ", ".join(stopped[:5]) + (f" (+{len(stopped) - 5} more)" if len(stopped) > 5 else "")
-            parts.insert(0, f"{len(shared.failures)} failure(s), cases that could not run: {names or 'none'} "
+            parts.insert(0, f"{len(shared.failures)} failure(s), cases without a result: {names or 'none'} "
                          f"({' '.join(shared.failures[0].split())})")  # fmt: skip
         console.print(f"lockbench: exit 1: {'; '.join(parts)}", markup=False, soft_wrap=True)
     return 1 if shared.failures or open_cells or contradictions else 0

@@ -21,18 +21,48 @@ from rich.console import Console
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
 from bench.measure.evidence import server_died
-from bench.results.folder import RunFolder
+from bench.results.folder import ResultsWriteError, RunFolder
 from bench.run.case import CaseFailed
 from bench.run.group import run_group
 from bench.run.locust import _run_locust as cold_locust
 from bench.run.runner import endpoints_for_meta, run_case
 from bench.run.warm import WarmLocust, WarmLocustError
+from infra.errors import InfraError
 from infra.stack import Stack
 from infra.testhosts import TestHostNet
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
 
-#: A lane whose servers died gets fresh ones this many times before it stops.
+#: A lane whose servers died or did not start gets fresh ones this many times before it stops.
 MAX_LANE_RESTARTS = 1
+#: Where a matrix keeps its servers' logs: ``logs/servers/<lane>/<server>.log`` in the results folder.
+SERVER_LOGS = Path("logs") / "servers"
+
+
+def lane_log_dir(folder: Path, lane: Lane) -> Path:
+    """The folder a lane's server logs are kept in (``#`` of a lane's name is no character for a path)."""
+    return folder / SERVER_LOGS / lane.name.replace("#", "-").replace("/", "-")
+
+
+def lost_row(case: MatrixCase, reason: str) -> dict[str, Any]:
+    """The row of a case that could not run or finish (its servers did not start, or died, or its
+    Locust failed): verdict ``unknown`` with the reason, every column a real row has that says what
+    the case was, and zero for the counts nothing was there to count (none is a finding)."""
+    from resultsio.schema import CASES_SCHEMA, VIOLATION_COLUMNS
+
+    row: dict[str, Any] = {
+        "case": case.case_id, "impl": case.impl, "backend": case.backend, "workload": case.workload.name,
+        "scenario": case.scenario, "fencing": case.fencing, "fault": case.fault.label if case.fault else "",
+        "trial": case.trial, "users": case.settings.users, "processes": case.settings.processes,
+        "duration_s": 0.0, "throughput_acq_s": 0.0, "acquisitions": 0, "acquire_timeouts": 0,
+        "acquire_unknown": 0, "releases_not_owned": 0, "purchases": 0, "units_sold": 0,
+        "verdict": "unknown", "verdict_reason": reason, "evidence": "unknown",
+    }  # fmt: skip
+    row.update({name: 0 for name in VIOLATION_COLUMNS})
+    # and every other count a row must have (resultsio's schema: a column that may not be empty)
+    for name, column in CASES_SCHEMA.columns.items():
+        if not column.regex and not column.nullable and name not in row:
+            row[name] = 0
+    return row
 
 
 def strike_cycles(cycles: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, dict[str, Any]]:
@@ -147,6 +177,10 @@ class _Shared:
         self.caps_done_s = 0.0
         self.started = time.monotonic()
         self.failures: list[str] = []
+        #: "impl x scenario" of every case recorded unknown because it got no result (shared.lose)
+        self.lost: list[str] = []
+        #: what went wrong without costing a case (a start that failed, then worked on fresh servers)
+        self.incidents: list[str] = []
         self.timings: dict[str, dict[str, Any]] = {}
         self.endpoints: dict[str, Any] = {}
         self.versions: dict[str, str] = {}
@@ -206,6 +240,37 @@ class _Shared:
                 markup=False,
             )
 
+    def lose(self, lane: Lane, case: MatrixCase, reason: str) -> None:
+        """Record a case that got no result as ``unknown`` with ``reason`` (a row like any other)."""
+        from workloads.harness.recording import history_frame
+
+        reason = " ".join(reason.split())
+        row = lost_row(case, reason)
+        row.update(annotate(row, case.impl, case.matrix_scenario, fenced=case.fencing == "enforce"))
+        row.update({"matrix_scenario": case.matrix_scenario, "role": case.role, "control_impl": case.control_impl,
+                    "group_id": case.group, "group_size": 0})  # fmt: skip
+        row["observed_outcome"] = observed_outcome(row)
+        with self._lock:
+            self.failures.append(f"{case.case_id}: {reason}")
+            self.lost.append(f"{case.impl} x {case.scenario}")
+            # an empty history and no histograms: every row of a folder rests on its files (resultsio)
+            empty = Path(self.folder.path) / "history" / f".{case.case_id}.empty.parquet"
+            try:
+                history_frame([]).to_parquet(empty, index=False)
+                self.folder.add_case(row, {}, empty, {"lost": reason})
+            finally:
+                empty.unlink(missing_ok=True)
+            self.done += 1
+            self.caps_done_s += case.settings.duration
+            if self.cancel.is_set():
+                return
+            self.console.print(
+                f"[{self.done}/{self.total}] {lane.name}: {case.impl} x {case.scenario}: unknown ({reason}) · "
+                f"{self.time_left()}",
+                markup=False,
+                soft_wrap=True,
+            )
+
     def time_left(self) -> str:
         """``3m10s elapsed, about 9m left``: elapsed time scaled by the caps still to run."""
         elapsed = time.monotonic() - self.started
@@ -219,12 +284,25 @@ class _Shared:
         return text
 
     def fail(self, message: str) -> None:
+        """A lane's failure that is not one case's (its servers died): in run.json ``failures``, printed."""
         with self._lock:
             self.failures.append(message)
-            self.done += 1
             if self.cancel.is_set():
                 return
-            self.console.print(f"  case failed: {message}", markup=False)
+            self.console.print(f"  failed: {message}", markup=False, soft_wrap=True)
+
+    def incident(self, message: str) -> None:
+        """Something went wrong and cost no case (a start that failed once, then worked): run.json ``incidents``."""
+        with self._lock:
+            self.incidents.append(message)
+            if self.cancel.is_set():
+                return
+            self.console.print(f"  note: {message}", markup=False, soft_wrap=True)
+
+    def recorded(self) -> set[str]:
+        """Case ids that have a row already."""
+        with self._lock:
+            return {str(r.get("case")) for r in self.folder.rows}
 
 
 def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int]:
@@ -276,15 +354,34 @@ def _run_lane(
     scratch: Path,
     warm: bool,
 ) -> None:
-    with contextlib.ExitStack() as ctx:
-        net = None
-        if lane.hosts:  # a partition lane: its servers and clients on test hosts, this thread on "control"
-            net = ctx.enter_context(TestHostNet(0))
-            ctx.enter_context(net.enter(net.add_host("control")))
-        launchers = ctx.enter_context(
-            _Launchers(warm)
-        )  # on test hosts too: workers fork, then enter their hosts
-        _run_lane_cases(lane, shared, user_urls, resource_url, scratch, launchers, net)
+    try:
+        with contextlib.ExitStack() as ctx:
+            net = None
+            if (
+                lane.hosts
+            ):  # a partition lane: its servers and clients on test hosts, this thread on "control"
+                net = ctx.enter_context(TestHostNet(0))
+                ctx.enter_context(net.enter(net.add_host("control")))
+            launchers = ctx.enter_context(
+                _Launchers(warm)
+            )  # on test hosts too: workers fork, then enter their hosts
+            _run_lane_cases(lane, shared, user_urls, resource_url, scratch, launchers, net)
+    except ResultsWriteError:
+        raise  # the folder cannot take a row: nothing to go on with
+    except Exception as exc:  # noqa: BLE001 - whatever broke this lane costs its own cases, not the matrix's
+        if shared.cancel.is_set():
+            raise
+        what = str(exc) if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
+        _lose_rest(lane, shared, lane.units or form_groups(lane), f"lane {lane.name} stopped: {what}")
+
+
+def _lose_rest(lane: Lane, shared: _Shared, units: list[list[MatrixCase]], reason: str) -> None:
+    """Every case of ``units`` without a row yet becomes an ``unknown`` row with ``reason``."""
+    have = shared.recorded()
+    for unit in units:
+        for case in unit:
+            if case.case_id not in have and not shared.cancel.is_set():
+                shared.lose(lane, case, reason)
 
 
 def _heal(stack: Stack) -> None:
@@ -319,6 +416,11 @@ def _run_lane_cases(
     A server-fault scenario's cases run as groups under one nemesis (:func:`form_groups`). A
     Sentinel group cannot fail over twice (its old master is gone and nobody is left to
     promote), so a failover lane gets fresh servers for every case or group instead.
+
+    A start that fails or a server that dies costs only the cases it serves: their rows are
+    ``unknown`` with the reason, naming the server's log as kept in the results folder
+    (``logs/servers/<lane>/``); the lane tries once more with fresh servers on fresh ports and,
+    when that fails too, records its remaining cases as ``unknown`` and stops. Other lanes go on.
     """
     t0 = time.monotonic()
     timing = {
@@ -332,24 +434,39 @@ def _run_lane_cases(
     }
     shared.timings[lane.name] = timing
     fresh_each = lane.topology == "sentinel"
+    logs = lane_log_dir(shared.folder.path, lane)
+    units = lane.units or form_groups(lane)
     stack: Stack | None = None
     restarts = 0
+    index = 0
     try:
-        for unit in lane.units or form_groups(lane):
+        while index < len(units):
+            unit = units[index]
             if shared.cancel.is_set():
                 return
             if stack is None:
                 t_up = time.monotonic()
-                stack = Stack(
-                    [lane.backend],
-                    user_urls=user_urls,
-                    resource_url=resource_url,
-                    reuse_infra_up=False,
-                    servers_per_backend={lane.backend: lane.servers_needed()},
-                    topology={lane.backend: lane.topology} if lane.topology else {},
-                    hosts=net,
-                ).__enter__()
-                timing["server_start_s"] += time.monotonic() - t_up
+                try:
+                    stack = Stack(
+                        [lane.backend],
+                        user_urls=user_urls,
+                        resource_url=resource_url,
+                        reuse_infra_up=False,
+                        servers_per_backend={lane.backend: lane.servers_needed()},
+                        topology={lane.backend: lane.topology} if lane.topology else {},
+                        hosts=net,
+                        keep_logs=logs,
+                    ).__enter__()
+                except InfraError as exc:
+                    restarts += 1
+                    what = f"lane {lane.name}: its servers did not start: {' '.join(str(exc).split())}"
+                    if user_urls.get(lane.backend) or restarts > MAX_LANE_RESTARTS:
+                        _lose_rest(lane, shared, units[index:], what)
+                        return
+                    shared.incident(f"{what}; trying once more with fresh servers on fresh ports")
+                    continue
+                finally:
+                    timing["server_start_s"] += time.monotonic() - t_up
                 shared.endpoints[lane.name] = endpoints_for_meta(stack)
                 shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
             t_unit = time.monotonic()
@@ -357,12 +474,16 @@ def _run_lane_cases(
             # a server that died on its own (the fault thread heals what it broke) makes the case
             # unknown: checked before any heal, which would bring it back and hide it
             dead = [] if fresh_each else stack.dead()
+            where = _kept_logs(stack.keep_logs(dead, why="died")) if dead else f" (server logs: {logs})"
             for case, result in zip(unit, results, strict=True):
                 if isinstance(result, Exception):
-                    shared.fail(str(result))
+                    said = str(result)  # a ServerDied names the kept log itself (runner.dead_servers_text)
+                    shared.lose(lane, case, said if str(logs) in said else f"{said}{where}")
                     continue
                 if dead:
                     server_died(result["row"], dead)
+                    if result["row"].get("verdict") == "unknown":
+                        result["row"]["verdict_reason"] = f"{result['row']['verdict_reason']}{where}"
                 shared.add(lane, case, result)
                 t = result.get("timing") or {}
                 timing["cases"] += 1
@@ -372,33 +493,44 @@ def _run_lane_cases(
                     timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
             timing["unit_s"] = timing.get("unit_s", 0.0) + time.monotonic() - t_unit
             timing["groups"] += 1 if unit[0].group else 0
+            index += 1
             if fresh_each:
                 stack.close()
                 stack = None
                 continue
             if not dead:
-                _heal(stack)
-                dead = stack.dead()
+                try:
+                    _heal(stack)
+                except InfraError as exc:  # a member that does not come back: as good as dead
+                    shared.fail(f"lane {lane.name}: heal after {unit[0].case_id} failed: {exc}")
+                    dead = ["(heal)"]
+                dead = [d for d in stack.dead()] or dead
+                if dead:
+                    where = _kept_logs(stack.keep_logs([d for d in dead if d in stack.servers], why="died"))
             if dead:
                 # a nightly matrix should not lose a lane's later cases to one death: its cases
                 # are marked (unknown, server died), the lane gets fresh servers and goes on,
                 # unless the servers are the user's own or they died before (twice is a pattern)
                 restarts += 1
-                if user_urls.get(lane.backend) or restarts > MAX_LANE_RESTARTS:
-                    shared.fail(
-                        f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}; lane stopped"
-                    )
-                    return
-                shared.fail(
-                    f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}; "
-                    "the lane's servers were started afresh for its next case"
-                )
+                what = f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}{where}"
                 stack.close()
                 stack = None
+                if user_urls.get(lane.backend) or restarts > MAX_LANE_RESTARTS:
+                    shared.fail(f"{what}; lane stopped")
+                    _lose_rest(
+                        lane, shared, units[index:], f"{what}; lane stopped (fresh servers failed before)"
+                    )
+                    return
+                shared.fail(f"{what}; the lane's servers were started afresh for its next case")
     finally:
         if stack is not None:
             stack.close()
         timing["wall_s"] = time.monotonic() - t0
+
+
+def _kept_logs(kept: dict[str, Path]) -> str:
+    """`` (log: results/<run>/logs/servers/<lane>/redis-lock.died-1.log)``: where the dead servers' logs are."""
+    return f" (log: {', '.join(str(p) for p in kept.values())})" if kept else ""
 
 
 def run_lanes(

@@ -177,6 +177,15 @@ def undecided(rows: list[dict[str, Any]], not_run: list[dict[str, str]] | None =
     ``bench matrix`` exits 0 only when this is empty and nothing contradicts the catalog.
     """
     scenarios, impls, cells = grid(rows, not_run)
+    # an unknown cell says why: the first reason its cases give (a dead server, naming its kept log)
+    unknown_why: dict[tuple[str, str], str] = {}
+    for r in rows:
+        if (
+            r.get("role") != "control"
+            and r.get("verdict") == "unknown"
+            and isinstance(r.get("verdict_reason"), str)
+        ):
+            unknown_why.setdefault((str(r["impl"]), str(r["matrix_scenario"])), r["verdict_reason"])
     lines = []
     for impl in impls:
         for scenario in scenarios:
@@ -186,7 +195,7 @@ def undecided(rows: list[dict[str, Any]], not_run: list[dict[str, str]] | None =
             why = cell.detail if cell.detail and cell.detail != cell.word else ""
             reason = next(
                 (p for p in cell.hover.split("; ") if p.startswith(("positive control", "why"))), ""
-            )
+            ) or unknown_why.get((impl, scenario), "")
             extra = "; ".join(t for t in (why, reason) if t)
             lines.append(f"{impl} x {scenario}: {cell.word}" + (f" ({extra})" if extra else ""))
     return lines

@@ -55,7 +55,9 @@ def dead_servers_text(stack: Stack, dead: list[str]) -> str:
         kind = type(server).__name__.removesuffix("Server").lower() if server is not None else "server"
         url = redact_url(str(getattr(server, "url", ""))) if server is not None else ""
         role = "the resource server" if name == "resource" else f"the lock server {name}"
-        parts.append(f"{role} ({kind}{' ' + url if url else ''})")
+        kept = stack.keep_logs([name], why="died") if hasattr(stack, "keep_logs") else {}
+        log = f"; log: {', '.join(str(p) for p in kept.values())}" if kept else ""
+        parts.append(f"{role} ({kind}{' ' + url if url else ''}{log})")
     return ", ".join(parts)
 
 
@@ -318,6 +320,9 @@ def run_plan(
     """
     failures: list[str] = []
     timing = timing if timing is not None else RunTiming()
+    if getattr(stack, "keep_logs_dir", False) is None:
+        # the servers' logs stay with the run (logs/servers/), not in the scratch folder bench deletes
+        stack.keep_logs_dir = folder.path / "logs" / "servers"
     launcher: Launcher | None = None
     if warm is not None:
         with timing.phase("warm_start"):
@@ -393,7 +398,9 @@ def run_plan(
 def _stop_if_a_server_died(stack: Stack, case: Case) -> None:
     dead = stack.dead()
     if dead:
-        raise ServerDied(f"server {', '.join(dead)} died during {case.case_id}; finished cases are kept")
+        raise ServerDied(
+            f"{dead_servers_text(stack, dead)} died during {case.case_id}; finished cases are kept"
+        )
 
 
 def calibrate_solo(
