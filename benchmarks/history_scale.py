@@ -13,8 +13,8 @@ run-to-run noise measured here and a 10% throughput step for one lock two thirds
 points would cost nothing). It times, each as a fresh process with the page written: the
 floor (list the folders and ``json.load`` every run.json), ``bench history`` with no kept
 verdicts (every folder checked by the results reader, as before issue 42), and ``bench
-history`` again (the verdicts kept in history/.checked.json), each as a ratio to the floor,
-with the load average before and after each.
+history`` again, ``--repeat`` times (the verdicts kept in history/.checked.json), each as a
+ratio to the median floor, with the load average before and after each.
 
 Each generated folder is what the ``ci`` suite leaves (2 impls x 5 trials of flash-sale),
 written with bench/results/folder.py's writer so the schema is real; throughput carries the
@@ -242,12 +242,15 @@ def measure_copies(source: Path, count: int, workdir: Path, identical: bool, rep
     bench = [str(ROOT / ".venv" / "bin" / "bench"), "history", str(root), "--out", str(workdir / "page.html")]
     cache = root / "history" / CACHE_NAME
     rows: list[tuple[str, float, str, str]] = []
-    for _ in range(repeat):
-        rows.append(("floor: list + json.load every run.json", *_timed([python, "-c", FLOOR, str(root)])))
-        cache.unlink(missing_ok=True)
-        rows.append(("bench history, no kept verdicts (every folder checked)", *_timed(bench)))
+    floor_row = "floor: list + json.load every run.json"
+    rows.append((floor_row, *_timed([python, "-c", FLOOR, str(root)])))
+    cache.unlink(missing_ok=True)
+    rows.append(("bench history, no kept verdicts (every folder checked)", *_timed(bench)))
+    for _ in range(repeat):  # the floor beside each: the machine's load moves both
+        rows.append((floor_row, *_timed([python, "-c", FLOOR, str(root)])))
         rows.append(("bench history, verdicts kept", *_timed(bench)))
-    floor = sorted(r[1] for r in rows if r[0].startswith("floor"))[len(rows) // 3 // 2]
+    floors = sorted(r[1] for r in rows if r[0] == floor_row)
+    floor = floors[len(floors) // 2]
     for name, took, before, after in rows:
         print(f"{name:<58} {took:7.2f} s  {took / floor:7.1f} x floor  load {before} -> {after}")
     page = workdir / "page.html"
@@ -280,7 +283,9 @@ def main() -> None:
     parser.add_argument("--copies", type=int, help="copies of the run folder --of to read (issue 42)")
     parser.add_argument("--of", type=Path, help="a real run folder (a default bench run: 10 locks)")
     parser.add_argument("--identical", action="store_true", help="copies with the source's own figures")
-    parser.add_argument("--repeat", type=int, default=1, help="measure the floor and both commands N times")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="times the floor and the kept-verdicts run are measured"
+    )
     args = parser.parse_args()
     if args.copies:
         if args.of is None or not (args.of / "run.json").is_file():
