@@ -322,7 +322,7 @@ def run_plan(
     timing = timing if timing is not None else RunTiming()
     if getattr(stack, "keep_logs_dir", False) is None:
         # the servers' logs stay with the run (logs/servers/), not in the scratch folder bench deletes
-        stack.keep_logs_dir = folder.path / "logs" / "servers"
+        stack.keep_logs_dir = folder.path / "logs" / "servers"  # resultsio.schema.SERVER_LOGS
     launcher: Launcher | None = None
     if warm is not None:
         with timing.phase("warm_start"):
