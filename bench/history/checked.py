@@ -145,7 +145,6 @@ class CheckedFolders:
         self.reader = reader_fingerprint() if file is not None else ""
         self.entries: dict[str, dict[str, Any]] = {}
         self.seen: set[str] = set()
-        self.checked = 0  # folders the reader checked this time (the rest came from the cache)
         self.changed = False
         if file is None:
             return
@@ -163,7 +162,6 @@ class CheckedFolders:
     def read(self, path: Path, check: Callable[[Path], RunInfo | Skipped]) -> RunInfo | Skipped:
         """``check(path)``, or its kept verdict when the folder's files and the reader are unchanged."""
         if self.file is None:
-            self.checked += 1
             return check(path)
         key = str(path.resolve())
         self.seen.add(key)
@@ -174,7 +172,6 @@ class CheckedFolders:
                 return _value(path, entry)
         started = time.time_ns()
         info = check(path)
-        self.checked += 1
         if newest < started - RACY_NS and signature(path)[0] == sig:  # settled and unchanged while checked
             self.entries[key] = {"sig": sig, **_entry(info)}
             self.changed = True
@@ -194,9 +191,8 @@ class CheckedFolders:
             try:
                 with os.fdopen(fd, "w") as out:
                     out.write(data)
-                os.chmod(
-                    tmp, 0o644
-                )  # mkstemp's 0600 would hide it from another user reading the same results
+                # mkstemp's 0600 would hide the verdicts from another user reading the same results
+                os.chmod(tmp, 0o644)
                 os.replace(tmp, self.file)
             except OSError:
                 with contextlib.suppress(OSError):
