@@ -126,6 +126,10 @@ def __getattr__(name: str) -> Any:
 # good, and the crash scenario's stuck rule must see that.
 
 
+#: The memcached key listing every key the no-expiry canary took (bench/run/reset.py empties them).
+MEMCACHED_INDEX = "lockbench:canary:no-expiry-keys"
+
+
 def _never(cls: type[Lock]) -> type[Lock]:
     cls.recovery_after_crash = classmethod(  # type: ignore[method-assign]
         lambda c, ttl, params: (None, "no expiry: a canary built to get stuck")
@@ -151,6 +155,11 @@ def _no_expiry_memcached() -> type[Lock]:
             lease = super()._try_acquire()
             if lease is not None:
                 lease.deadline_ns = None  # no expiry, no deadline
+                # memcached cannot list its keys: bench's reset between cases reads this index
+                with self._call("index", changes_state=True) as mc:
+                    line = f"{self.key}\n".encode()
+                    if not mc.append(MEMCACHED_INDEX, line, noreply=False):
+                        mc.add(MEMCACHED_INDEX, line, expire=0, noreply=False)
             return lease
 
     return _never(NoExpiryMemcached)

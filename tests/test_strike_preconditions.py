@@ -19,6 +19,7 @@ import pytest
 from bench.matrix.tables import grid, undecided
 from bench.measure import strikes
 from bench.nemesis.faults import FaultThread, FaultWindow, Mailbox, StrikeMark, parse_fault
+from bench.nemesis.restart import restart_target
 from bench.run.case import RunSettings
 from bench.run.group import resource_db
 from bench.run.judge import stall_reason, with_fault_windows
@@ -175,6 +176,12 @@ def test_a_violation_under_a_stalled_generator_says_so() -> None:
     assert stall_reason(row, settings, short, int(10.0 * S)) == ""
     assert stall_reason(row, settings, _history(_grants([12.0])), int(10.0 * S)) == ""  # late share alone: no
     assert stall_reason({**row, "verdict": "valid"}, settings, stalled, int(10.0 * S)) == ""
+    # the scenario's own world pause stops the loop on purpose: that stall is the strike, not an excuse
+    paused = _history(
+        [("loop:7", -1, "stall", "ok", "", int(9.0 * S), None, 1500, None),
+         ("7-u0", 4, "pause", "ok", "L", int(10.5 * S), None, 1500, None), *_grants([12.0])]
+    )  # fmt: skip
+    assert stall_reason(row, settings, paused, int(11.0 * S)) == ""
     cell = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=False, stall_reason=reason)])
     assert cell.cls == "unknown" and cell.word == "stalled"  # undecided: never red, never green
     both = cell_for(
@@ -383,12 +390,12 @@ def test_a_restart_finds_the_holder_s_master_by_its_owner_value_whatever_the_key
 
             redis_lib.Redis.from_url(first.url).set("myapp/locks/item", "owner-of-a-waiter")
             redis_lib.Redis.from_url(second.url).set("myapp/locks/item", "owner-of-a")
-            target, missed = thread._restart_target()
+            target, missed = restart_target(thread.servers, thread.mailboxes)
             assert target is second and missed == {}
             # and the reentrant layout: the owner as a field of a hash
             redis_lib.Redis.from_url(second.url).delete("myapp/locks/item")
             redis_lib.Redis.from_url(first.url).hset("myapp/locks/h", "owner-of-a", 1)
-            target, missed = thread._restart_target()
+            target, missed = restart_target(thread.servers, thread.mailboxes)
             assert target is first and missed == {}
         finally:
             second.stop()

@@ -24,63 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-_LEASE = {
-    "redis": "redis.set-nx-px",
-    "postgres": "postgres.unique-insert-expiry",
-    "memcached": "memcached.add",
-}
-_CANARY_KILL = {"etcd": "canary.fail-open-etcd", "zookeeper": "canary.fail-open-zookeeper"}
+from bench.nemesis import kinds
 
-#: scenario -> backend -> the control impl (a lock that must fail there)
-CONTROLS: dict[str, dict[str, str]] = {
-    "long-cs": {**_LEASE, "etcd": "canary.no-keepalive-etcd"},
-    "lease-expiry-task": {**_LEASE, "etcd": "canary.no-keepalive-etcd"},
-    "lease-expiry-world": {**_LEASE, "etcd": "etcd.lease"},
-    "session-pause": {"zookeeper": "zookeeper.sequential"},
-    # a lock that never frees a dead holder must get stuck: the catalog's where one exists, a
-    # no-expiry canary where every catalog lock of the backend recovers in its own time
-    "crash": {
-        "redis": "redis.setnx-del",
-        "postgres": "postgres.unique-insert",
-        **{b: f"canary.no-expiry-{b}" for b in ("etcd", "zookeeper", "memcached", "file")},
-    },
-    # RedLock's arms: the catalog's failure where it fails (a bare majority, a master back empty at
-    # once); restart-delayed's is the same lock with a lease that outlasts the delay
-    "restart-bare": {"redis": "redis.redlock"},
-    "restart-aof": {"redis": "redis.redlock"},
-    "restart-delayed": {"redis": "canary.redlock-long-lease"},
-    "restart": {
-        "redis": "redis.set-nx-px",
-        "postgres": "postgres.advisory",
-        "memcached": "memcached.add",
-        **_CANARY_KILL,
-    },
-    "failover": {"redis": "redis.set-nx-px"},
-    "kill-member": _CANARY_KILL,
-    "kill-leader": _CANARY_KILL,
-    "clock-skew": {"redis": "redis.setnx-getset"},
-    # the locks the standard run of 2026-12-02 saw fail there (docs/catalog.md); PostgreSQL's
-    # three locks all hold under a client cut, so its control is its lease lock (the row expires
-    # under a cut-off holder; the canary does not fail there: a query on a cut connection hangs)
-    "partition-client": {
-        "redis": "redis.set-nx-px-lua",
-        "postgres": "postgres.unique-insert-expiry",
-        "memcached": "memcached.add",
-        "etcd": "etcd.lease",
-        "zookeeper": "zookeeper.sequential",
-    },
-    "partition-leader": {
-        "redis": "redis.set-nx-px-lua",
-        "etcd": "etcd.lease",
-        "zookeeper": "canary.fail-open-zookeeper",
-    },
-    "partition-majority": {
-        "redis": "redis.redlock",
-        "etcd": "etcd.lease",
-        "zookeeper": "zookeeper.sequential",
-    },
-    "partition-node": {"redis": "redis.redlock"},
-}
+#: scenario -> backend -> the control impl (a lock that must fail there), each declared by its
+#: fault kind in bench/nemesis/ beside its reach and its strike
+CONTROLS: dict[str, dict[str, str]] = kinds.controls()
 
 
 def control_for(scenario: str, backend: str) -> str | None:

@@ -16,6 +16,7 @@ from bench.errors import UserError
 from bench.matrix.controls import control_for
 from bench.measure.strikes import DEFAULT_TARGET, EvidenceTarget
 from bench.nemesis.faults import parse_fault
+from bench.nemesis.restart import RESTART
 from bench.nemesis.scenarios import USERS, Scenario, scenarios_at
 from bench.run.case import Case, RunSettings
 from bench.run.command import plan_impls, with_recovery_bound
@@ -138,7 +139,7 @@ def plan_matrix(
                 why = scenario.unreachable[backend]
                 not_run.append({"impl": impl_id, "scenario": scenario.name, "word": "n/a", "reason": why})
                 continue
-            if scenario.name == "restart" and servers > 1 and backend == "redis":
+            if scenario.name == RESTART and servers > 1 and backend == "redis":
                 why = "a lock on several masters is struck by the RedLock arms (restart-bare, -aof, -delayed) instead"
                 not_run.append({"impl": impl_id, "scenario": scenario.name, "word": "n/a", "reason": why})
                 continue

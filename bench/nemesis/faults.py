@@ -26,77 +26,44 @@ made after the previous heal. Every strike's window is kept (:attr:`FaultThread.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from bench.errors import UserError
-from bench.nemesis import partitions
+from bench.nemesis import partitions, redlock_arms
+from bench.nemesis.kind import NOOP_ENV, namespace
+from bench.nemesis.kinds import SERVER_KINDS
+from bench.nemesis.window import FaultWindow, StrikeMark
 from workloads.harness.resource import LEFT_SEP, OWNER_SEP
 
-_SERVERS = ("redis", "postgres", "etcd", "memcached", "zookeeper")
-_ENSEMBLES = {"zookeeper": "ensemble", "etcd": "ensemble"}
+__all__ = [
+    "HOLD_FOR", "KINDS", "MISSED", "NOOP_ENV", "REDLOCK_ARMS", "REGRANT_WAIT_S", "FaultSpec", "FaultThread",
+    "FaultWindow", "Mailbox", "StrikeMark", "namespace", "parse_fault",
+]  # fmt: skip
 
-#: fault kind -> (backends it applies to, the topology it needs from infra: one for every
-#: backend, or one per backend)
-KINDS: dict[str, tuple[tuple[str, ...], str | dict[str, str] | None]] = {
-    "restart": (_SERVERS, None),
-    "failover": (("redis",), "sentinel"),
-    "kill-member": (("zookeeper", "etcd"), "ensemble"),
-    "kill-leader": (("zookeeper", "etcd"), "ensemble"),
-    "partition-node": (_SERVERS, _ENSEMBLES),
-    "partition-leader": (("redis", "zookeeper", "etcd"), {"redis": "sentinel", **_ENSEMBLES}),
-    "partition-majority": (_SERVERS, _ENSEMBLES),
-    "partition-client": (_SERVERS, None),
-    # RedLock under a master restart, as Kleppmann (2016) and the Redis distributed-locks page
-    # discuss it: the holder wins with exactly 3 of 5 masters (bench keeps 2 masters stopped
-    # while it acquires) and one of its 3 restarts (see FaultThread._redlock_restart)
-    "restart-bare": (("redis",), None),  # no persistence, started again at once
-    "restart-aof": (("redis",), "aof-everysec"),  # appendonly yes, appendfsync everysec, kill -9
-    "restart-delayed": (("redis",), None),  # no persistence, kept down longer than the lease
-}
+#: The server faults (``--fault KIND``), each declared in its own module (bench/nemesis/kinds.py).
+KINDS = SERVER_KINDS
 #: The RedLock restart arms (each needs several masters).
-REDLOCK_ARMS = ("restart-bare", "restart-aof", "restart-delayed")
+REDLOCK_ARMS = redlock_arms.ARMS
 
 #: After a strike's action is done, how long at most its holder keeps the lock before bench
 #: tells it the fault is over (seconds), waiting for the service to hand the lock to someone
-#: else if it lost it: bench lets the holder go as soon as another client has bought (the
-#: service granted the lock again while its holder still held it: what the checker will
-#: call an overlap). A safe lock never does that, so its holder waits all of it.
-#: Why not a fixed half second: clients whose connections died with the server come back on
-#: their own schedule. psycopg's pool reconnects after about a second; with 0.5 s, 4 of 6
-#: PostgreSQL advisory and for-update restart cells "survived" 3 strikes (2026-12-01 quick
-#: matrix) that the same strikes, held longer, show are lost locks (the catalog's "violates").
+#: else if it lost it: bench lets the holder go as soon as another client has bought. No verdict
+#: depends on it: the holder asks its lock whether it still owns it after every strike
+#: (workloads/checks/ownership.py), so a lost lock is a failure whether or not a waiter came in.
 #: Never more than half the lease (``lease_s``): a hold past its lease proves nothing of the fault.
-REGRANT_WAIT_S = {
-    "restart": 3.0,
-    **dict.fromkeys(("restart-bare", "restart-aof", "restart-delayed"), 3.0),
-    "failover": 3.0,
-    "kill-member": 3.0,
-    "kill-leader": 4.0,
-    **dict.fromkeys(partitions.KINDS, 0.0),
-}
+REGRANT_WAIT_S = {name: kind.regrant_wait_s for name, kind in SERVER_KINDS.items()}
 #: How often bench looks at the order ledgers while it waits (seconds).
 REGRANT_POLL_S = 0.05
-
 #: How long a signalling holder keeps its lock at most while the fault runs (seconds); bench
 #: normally releases it sooner (at most REGRANT_WAIT_S after the strike's action).
-#: failover: a Sentinel election that fails is retried after twice the failover timeout (6 s);
-#: one took 8.2 s on the shared machine, and a holder that had let go by then proved nothing.
-HOLD_FOR = {
-    "restart": 12.0,  # a cap: the restart (a ZooKeeper JVM takes seconds) plus REGRANT_WAIT_S
-    **dict.fromkeys(("restart-bare", "restart-aof", "restart-delayed"), 12.0),
-    "failover": 12.0,  # a cap: bench releases the holder at most 3 s after the promotion
-    "kill-member": 10.0,
-    "kill-leader": 12.0,
-    **dict.fromkeys(partitions.KINDS, partitions.HOLD_S),
-}
+HOLD_FOR = {name: kind.hold_for_s for name, kind in SERVER_KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -116,7 +83,7 @@ class FaultSpec:
 
     def topology(self, backend: str | None = None) -> str | None:
         """The server topology this fault needs for ``backend`` (None: the plain server)."""
-        topo = KINDS[self.kind][1]
+        topo = KINDS[self.kind].topology
         if isinstance(topo, dict):
             return topo.get(backend or "")
         return topo
@@ -127,7 +94,7 @@ class FaultSpec:
         return self.kind in partitions.KINDS
 
     def applies_to(self, backend: str) -> bool:
-        return backend in KINDS[self.kind][0]
+        return backend in KINDS[self.kind].backends
 
 
 def parse_fault(text: str) -> FaultSpec:
@@ -139,66 +106,14 @@ def parse_fault(text: str) -> FaultSpec:
     return FaultSpec(m.group(1), m.group(2) or "held")
 
 
-@dataclass
-class FaultWindow:
-    """When a fault started and ended (monotonic ns, the clock of the history) and what it did."""
-
-    kind: str
-    start_ns: int
-    end_ns: int
-    detail: str
-    #: case label -> why this strike's server was not one the case's holder's grant rested on
-    missed: dict[str, str] = field(default_factory=dict)
-    #: when the struck service answered again (monotonic ns; 0: at ``end_ns``). A restart's action
-    #: ends once the server answers; a member or leader kill leaves the others serving at once.
-    service_at_ns: int = 0
-
-    @property
-    def service_ns(self) -> int:
-        return self.service_at_ns or self.end_ns
-
-
-def _restart(server: Any) -> str:
-    if hasattr(server, "restart"):
-        server.restart()  # the server knows how to come back on the same port and data
-    else:
-        server.process.kill()
-        if server.process.popen is not None:
-            server.process.popen.wait(10)
-        server.start()
-    return f"killed (SIGKILL) and restarted {server.process.name}"
-
-
 #: After the first holder claimed a strike, how long the other cases of a group may take to
 #: claim it too before the fault strikes (seconds). Six clients of a healthy lock claim within
 #: milliseconds of the arming; a case whose holder has not claimed by then is "missed" and is
 #: armed again for the next strike (FaultThread._needy), so a short window costs little. At
 #: 1.5 s, claiming took 3.7 s of a 10.5 s ZooKeeper restart cycle on the busy machine.
 CLAIM_WINDOW_S = 0.5
-#: Test-only: with this variable set to 1 a server fault's action does nothing (a fault that cannot bite).
-NOOP_ENV = "LOCKBENCH_TEST_NOOP_FAULT"
 #: How often bench looks for claims in the cases' mailboxes (seconds).
 CLAIM_POLL_S = 0.005
-
-
-@dataclass
-class StrikeMark:
-    """What one strike was to one case of the group: did its precondition hold, and if not, why.
-
-    Why per case: one strike serves every case whose holder was inside its critical section,
-    holding the lock, when the fault hit; for the others the strike proved nothing.
-    """
-
-    strike: int
-    hit: bool
-    reason: str = ""
-    holder: str | None = None
-    claimed_ns: int | None = None
-
-
-def namespace(label: str) -> str:
-    """The lock-name prefix of group member ``label`` (``--lock-namespace``): its keys contain ``:m<label>:``."""
-    return f"m{label}:"
 
 
 #: What bench tells a holder whose strike did not count for its case (``Mailbox.release``).
@@ -513,7 +428,7 @@ class FaultThread(threading.Thread):
 
     def _heal_topology(self) -> None:
         """Bring back what a strike took down (a restart and a partition heal themselves)."""
-        if self.spec.kind in ("kill-member", "kill-leader", "failover") and hasattr(self.server, "heal"):
+        if KINDS[self.spec.kind].heals and hasattr(self.server, "heal"):
             self.server.heal()
 
     def _between(self, cycle: dict[str, float]) -> bool:
@@ -578,221 +493,31 @@ class FaultThread(threading.Thread):
         return False
 
     def _strike(self) -> FaultWindow | None:
-        spec = self.spec
+        """One strike of this thread's kind, by the kind's own module (bench/nemesis/kinds.py)."""
         trigger: Callable[[], bool]
-        if spec.at_seconds is None:
+        if self.spec.at_seconds is None:
             trigger = self._wait_for_holder
         else:
-            at = spec.at_seconds
+            at = self.spec.at_seconds
             trigger = lambda: self._wait_until(at)  # noqa: E731
-        if spec.kind == "failover":
-            # The replica is paused before the trigger so that the holder's lock exists on
-            # the master only (loopback replication is sub-millisecond otherwise).
-            timings: dict[str, Any] = {}
+        strike = KINDS[self.spec.kind].strike
+        if strike is None:
+            raise RuntimeError(f"{self.spec.kind} is made by the clients, not struck by bench")
+        return strike(self, trigger)
 
-            def hold() -> None:
-                timings["triggered"] = trigger()
-                timings["start"] = time.monotonic_ns()
+    # what a kind's strike may use of the thread ------------------------------------------------
+    def cancelled(self) -> bool:
+        """The fault is over (every case ended, or bench stopped it)."""
+        return self._cancel.is_set()
 
-            self.server.lose_writes_failover(hold)
-            if not timings.get("triggered"):
-                return None
-            return FaultWindow(
-                "failover", timings["start"], time.monotonic_ns(), "master killed with unreplicated writes"
-            )
-        if spec.kind in REDLOCK_ARMS:  # stops two masters before it triggers
-            return self._redlock_restart(trigger)
-        if not trigger():
-            return None
-        if spec.is_partition:
-            if self.ground is None:
-                raise RuntimeError(f"{spec.kind} needs the case on test hosts")
-            cut = partitions.cut_seconds(self.lease_s, self.session_s)
-            holders = [b.holder for b in self.mailboxes if b.holder is not None]  # every case's, one cut
-            start, healed, detail = partitions.strike(spec.kind, self.ground, holders, self._cancel, cut)
-            return FaultWindow(spec.kind, start, healed, detail)
-        missed: dict[str, str] = {}
-        target = self.server
-        if spec.kind == "restart" and len(self.servers) > 1:
-            target, missed = self._restart_target()
-        start = time.monotonic_ns()
-        if os.environ.get(NOOP_ENV) == "1":
-            # test-only: a fault that breaks nothing, so a suite can show that a positive control
-            # that survived greys every cell of its scenario (tests/test_strike_preconditions.py)
-            time.sleep(0.05)
-            return FaultWindow(
-                spec.kind, start, time.monotonic_ns(), "no-op (test fault: nothing was done)", missed
-            )
-        service_ns = 0
-        if spec.kind == "restart":
-            detail = _restart(target)  # returns once the server answers its readiness probe again
-        elif spec.kind == "kill-leader":
-            detail = self.server.kill_leader()
-            service_ns = self._leader_again()
-        else:
-            detail = self.server.kill_member()  # the others keep quorum: the service never stopped
-        return FaultWindow(spec.kind, start, time.monotonic_ns(), detail, missed, service_ns)
+    def cancel_event(self) -> threading.Event:
+        """Set when the fault is over: a strike that waits waits on it."""
+        return self._cancel
 
-    def _leader_again(self, timeout_s: float = 30.0) -> int:
-        """When the ensemble had a leader again after a leader kill (monotonic ns; 0: not seen in time)."""
-        end = time.monotonic() + timeout_s
-        while not self._cancel.is_set() and time.monotonic() < end:
-            try:
-                if self.server.leader() is not None:
-                    return time.monotonic_ns()
-            except Exception:  # noqa: BLE001 - a member that cannot answer yet: ask again
-                pass
-            time.sleep(0.02)
-        return 0
+    def wait(self, seconds: float) -> bool:
+        """Wait ``seconds`` unless the fault ends first; True when it ended."""
+        return self._cancel.wait(seconds)
 
-    #: Of RedLock's 5 masters, these two hold every case's lock key for a phantom owner while
-    #: bench arms a strike, so each grant meanwhile rests on exactly the other three.
-    BLOCKED_FOR_BARE_MAJORITY = (3, 4)
-    PHANTOM = "lockbench-phantom-voter"
-
-    def _phantom(self, servers: list[Any], on: bool) -> None:
-        """Give (``on``) or take back every case's lock key on ``servers`` from a phantom owner."""
-        keys = [k for box in self.mailboxes for k in self.quorum_keys.get(box.label, [])]
-        for server in servers:
-            client = redis.Redis.from_url(server.url, socket_connect_timeout=2, socket_timeout=5)
-            try:
-                pipe = client.pipeline(transaction=False)
-                for key in keys:
-                    if on:
-                        pipe.set(key, self.PHANTOM, px=60_000)
-                    else:
-                        pipe.delete(key)
-                pipe.execute()
-            finally:
-                client.close()
-
-    def _redlock_restart(self, trigger: Callable[[], bool]) -> FaultWindow | None:
-        """Restart one of the holder's 3 masters (the arms of :data:`REDLOCK_ARMS`).
-
-        Before the arming, two masters get every case's lock key for a phantom owner (a
-        waiter's vote that split, as when waiters race): a holder granted meanwhile owns
-        exactly the other three. Once it claims, one of its three is SIGKILLed, the phantom
-        keys go, and the killed master starts again: at once without persistence
-        (``restart-bare``: three masters are free while the holder holds), at once from its
-        AOF (``restart-aof``), or after the lease (``restart-delayed``). Unlike stopping the
-        two masters, this holds for any RedLock client, whatever its reply timeouts.
-        """
-        if len(self.servers) < 5:
-            raise RuntimeError(f"{self.spec.kind} needs RedLock's 5 masters")
-        blocked = [self.servers[i] for i in self.BLOCKED_FOR_BARE_MAJORITY]
-        self._phantom(blocked, on=True)
-        try:
-            if not trigger():
-                return None
-            running = [sv for sv in self.servers if sv not in blocked]
-            target, missed = self._restart_target(running)
-            missed.update(self._not_bare(blocked))
-            start = time.monotonic_ns()
-            target.process.kill()
-            if target.process.popen is not None:
-                target.process.popen.wait(10)
-        finally:
-            self._phantom(blocked, on=False)
-        freed = time.monotonic_ns()  # the lock service (a quorum of masters) serves on meanwhile
-        down_s = (self.lease_s or 10.0) + 0.5
-        if self.spec.kind == "restart-delayed":
-            # a holder whose lease ends before the master is back lets go now (never past its lease);
-            # one whose lease outlasts the delay (the control: the same lock, restarted before its
-            # lease ends) holds on through the restart and is asked about its lock after it
-            self._release_holder(lambda b: b.lease_left_s is None or b.lease_left_s < down_s + 1.0)
-            self._cancel.wait(max(0.0, down_s - (time.monotonic_ns() - start) / 1e9))
-        target.start()
-        name = target.process.name
-        how = {"restart-bare": "at once, no persistence", "restart-aof": "at once, from its AOF (everysec)",
-               "restart-delayed": f"after {down_s:g} s, no persistence"}[self.spec.kind]  # fmt: skip
-        detail = f"held on exactly 3 of 5 masters (2 voted for a phantom); killed {name}, started again {how}"
-        return FaultWindow(self.spec.kind, start, time.monotonic_ns(), detail, missed, freed)
-
-    def _not_bare(self, blocked: list[Any]) -> dict[str, str]:
-        """Holders that own more than a bare majority: one restart cannot take their lock from them.
-
-        A lock whose key names bench knows (``Lock.quorum_key``) gets the two phantom votes; a
-        user's own RedLock without them may win all five masters, and then the strike proves
-        nothing for it: it is missed with that reason, never counted.
-        """
-        quorum = len(self.servers) // 2 + 1
-        counts: dict[str, int] = {}
-        for server in self.servers:
-            try:
-                client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
-                try:
-                    for label in self._holders_on(client):
-                        counts[label] = counts.get(label, 0) + 1
-                finally:
-                    client.close()
-            except (redis.RedisError, AttributeError):
-                continue
-        out = {}
-        for box in self.mailboxes:
-            n = counts.get(box.label, 0)
-            if box.holder and n > quorum:
-                why = (
-                    "declare Lock.quorum_key so bench can arrange a bare majority"
-                    if box.label not in self.quorum_keys
-                    else "a phantom vote was lost"
-                )
-                out[box.label] = (
-                    f"the holder owned {n} of {len(self.servers)} masters: one restart cannot take its majority ({why})"
-                )
-        return out
-
-    def _restart_target(self, candidates: list[Any] | None = None) -> tuple[Any, dict[str, str]]:
-        """Of several masters (RedLock), the one holding the most holders' keys, and whose it is not.
-
-        Reach, per holder and per strike: a master holds a holder's key when some key there has
-        the holder's owner value (a string equal to it, or a hash with it as a field: Redisson's
-        layout), whatever the lock names its keys, so a user's own RedLock is struck as ours is.
-        A holder whose owner is not known (a workload that did not send it) is found by bench's
-        key names, as before. A waiter's key is never a hit: only this strike's holder's is.
-        """
-        servers = candidates or self.servers
-        holding: list[set[str]] = []
-        for server in servers:
-            try:
-                client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
-                try:
-                    holding.append(self._holders_on(client))
-                finally:
-                    client.close()
-            except (redis.RedisError, AttributeError):
-                holding.append(set())
-        best = max(range(len(servers)), key=lambda i: len(holding[i]))
-        name = getattr(getattr(servers[best], "process", None), "name", f"master {best}")
-        missed = {
-            b.label: f"the restarted master {name} held no key of this holder"
-            for b in self.mailboxes
-            if b.holder and b.label not in holding[best]
-        }
-        return servers[best], missed
-
-    def _holders_on(self, client: redis.Redis) -> set[str]:
-        """The labels of the cases whose strike holder has its key on this server."""
-        owners = {b.owner: b.label for b in self.mailboxes if b.holder and b.owner}
-        named = [b for b in self.mailboxes if b.holder and not b.owner]
-        found: set[str] = set()
-        for key in client.scan_iter(count=1000):
-            text = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
-            if named:
-                found.update(
-                    b.label for b in named if f":{namespace(b.label)}" in text and not text.endswith(":fence")
-                )
-            if not owners:
-                continue
-            kind = client.type(key)
-            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-            if kind == "string":
-                value = client.get(key)
-                value = value.decode(errors="replace") if isinstance(value, bytes) else value
-                if value in owners:
-                    found.add(owners[value])
-            elif kind == "hash":
-                for field_ in client.hkeys(key):
-                    field_ = field_.decode(errors="replace") if isinstance(field_, bytes) else field_
-                    if field_ in owners:
-                        found.add(owners[field_])
-        return found
+    def release_holders(self, which: Callable[[Mailbox], bool] | None = None) -> None:
+        """Let go of this strike's holders (``which`` of them) as after any strike."""
+        self._release_holder(which)

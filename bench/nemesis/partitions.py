@@ -25,10 +25,16 @@ from typing import Any
 
 import pandas as pd
 
+from bench.nemesis.kind import ENSEMBLES, FaultKind
+from bench.nemesis.window import FaultWindow
 from infra.testhosts import TestHost, TestHostNet
 from workloads.harness.netns import claims
 
-KINDS = ("partition-node", "partition-leader", "partition-majority", "partition-client")
+PARTITION_NODE = "partition-node"
+PARTITION_LEADER = "partition-leader"
+PARTITION_MAJORITY = "partition-majority"
+PARTITION_CLIENT = "partition-client"
+KINDS = (PARTITION_NODE, PARTITION_LEADER, PARTITION_MAJORITY, PARTITION_CLIENT)
 #: seconds from the cut to the heal: longer than the leases and session timeouts the
 #: partition scenarios use (2 s TTL, a 3 s ZooKeeper session, etcd's lease plus the
 #: election that extends it), so the majority side can move on before the heal
@@ -251,3 +257,59 @@ def _bounds(clients: pd.Series, uncertainty_ns: dict[str, int | None] | None) ->
         return unbounded if b is None else int(b)
 
     return clients.astype(str).map(one).astype("int64")
+
+
+def _strike(kind: str) -> Any:
+    def strike_kind(nemesis: Any, trigger: Any) -> FaultWindow | None:
+        """One cut for every case of the group: each case's holder host goes to the cut side."""
+        if not trigger():
+            return None
+        if nemesis.ground is None:
+            raise RuntimeError(f"{kind} needs the case on test hosts")
+        cut = cut_seconds(nemesis.lease_s, nemesis.session_s)
+        holders = [b.holder for b in nemesis.mailboxes if b.holder is not None]
+        start, healed, detail = strike(kind, nemesis.ground, holders, nemesis.cancel_event(), cut)
+        return FaultWindow(kind, start, healed, detail)
+
+    return strike_kind
+
+
+_SERVERS = ("redis", "postgres", "etcd", "memcached", "zookeeper")
+_PRECONDITION = "the holder claimed the strike and held the lock when the cut began"
+PARTITION_KINDS = (
+    FaultKind(
+        name=PARTITION_NODE, backends=_SERVERS, topology=ENSEMBLES, regrant_wait_s=0.0, hold_for_s=HOLD_S,
+        reach="a server node the holder's grant rests on (RedLock: one of its masters); a follower no client "
+        "talks to cannot reach a lock (ZooKeeper, etcd: n/a)",
+        precondition=_PRECONDITION, controls={PARTITION_NODE: {"redis": "redis.redlock"}}, strike=_strike(PARTITION_NODE),
+    ),
+    FaultKind(
+        name=PARTITION_LEADER, backends=("redis", "zookeeper", "etcd"), topology={"redis": "sentinel", **ENSEMBLES},
+        regrant_wait_s=0.0, hold_for_s=HOLD_S,
+        reach="the leader (Sentinel's master) together with the holder's client host",
+        precondition=_PRECONDITION,
+        controls={PARTITION_LEADER: {"redis": "redis.set-nx-px-lua", "etcd": "etcd.lease",
+                                     "zookeeper": "canary.fail-open-zookeeper"}},
+        strike=_strike(PARTITION_LEADER),
+    ),
+    FaultKind(
+        name=PARTITION_MAJORITY, backends=_SERVERS, topology=ENSEMBLES, regrant_wait_s=0.0, hold_for_s=HOLD_S,
+        reach="the holder's client host with a minority of the server nodes",
+        precondition=_PRECONDITION,
+        controls={PARTITION_MAJORITY: {"redis": "redis.redlock", "etcd": "etcd.lease",
+                                       "zookeeper": "zookeeper.sequential"}},
+        strike=_strike(PARTITION_MAJORITY),
+    ),
+    FaultKind(
+        name=PARTITION_CLIENT, backends=_SERVERS, regrant_wait_s=0.0, hold_for_s=HOLD_S,
+        reach="the holder's client host, cut off from every lock server (the resource stays reachable)",
+        precondition=_PRECONDITION,
+        # the locks the standard run of 2026-12-02 saw fail there; PostgreSQL's three locks all hold
+        # under a client cut, so its control is its lease lock (the canary does not fail there: a
+        # query on a cut connection hangs, it does not error)
+        controls={PARTITION_CLIENT: {"redis": "redis.set-nx-px-lua", "postgres": "postgres.unique-insert-expiry",
+                                     "memcached": "memcached.add", "etcd": "etcd.lease",
+                                     "zookeeper": "zookeeper.sequential"}},
+        strike=_strike(PARTITION_CLIENT),
+    ),
+)  # fmt: skip

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.measure.strikes import DEFAULT_TARGET, EvidenceTarget
+from bench.nemesis import client_faults, failover, members, partitions, redlock_arms, restart
+from bench.nemesis.kind import SERVER_BACKENDS
 from workloads.checks.stop_rules import StopRule
 
-#: Backends with a lock server that a fault can restart (file locks have none).
-SERVER_BACKENDS = ("redis", "postgres", "etcd", "memcached", "zookeeper")
+__all__ = ["SERVER_BACKENDS", "Scenario", "scenarios_at"]
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             options={"pause": 2.0, "pause_every": 30, "pause_kind": "world", "cs": "5ms"},
         ),
         Scenario(
-            name="session-pause",
+            name=client_faults.SESSION_PAUSE,
             strike="pause",
             per_strike_s=6.0,
             workload="lease-expiry",
@@ -212,7 +213,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             backends=("zookeeper",),
         ),
         Scenario(
-            name="crash",
+            name=client_faults.CRASH,
             strike="crash",
             per_strike_s=4.0,
             max_strikes=5,
@@ -230,12 +231,12 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             lock_params={"zookeeper": {"session_timeout": 3}},
         ),
         Scenario(
-            name="restart",
+            name=restart.RESTART,
             **_SERVER,
             per_strike_s=7.5,  # the holder keeps the lock up to 3 s after the action (REGRANT_WAIT_S)
             workload="flash-sale",
             summary="the lock server is killed (SIGKILL) and restarted while a lock is held",
-            fault="restart@held",
+            fault=f"{restart.RESTART}@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
             settings={"duration": SLOW_LOCK_S},
@@ -245,12 +246,12 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             single_server=True,
         ),
         Scenario(
-            name="failover",
+            name=failover.FAILOVER,
             **_SERVER,
             per_strike_s=10.5,  # the holder keeps the lock up to 3 s after the action (REGRANT_WAIT_S)
             workload="flash-sale",
             summary="Redis master killed with the holder's lock not yet replicated; Sentinel promotes the replica",
-            fault="failover@held",
+            fault=f"{failover.FAILOVER}@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
             settings={"duration": SLOW_LOCK_S},
@@ -260,24 +261,24 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             single_server=True,
         ),
         Scenario(
-            name="kill-member",
+            name=members.KILL_MEMBER,
             **_SERVER,
             per_strike_s=10.5,  # the holder keeps the lock up to 3 s after the action (REGRANT_WAIT_S)
             workload="flash-sale",
             summary="one member of a 3-node ensemble is killed while a lock is held",
-            fault="kill-member@held",
+            fault=f"{members.KILL_MEMBER}@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
             settings={"duration": SLOW_LOCK_S},
             backends=("zookeeper", "etcd"),
         ),
         Scenario(
-            name="kill-leader",
+            name=members.KILL_LEADER,
             **_SERVER,
             per_strike_s=12.0,
             workload="flash-sale",
             summary="the leader of a 3-node ensemble is killed while a lock is held",
-            fault="kill-leader@held",
+            fault=f"{members.KILL_LEADER}@held",
             stop=StopRule("fault", **AFTER_FAULT),
             options={"pace": PACE},
             settings={"duration": SLOW_LOCK_S},
@@ -303,20 +304,20 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             )
             for kind, summary, impls, unreachable in (
                 (
-                    "partition-client",
+                    partitions.PARTITION_CLIENT,
                     "the holder's client host is cut off from every lock server for 8 s (the resource stays "
                     "reachable); 2 s leases, 3 s ZooKeeper sessions",
                     _PARTITION_CLIENT,
                     {},
                 ),
                 (
-                    "partition-leader",
+                    partitions.PARTITION_LEADER,
                     "the leader (Redis: Sentinel's master) and the holder's client are cut off from the rest",
                     ("redis.set-nx-px-lua", "zookeeper.sequential", "etcd.lease"),
                     {},
                 ),
                 (
-                    "partition-node",
+                    partitions.PARTITION_NODE,
                     "one server node (a follower; RedLock: one of 5 masters) is cut off from everyone",
                     _CLUSTERED,
                     dict.fromkeys(
@@ -326,7 +327,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
                     ),
                 ),
                 (
-                    "partition-majority",
+                    partitions.PARTITION_MAJORITY,
                     "a minority of the server nodes and the holder's client are cut off from the majority",
                     _CLUSTERED,
                     {},
@@ -338,7 +339,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
                 name=kind,
                 **_SERVER,
                 # the restart, the holder's wait (half its 4 s lease), the grants after; delayed: 4.5 s down
-                per_strike_s=9.0 if kind != "restart-delayed" else 13.0,
+                per_strike_s=9.0 if kind != redlock_arms.RESTART_DELAYED else 13.0,
                 workload="flash-sale",
                 summary=summary,
                 fault=f"{kind}@held",
@@ -352,24 +353,24 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             )
             for kind, summary in (
                 (
-                    "restart-bare",
+                    redlock_arms.RESTART_BARE,
                     "the holder owns exactly 3 of 5 masters; one of them is killed and restarted at "
                     "once without persistence (Kleppmann 2016)",
                 ),
                 (
-                    "restart-aof",
+                    redlock_arms.RESTART_AOF,
                     "as restart-bare, the masters with appendonly yes and appendfsync everysec, "
                     "killed with SIGKILL",
                 ),
                 (
-                    "restart-delayed",
+                    redlock_arms.RESTART_DELAYED,
                     "as restart-bare, the killed master kept down longer than the lease (4 s) "
                     "before it starts again (the Redis page's delayed restart)",
                 ),
             )
         ),
         Scenario(
-            name="clock-skew",
+            name=client_faults.CLOCK_SKEW,
             workload="flash-sale",
             summary="half the clients' lock clocks run 30 s ahead (the machine clock is untouched)",
             strike="skew",

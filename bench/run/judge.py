@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from bench.measure import analysis, arrival_metrics, evidence, fidelity, strikes
@@ -311,6 +312,14 @@ def stall_reason(
         return ""
     t = stalls["t_ns"].to_numpy(dtype="int64")
     lag_ms = stalls["value"].astype("Float64").fillna(0).to_numpy(dtype=float)
+    # a stall inside a world pause the scenario made on purpose is the strike, not the generator's
+    pauses = history[((history["op"] == "pause") & (history["type"] == "ok")).to_numpy(dtype=bool)]
+    if not pauses.empty:
+        ends = pauses["t_ns"].to_numpy(dtype="int64")
+        lens = pauses["value"].astype("Float64").fillna(0).to_numpy(dtype=float) * 1e6
+        starts = ends - lens.astype("int64")
+        keep = ~np.array([bool(((t0 >= starts - 50_000_000) & (t0 <= ends)).any()) for t0 in t], dtype=bool)
+        t, lag_ms = t[keep], lag_ms[keep]
     if first_ns is not None:
         near = (t <= first_ns) & (t >= first_ns - int((lease + 1.0) * 1e9))
         lag_ms = lag_ms[near]

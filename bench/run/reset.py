@@ -64,9 +64,27 @@ def _file(urls: list[str]) -> None:
                     child.unlink(missing_ok=True)
 
 
-#: memcached has no way to list keys; its locks always expire (add with a TTL), so a
-#: stuck lock lasts at most one lease into the next case. Backends not listed: nothing.
+def _memcached(urls: list[str]) -> None:
+    """memcached cannot list keys; its catalog locks always expire (a stuck lock lasts one lease).
+    The no-expiry canary's keys never do: it lists them in an index key, emptied here."""
+    from pymemcache.client.base import Client
+
+    from lockimpls.canary import MEMCACHED_INDEX
+    from lockimpls.memcached_locks import parse_server
+
+    client = Client(parse_server(urls), connect_timeout=2, timeout=5)
+    try:
+        index = client.get(MEMCACHED_INDEX)
+        for key in (index or b"").decode(errors="replace").split():
+            client.delete(key, noreply=False)
+        client.delete(MEMCACHED_INDEX, noreply=False)
+    finally:
+        client.close()
+
+
+#: Backends not listed: nothing to reset.
 RESETTERS: dict[str, Callable[[list[str]], None]] = {
+    "memcached": _memcached,
     "redis": _redis,
     "postgres": _postgres,
     "etcd": _etcd,
