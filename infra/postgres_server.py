@@ -277,30 +277,57 @@ class PostgresServer:
         if self._own_tmp is not None and not self.process.alive():
             self._initialised = False
 
+    def _server_pids(self) -> list[int]:
+        """Every live (not zombie) process of this cluster: the postmaster and each backend, whose
+        working directory is the data directory (backends call setsid(): they are in no group of ours)."""
+        try:
+            datadir = os.path.realpath(self.datadir)
+        except OSError:
+            return []
+        pids = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry.name}/cwd") != datadir:
+                    continue
+                if Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            except (OSError, IndexError):
+                continue
+            pids.append(int(entry.name))
+        return pids
+
     def restart(self) -> None:
         """Kill (SIGKILL) and start again on the same port: committed rows survive, sessions do not.
 
-        The whole process group dies, backends included; the new postmaster starts only once the
-        last of them is gone (a backend still attached to the old shared memory makes it refuse
-        to start, which a loaded machine showed in the matrix's repeated restarts), and gets one
-        more try a second later if it exits at start all the same.
+        The postmaster and every backend die at once, as in a crash of the server's host. Killing
+        the postmaster's process group was not that: each backend calls setsid(), so backends
+        outlived the postmaster and exited on their own a little later, and a new postmaster that
+        came first found the old shared memory in use and exited ("pre-existing shared memory
+        block is still in use"; likelier the more connections: a matrix group of 12 cases). The
+        new postmaster starts once the last of them is gone, and gets one more try a second later
+        if it exits at start all the same; a failed try no longer deletes the data directory
+        (it did: the second try then found no directory and the server stayed dead).
         """
-        pgid = self.process.popen.pid if self.process.popen is not None else None
         self.process.kill()
+        for pid in self._server_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         if self.process.popen is not None:
             self.process.popen.wait(5)
         deadline = time.monotonic() + 10
-        while pgid is not None and time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                break
+        while self._server_pids() and time.monotonic() < deadline:
             time.sleep(0.05)
+        keep, self.process.cleanup_dir = self.process.cleanup_dir, None  # a failed try keeps the data
         try:
-            self.process.start(self._ready, timeout=30)
-        except InfraError:
-            time.sleep(1.0)
-            self.process.start(self._ready, timeout=30)
+            try:
+                self.process.start(self._ready, timeout=30)
+            except InfraError:
+                time.sleep(1.0)
+                self.process.start(self._ready, timeout=30)
+        finally:
+            self.process.cleanup_dir = keep
 
     def version(self) -> str:
         out = subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout

@@ -24,7 +24,8 @@ _PR_SET_PDEATHSIG = 1
 FORBID_ENV = "LOCKBENCH_FORBID_SERVERS"
 #: TEST ONLY (tests/test_matrix_failures.py): ``<server name>:<count>[,...]`` makes the first <count>
 #: starts of that server in this process fail (a shell that writes a line to the server's log and
-#: exits 1 runs instead of the server), so a test can show what a failed start costs.
+#: exits 1 runs instead of the server), so a test can show what a failed start costs;
+#: ``<server name>:<n>-<m>`` makes starts n to m fail (a restart's start, tests/test_postgres_infra.py).
 FAIL_START_ENV = "LOCKBENCH_TEST_FAIL_START"
 #: TEST ONLY: ``<server name>:<seconds>[,...]``: the first start of that server in this process is
 #: SIGKILLed that long after it became ready, so a test can show what a server death costs.
@@ -33,8 +34,11 @@ _hook_counts: dict[tuple[str, str], int] = {}
 _hook_lock = threading.Lock()
 
 
-def _test_hook(env: str, name: str) -> tuple[float, int] | None:
-    """TEST ONLY: (the value given for ``name`` in ``env``, the how-many-th start of it this is), or None."""
+def _test_hook(env: str, name: str) -> tuple[float, float, int] | None:
+    """TEST ONLY: (from, to, the how-many-th start of ``name`` this is) as given in ``env``, or None.
+
+    ``<name>:<to>`` is (1, to); ``<name>:<from>-<to>`` is (from, to).
+    """
     text = os.environ.get(env, "")
     if not text:
         return None
@@ -42,14 +46,15 @@ def _test_hook(env: str, name: str) -> tuple[float, int] | None:
         who, _, value = item.strip().rpartition(":")
         if who != name:
             continue
+        low, _, high = value.partition("-")
         try:
-            number = float(value)
+            first, last = (float(low), float(high)) if high else (1.0, float(low))
         except ValueError:
             return None
         with _hook_lock:
             nth = _hook_counts.get((env, name), 0) + 1
             _hook_counts[(env, name)] = nth
-        return number, nth
+        return first, last, nth
     return None
 
 
@@ -195,8 +200,8 @@ class ServerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen
         argv = self.argv
         fail = _test_hook(FAIL_START_ENV, self.name)
-        if fail is not None and fail[1] <= fail[0]:  # TEST ONLY: this start fails, as asked
-            said = f"lockbench test hook ({FAIL_START_ENV}): start {fail[1]} of {self.name} fails"
+        if fail is not None and fail[0] <= fail[2] <= fail[1]:  # TEST ONLY: this start fails, as asked
+            said = f"lockbench test hook ({FAIL_START_ENV}): start {fail[2]} of {self.name} fails"
             argv = ["/bin/sh", "-c", f"echo '{said}'; exit 1"]
 
         def spawn() -> subprocess.Popen:
@@ -242,7 +247,7 @@ class ServerProcess:
     def _kill_later_if_asked(self) -> None:
         """TEST ONLY (:data:`KILL_AFTER_ENV`): SIGKILL the first start of this server a while after it is ready."""
         asked = _test_hook(KILL_AFTER_ENV, self.name)
-        if asked is None or asked[1] > 1:
+        if asked is None or asked[2] > 1:
             return
         popen = self.popen
 
@@ -251,7 +256,7 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(popen.pid, signal.SIGKILL)
 
-        timer = threading.Timer(asked[0], kill)
+        timer = threading.Timer(asked[1], kill)
         timer.daemon = True
         timer.start()
 

@@ -226,10 +226,24 @@ class Stack:
         one file for the stack's life, named the first time: ``<name>.log`` (``<name>.2.log`` for
         the same name in a later stack), or ``<name>.<why>-<n>.log`` (``start-failed``, ``died``).
         """
+        return self._keep(self.processes(keys), why)
+
+    def naming_logs(self, text: str) -> str:
+        """``text`` (an error, a verdict's reason) with every server log it names replaced by its kept copy."""
+        if self.keep_logs_dir is None or not text:
+            return text
+        named = [p for p in self.processes() if str(p.log_path) in text]
+        for proc in named:
+            kept = self._keep([proc]).get(proc.name)
+            if kept is not None:
+                text = text.replace(str(proc.log_path), str(kept))
+        return text
+
+    def _keep(self, processes: list[Any], why: str = "") -> dict[str, Path]:
         if self.keep_logs_dir is None:
             return {}
         out: dict[str, Path] = {}
-        for proc in self.processes(keys):
+        for proc in processes:
             dest = self.kept.get(proc.name)
             try:
                 if dest is None:

@@ -95,3 +95,40 @@ def test_start_restart_stop_own_cluster(tmp_path: Path, capfd: pytest.CaptureFix
     assert not server.datadir.exists() or server.base == server.logdir
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(server.url, connect_timeout=2).close()
+
+
+def test_a_restart_kills_every_backend_and_a_failed_try_keeps_the_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: backends setsid(), so killing the postmaster's group left them running; a new postmaster
+    that came first exited ("shared memory block is still in use"), and that failed try deleted the data
+    directory of a root run, so the second try found nothing and the server stayed dead."""
+    from infra.process import FAIL_START_ENV
+
+    monkeypatch.setenv(FAIL_START_ENV, "pg-backends:2-2")  # test-only: the restart's first try fails
+    server = PostgresServer(tmp_path, name="pg-backends")
+    conns = []
+    try:
+        server.start()
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (v int)")
+            conn.execute("INSERT INTO kept VALUES (7)")
+        conns = [psycopg.connect(server.url, autocommit=True) for _ in range(20)]
+        backends = [c.info.backend_pid for c in conns]
+        server.restart()
+        assert not [pid for pid in backends if Path(f"/proc/{pid}").exists() and _alive(pid)]
+        assert "start 2 of pg-backends fails" in (server.logdir / "server.log").read_text()
+        assert server.process.alive()
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchone()[0] == 7
+    finally:
+        for c in conns:
+            c.close()
+        server.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

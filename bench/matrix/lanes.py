@@ -477,9 +477,13 @@ def _run_lane_cases(
             where = _kept_logs(stack.keep_logs(dead, why="died")) if dead else f" (server logs: {logs})"
             for case, result in zip(unit, results, strict=True):
                 if isinstance(result, Exception):
-                    said = str(result)  # a ServerDied names the kept log itself (runner.dead_servers_text)
+                    # a ServerDied names the kept log itself (runner.dead_servers_text); a failed
+                    # restart names the server's log in the scratch folder: the kept copy instead
+                    said = stack.naming_logs(str(result))
                     shared.lose(lane, case, said if str(logs) in said else f"{said}{where}")
                     continue
+                if isinstance(result["row"].get("verdict_reason"), str):
+                    result["row"]["verdict_reason"] = stack.naming_logs(result["row"]["verdict_reason"])
                 if dead:
                     server_died(result["row"], dead)
                     if result["row"].get("verdict") == "unknown":
@@ -502,7 +506,9 @@ def _run_lane_cases(
                 try:
                     _heal(stack)
                 except InfraError as exc:  # a member that does not come back: as good as dead
-                    shared.fail(f"lane {lane.name}: heal after {unit[0].case_id} failed: {exc}")
+                    shared.fail(
+                        f"lane {lane.name}: heal after {unit[0].case_id} failed: {stack.naming_logs(str(exc))}"
+                    )
                     dead = ["(heal)"]
                 dead = [d for d in stack.dead()] or dead
                 if dead:
@@ -521,7 +527,10 @@ def _run_lane_cases(
                         lane, shared, units[index:], f"{what}; lane stopped (fresh servers failed before)"
                     )
                     return
-                shared.fail(f"{what}; the lane's servers were started afresh for its next case")
+                if index < len(units):
+                    shared.fail(f"{what}; the lane's servers were started afresh for its next case")
+                else:
+                    shared.fail(what)
     finally:
         if stack is not None:
             stack.close()
