@@ -297,3 +297,57 @@ def test_setnx_del_stays_stuck_after_a_crash_with_its_bound_shown(tmp_path: Path
     # stuck is liveness, not safety: the lock never let two holders in
     assert stuck["overlapping_holds"] == 0 and stuck["verdict"] == "valid"
     assert "stuck" in r.stdout + r.stderr
+
+
+# issue 38: what a plan guarantees every cell ---------------------------------------------------
+
+
+def test_every_group_of_every_scenario_carries_its_own_control() -> None:
+    """No cell leans on a control elsewhere: each group of the full plan holds the scenario's control."""
+    from bench.matrix.controls import control_for
+    from bench.matrix.plan import form_groups
+
+    cases, _ = plan_matrix(
+        ["redis", "postgres", "etcd", "zookeeper", "memcached", "file"], [], [], set(), root=True
+    )
+    for lane in plan_lanes(cases, set()):
+        for unit in form_groups(lane):
+            scenario, backend = unit[0].matrix_scenario, unit[0].backend
+            if scenario == "flash-sale":
+                continue
+            control = control_for(scenario, backend)
+            assert control, f"{scenario} on {backend} has no control"
+            assert any(c.impl == control for c in unit), f"a {scenario} group on {backend} lacks {control}"
+
+
+def test_stuck_after_a_server_fault_waits_the_lock_s_own_bound() -> None:
+    """No fixed wait decides "stuck": 3x the lock's own timeout, at least 10 s."""
+    from workloads.checks.stop_rules import StopRule
+
+    cases, _ = plan_matrix(["etcd", "zookeeper", "postgres"], [], ["restart"], set(), root=False)
+    bounds = {c.impl: c.params.get("recovery_bound_s") for c in cases if c.role == "subject"}
+    assert bounds["postgres.advisory"] == 10.0  # its sessions end at once: the floor
+    assert bounds["etcd.lease"] == 30.0  # a 10 s lease, three times
+    for c in cases:
+        rule = StopRule.from_json(c.settings.stop_rule)
+        assert rule is not None and rule.or_after_s == c.params["recovery_bound_s"]
+
+
+def test_zookeeper_locks_are_paused_past_their_session() -> None:
+    cases, _ = plan_matrix(["zookeeper"], [], ["session-pause"], set(), root=False)
+    subjects = {c.impl for c in cases if c.role == "subject"}
+    assert {"zookeeper.sequential", "zookeeper.kazoo"} <= subjects
+    assert all(c.settings.lock_params.get("session_timeout") == 2 for c in cases)
+
+
+def test_the_fault_free_row_of_a_matrix_is_no_safety_claim() -> None:
+    row = {**_row(), "matrix_scenario": "flash-sale", "evidence_target_k": None, "strikes": 0}
+    cell = cell_for([row])
+    assert cell.cls == "baseline" and cell.word == "no fault"
+
+
+def test_a_fault_case_that_struck_fewer_times_than_asked_says_why() -> None:
+    rows = [{"case": "c", "fault": "restart@held", "strikes": 1, "acquisitions": 16, "duration_s": 40.0,
+             "strikes_missed": 0}]  # fmt: skip
+    assert strikes.shortfall(rows, 10) == ["c: 1 of 10 strikes in 40 s: 16 grants; raise --duration"]
+    assert strikes.shortfall(rows, 1) == []

@@ -264,8 +264,9 @@ def recovery_bound_s(cls: type, case: MatrixCase) -> float:
     session timeout ...; the case's lease when the lock names none), at least 10 s.
     """
     expected, _ = cls.recovery_after_crash(case.settings.ttl, case.settings.lock_params)
-    own = max(float(expected or 0.0), float(case.settings.lock_params.get("session_timeout") or 0.0))
-    return max(MIN_RECOVERY_S, RECOVERY_FACTOR * (own or float(case.settings.ttl)))
+    own = float(case.settings.ttl) if expected is None else float(expected)
+    own = max(own, float(case.settings.lock_params.get("session_timeout") or 0.0))
+    return max(MIN_RECOVERY_S, RECOVERY_FACTOR * own)
 
 
 def _server_recovery_bound(cls: type, case: MatrixCase) -> MatrixCase:

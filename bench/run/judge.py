@@ -213,7 +213,7 @@ def _grade(row: dict[str, Any], case: Case, settings: RunSettings, fault_info: d
         )
         row["verdict"] = "unknown"
         if str(why).startswith(NOT_REACHED):
-            row["verdict_reason"] = f"{why}: {what} cannot reach it"
+            row["verdict_reason"] = f"{why}: the fault cannot reach it"
         else:
             row["verdict_reason"] = f"{what} did not strike ({why}): not tested"
 

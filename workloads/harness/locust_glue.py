@@ -207,6 +207,8 @@ def lock_options(opts: Any, client_number: int = 0) -> LockOptions:
         _CLOCK_READS[0] += 1
         return time.time() + skew
 
+    clock.skew_s = skew  # type: ignore[attr-defined]  # the harness's own look, not a read by the lock
+
     return LockOptions(
         ttl=opts.lock_ttl,
         retry_interval=opts.retry_interval,
