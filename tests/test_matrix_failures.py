@@ -159,3 +159,17 @@ def test_matrix_compare_refuses_other_commits_and_non_matrices(
 
     r = bench("matrix-compare", str(run), str(tmp_path))
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_bench_run_keeps_the_log_of_a_server_that_died(tmp_path: Path) -> None:
+    """bench run too: the message names the dead server's log as kept in the run's folder."""
+    r = bench(
+        "run", "--impl", "redis.set-nx-px", "--duration", "6", "--no-report", "--results-dir", str(tmp_path),
+        env={KILL_AFTER_ENV: "redis-lock:2"},
+    )  # fmt: skip
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    died = run / "logs" / "servers" / "redis-lock.died-1.log"
+    assert died.is_file() and str(died) in r.stderr
+    assert (run / "logs" / "servers" / "resource.log").is_file()
