@@ -399,3 +399,14 @@ def test_a_restart_finds_the_holder_s_master_by_its_owner_value_whatever_the_key
             assert target is first and missed == {}
         finally:
             second.stop()
+
+
+def test_a_pause_strikes_when_it_begins_so_a_violation_during_it_is_tied_to_it() -> None:
+    """The pause is marked when it ends (value: its length); a waiter granted while the holder
+    sleeps came after the strike, not before it, and a control's failure there counts."""
+    history = _history(
+        [("a", 4, "pause", "invoke", "L", int(1.0 * S), None, None, None),
+         ("a", 4, "pause", "ok", "L", int(3.0 * S), None, 2000, None), *_grants([2.0])]
+    )  # fmt: skip
+    counted, _ = strikes.strike_record(history, "lease-expiry", 1.0, server_fault=False)
+    assert list(counted) == [int(1.0 * S)]

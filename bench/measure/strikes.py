@@ -93,7 +93,12 @@ def strike_record(
     marker = WORKLOAD_STRIKES.get(workload)
     if marker is not None:
         rows = history[(history["op"] == marker[0]) & (history["type"] == marker[1])]
-        return np.sort(rows["t_ns"].to_numpy(dtype=np.int64)), []
+        t = rows["t_ns"].to_numpy(dtype=np.int64)
+        if marker[0] == "pause":
+            # a pause is marked when it ends (its value: how long it lasted, ms); it struck when it began,
+            # and a violation during it (a waiter granted while the holder sleeps) is tied to it
+            t = t - rows["value"].astype("Float64").fillna(0).to_numpy(dtype=float).astype(np.int64) * 1_000_000
+        return np.sort(t), []
     if workload in LONG_HOLD_WORKLOADS and ttl_s:
         h = holds(history)
         long = h[(h["end_ns"] - h["start_ns"]) > ttl_s * 1e9]

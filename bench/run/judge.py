@@ -104,8 +104,8 @@ def judge(
     fault_case, strike_ns = _fault_columns(row, case, settings, recording, history)
     first_ns = first_violation_ns(verdict.results)
     row["violation_after_strike"] = (
-        bool(len(strike_ns)) and first_ns is not None and first_ns >= int(strike_ns[0])
-        if fault_case
+        bool(len(strike_ns)) and first_ns >= int(strike_ns[0])
+        if fault_case and first_ns is not None
         else None
     )
     row["indeterminate_purchases"] = int(verdict.counters.get("indeterminate_purchases", 0))
