@@ -24,6 +24,7 @@ from bench.results import meta
 from bench.results.folder import ResultsWriteError, RunFolder, write_merged_histograms
 from bench.results.matrices import sources_for_run
 from bench.results.redact import redact_text
+from bench.run.calibration_cache import CalibrationCache
 from bench.run.case import Case, RunSettings, ServerDied, with_calibration
 from bench.run.progress import LiveProgress
 from bench.run.runner import endpoints_for_meta, run_plan
@@ -588,9 +589,13 @@ class _Execution:
     short, wherever the KeyboardInterrupt lands (server start, a case, rendering).
     """
 
-    def __init__(self, cases: list[Case], console: Console, warm: bool = False) -> None:
+    def __init__(
+        self, cases: list[Case], console: Console, warm: bool = False, recalibrate: bool = False
+    ) -> None:
         self.cases = cases
         self.console = console
+        #: measure every lock alone again instead of reusing a kept calibration (--recalibrate)
+        self.recalibrate = recalibrate
         #: start local cases' Locust from a warm process (bench/run/warm.py)
         self.warm = warm
         self.timing = RunTiming()
@@ -598,6 +603,18 @@ class _Execution:
         self.stage = "starting servers"
         #: the machine's load while the cases run: the closing advice names the real bottleneck
         self.load = LoadSampler()
+
+    def kept_calibrations(self, folder: RunFolder, console: Console) -> CalibrationCache:
+        """The calibrations earlier runs of this commit kept beside this run's folder."""
+        host = folder.meta.get("host") if isinstance(folder.meta.get("host"), dict) else {}
+        kept = CalibrationCache(
+            folder.path.parent, str(folder.meta.get("git_commit") or ""), str(host.get("machine_class") or ""),
+            recalibrate=self.recalibrate,
+        )  # fmt: skip
+        why = kept.why_not()
+        if why and any(getattr(c, "solo", False) for c in self.cases):
+            console.print(f"lockbench: calibrating every lock afresh ({why})", highlight=False, markup=False)
+        return kept
 
     def interrupted_message(self) -> str:
         if self.folder is None:
@@ -648,7 +665,7 @@ class _Execution:
                     failures = run_plan(
                         self.cases, stack, folder, progress=live.case_started, on_tick=live.tick,
                         on_failure=lambda c, msg: console.print(f"  case failed: {msg}"),
-                        warm=warm, timing=timing,
+                        warm=warm, timing=timing, kept=self.kept_calibrations(folder, console),
                     )  # fmt: skip
                 if failures:
                     status = "complete-with-failures"

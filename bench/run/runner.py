@@ -27,6 +27,7 @@ from bench.nemesis import partitions
 from bench.nemesis.faults import FaultThread, namespace
 from bench.results.folder import RunFolder
 from bench.results.redact import redact_text, redact_url
+from bench.run.calibration_cache import CalibrationCache
 from bench.run.case import (
     Case,
     CaseFailed,
@@ -307,8 +308,12 @@ def run_plan(
     on_tick: Callable[[dict[str, Any]], None] | None = None,
     warm: WarmLocust | None = None,
     timing: RunTiming | None = None,
+    kept: CalibrationCache | None = None,
 ) -> list[str]:
     """Run every case into ``folder``; returns the list of failed case messages.
+
+    ``kept``: calibrations kept by earlier runs of this commit (bench/run/calibration_cache.py); a
+    fresh one that matches a calibration case replaces its measurement, a new measurement is kept.
 
     Floors are measured first; solo calibration cases (``case.solo``) go into run.json's
     ``calibration``, never into the case table, and calibrate the cases after them.
@@ -344,10 +349,18 @@ def run_plan(
             begun_ns = time.monotonic_ns()
             attempts: list[dict[str, Any]] = []
             if case.solo:
+                hit = kept.lookup(case) if kept is not None else None
+                if hit is not None:
+                    solos[case.calibration_key] = hit[0]
+                    record_kept(calibration, case, hit[0], hit[1])
+                    folder.note("calibration", calibration)
+                    continue
                 # not a case: a failed calibration leaves its impl's cases on the CPU fallback
                 solo = calibrate_solo(case, stack, Path(tmp), calibration, launcher, attempts)
                 if solo is not None:
                     solos[case.calibration_key] = solo
+                    if kept is not None:
+                        kept.keep(case, solo, folder.path.name)
                 elif on_failure:
                     on_failure(case, calibration["errors"][-1])
                 timing.add_case(case, attempts, begun_ns, time.monotonic_ns())
@@ -476,9 +489,22 @@ def record_solo(
         # the window it really ran: its stop rule may end it before its duration
         "duration_s": round((window[1] - window[0]) / 1e9, 3) if window else case.settings.duration,
         "verdict": result["row"].get("verdict"),
+        "source": "measured in this run",
     }
     calibration["solo"].setdefault(case.impl, entry)
     calibration["solo_by_scenario"].setdefault(case.scenario, {})[case.impl] = entry
+
+
+def record_kept(calibration: dict[str, Any], case: Case, solo: fidelity.Solo, entry: dict[str, Any]) -> None:
+    """File a calibration reused from an earlier run, saying where it came from and how old it is."""
+    age_h = float(entry.get("age_s", 0.0)) / 3600
+    kept = {
+        **solo.as_json(), "workload": case.workload.name, "scenario": case.scenario,
+        "source": f"reused: measured in run {entry.get('run_id', '?')}, {age_h:.1f} h ago, same commit and parameters",
+        "reused_from": entry.get("run_id"), "age_s": entry.get("age_s"),
+    }  # fmt: skip
+    calibration["solo"].setdefault(case.impl, kept)
+    calibration["solo_by_scenario"].setdefault(case.scenario, {})[case.impl] = kept
 
 
 def record_case(calibration: dict[str, Any], backend: str, result: dict[str, Any]) -> None:
