@@ -85,7 +85,22 @@ def _floors(run: RunData) -> str:
     )
     return (
         '<table id="floors"><thead><tr><th>backend</th><th>floor: one round trip</th><th>p50</th></tr></thead>'
-        f"<tbody>{rows}</tbody></table>"
+        f"<tbody>{rows}</tbody></table>{_solo_sources(calibration)}"
+    )
+
+
+def _solo_sources(calibration: dict[str, Any]) -> str:
+    """Where each lock's solo figure came from: measured in this run, or kept from an earlier one."""
+    solo = calibration.get("solo")
+    if not isinstance(solo, dict) or not solo:
+        return ""
+    reused = {i: s for i, s in solo.items() if isinstance(s, dict) and s.get("reused_from")}
+    if not reused:
+        return f'<p class="caption" id="solo-sources">Solo figures: all {len(solo)} measured in this run.</p>'
+    items = "; ".join(f"{i}: {s.get('source', 'reused')}" for i, s in sorted(reused.items()))
+    return (
+        f'<p class="caption" id="solo-sources">Solo figures: {len(solo) - len(reused)} measured in this run, '
+        f"{len(reused)} kept from an earlier run of this commit ({e(items)}).</p>"
     )
 
 
