@@ -30,7 +30,6 @@ from resultsio.schema import (
     ALWAYS_COUNTED,
     CASES_SCHEMA,
     JSON_KIND,
-    MATRIX_COLUMNS,
     NUMBER_CHECKS,
     SCHEMA_VERSION,
     TEXT_COLUMNS,
@@ -652,36 +651,12 @@ def read_results(path: Path | str) -> Results:
     if len(frame):
         problems += _schema_problems(frame, table_file)
     _check_plan(path, meta, frame, table_file, problems)
-    _check_matrix(meta, frame, table_file, problems)
     if csv is not None and parquet is not None:
         problems += _compare(csv, parquet, str(parquet_path))
     _check_files(path, meta, frame, problems)
     _check_histograms(path, frame, problems)
     _check_histories(path, frame, problems)
     return Results(path, meta, frame.reset_index(drop=True), problems)
-
-
-def _check_matrix(meta: dict[str, Any], frame: pd.DataFrame, file: str, problems: list[Problem]) -> None:
-    """A matrix's rows name their cell (``matrix_scenario``): without it no row has a place in the grid."""
-    if meta.get("kind") != "matrix" or not len(frame):
-        return
-    for column in MATRIX_COLUMNS:
-        if column not in frame.columns:
-            problems.append(
-                Problem(file, "lacks column(s) " + column + " (a matrix's rows)", FIX_TABLE, cases=None)
-            )
-            continue
-        empty = frame.index[frame[column].isna() | (frame[column].astype("string").str.strip() == "")]
-        if len(empty):
-            problems.append(
-                Problem(
-                    file,
-                    f"is empty {_name_rows(frame, list(empty))} (a matrix's row names its cell)",
-                    FIX_TABLE,
-                    column=column,
-                    cases=_cases_of(frame, list(empty)) or None,
-                )
-            )
 
 
 def _check_plan(

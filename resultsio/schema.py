@@ -44,7 +44,8 @@ VIOLATION_COLUMNS = ("overlapping_holds", "witness_violations", "oversold_units"
 ALWAYS_COUNTED = "overlapping_holds"
 #: The fewest columns a case table must have to be read at all (ids, the verdict, the safety counters).
 REQUIRED_COLUMNS = ("case", "impl", "workload", "throughput_acq_s", *VIOLATION_COLUMNS, "verdict")
-#: Columns a matrix's case table must also have (run.json ``kind: matrix``): each row's cell in the grid.
+#: Columns a matrix shard's case table must also have for bench merge: each row's cell in the grid
+#: (the report draws a matrix without them by scenario; the merge's grid cannot place such a row).
 MATRIX_COLUMNS = ("matrix_scenario",)
 #: Text columns (read as strings, never as numbers).
 TEXT_COLUMNS = (

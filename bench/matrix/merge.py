@@ -25,6 +25,7 @@ from bench.matrix import controls
 from bench.matrix.tables import markdown_table, print_summary, undecided
 from bench.results.folder import RunFolder, atomic_write_text
 from resultsio import read_results
+from resultsio.schema import MATRIX_COLUMNS
 
 #: run.json params that may differ between shards of one matrix (how each machine ran its slice, and
 #: what its own rows said of the controls: judged again over all rows).
@@ -65,6 +66,14 @@ def check_shards(paths: list[Path]) -> list[tuple[Path, dict[str, Any], Any]]:
         results = read_results(path)
         if results.problems:
             raise UserError(f"{path} is damaged, not merged: {results.problems[0]}")
+        lacking = [
+            c for c in MATRIX_COLUMNS if c not in results.cases.columns or results.cases[c].isna().any()
+        ]
+        if lacking and len(results.cases):
+            raise UserError(
+                f"{path} is damaged, not merged: {path}/cases.csv: {lacking[0]} is missing or empty "
+                "(a matrix's row names its cell); re-run the shard with bench matrix"
+            )
         meta = results.meta
         status = meta.get("status")
         if status not in ("complete", "complete-with-failures"):
