@@ -245,6 +245,7 @@ class Stack:
         out: dict[str, Path] = {}
         for proc in processes:
             dest = self.kept.get(proc.name)
+            tmp = None
             try:
                 if dest is None:
                     dest = self.kept[proc.name] = _free_name(self.keep_logs_dir, proc.name, why)
@@ -255,7 +256,10 @@ class Stack:
                     tmp.write_text(f"({proc.name} wrote no log to {proc.log_path})\n")
                 os.replace(tmp, dest)
             except OSError:
-                continue  # a full disk must not hide the error being reported
+                if tmp is not None:  # a full disk must not hide the error being reported, nor leave a .tmp
+                    with contextlib.suppress(OSError):
+                        tmp.unlink(missing_ok=True)
+                continue
             out[proc.name] = dest
         return out
 
