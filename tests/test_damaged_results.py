@@ -491,3 +491,18 @@ def test_the_first_screen_takes_no_safety_from_a_damaged_matrix_and_names_it(
     assert "of this commit" not in sources
     row = html[html.index(f'data-row="{IMPL}"') :]
     assert "#safety-source-1" not in row[: row.index("</tr>")]  # no lock's safety cites it
+
+
+@pytest.mark.slow
+def test_history_names_an_older_damaged_folder_it_skipped_and_why(clean_run: Path, tmp_path: Path) -> None:
+    """Not only the newest run: every skipped folder is named with its damage, beside "not enough data"."""
+    root = tmp_path / "results"
+    older = root / "20200101T000000Z-000000"
+    shutil.copytree(clean_run, older)
+    _remove("hist")(older)
+    shutil.copytree(clean_run, root / clean_run.name)
+    r = cli("history", root, "--check", "--out", tmp_path / "history.html")
+    assert r.code == 2 and "Traceback" not in r.err, (r.out, r.err)
+    skipped = [line for line in r.err.splitlines() if line.startswith("bench history: skipped")]
+    assert len(skipped) == 1 and str(older) in skipped[0] and "hist/ is missing" in skipped[0], r.err
+    assert "NOT ENOUGH DATA" in r.err and f"DAMAGED {older}" not in r.out  # the newest run is the clean one
