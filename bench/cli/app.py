@@ -457,6 +457,7 @@ def report_cmd(
             "output HTML file (default: <run>/report.html; comparing runs: "
             "<results>/comparisons/<a>__vs__<b>/report.html, never inside a run folder)",
             metavar="FILE",
+            parser=o.file_path,
         ),
     ] = None,
     slo_us: Annotated[
@@ -475,10 +476,10 @@ def report_cmd(
         if mark_if_dead(run):  # run.json tells the truth before the report reads it
             console.print(f"lockbench: {run} was left running by a bench that is gone: marked interrupted")
     if out is not None:
+        _refuse_folder_as_out(out)
         _refuse_other_run_folder(out, list(runs))
     if out is None and any((Path(r) / "baseline.json").is_file() for r in runs):
         # never write into a (committed) baseline folder: reports of baselines go beside the comparisons
-            parser=o.file_path,
         out = _baseline_report_path(list(runs), comparison_path)
     try:
         damaged = [d for r in runs for d in load_run(Path(r)).damaged]
@@ -499,7 +500,14 @@ def report_cmd(
     print(path)
 
 
-        _refuse_folder_as_out(out)
+def _refuse_folder_as_out(out: Path) -> None:
+    """--out names the HTML file to write: a folder there (``--out .``) is one line, not a failed write."""
+    if Path(out).is_dir():
+        raise UserError(
+            f"--out {out} is a folder; give the HTML file to write, e.g. --out {Path(out) / 'report.html'}"
+        )
+
+
 def _refuse_other_run_folder(out: Path, runs: list[Path]) -> None:
     """--out must not write into a run folder other than the one run being rendered (bench history refuses too)."""
     own = {Path(r).resolve() for r in runs} if len(runs) == 1 else set()
@@ -521,14 +529,6 @@ def _baseline_report_path(runs: list[Path], comparison_path) -> Path:
     is_baseline = (last / "baseline.json").is_file()
     results = last.parent.parent if is_baseline and last.parent.name == "baselines" else last.parent
     if len(runs) == 1:
-def _refuse_folder_as_out(out: Path) -> None:
-    """--out names the HTML file to write: a folder there (``--out .``) is one line, not a failed write."""
-    if Path(out).is_dir():
-        raise UserError(
-            f"--out {out} is a folder; give the HTML file to write, e.g. --out {Path(out) / 'report.html'}"
-        )
-
-
         name = f"baseline-{last.name}" if is_baseline else last.name
         out = results / "comparisons" / name / "report.html"
     else:
@@ -718,6 +718,7 @@ def history_cmd(
             "out",
             "output HTML file (default: <root>/history/index.html, never in a run folder)",
             metavar="FILE",
+            parser=o.file_path,
         ),
     ] = None,
     check: Annotated[
@@ -739,12 +740,13 @@ def history_cmd(
     min_magnitude: Annotated[
         float, _opt("min_magnitude", "a change point needs a relative step above this", metavar="FRACTION")
     ] = 0.05,
-            parser=o.file_path,
 ) -> None:
     """Read every run folder, draw each series over commits with its change points (E-divisive)."""
     from bench.history.command import history_command
 
     check_options(ctx)
+    if out is not None:
+        _refuse_folder_as_out(out)
     raise typer.Exit(
         history_command(
             list(roots or [Path("results")]),
@@ -766,8 +768,6 @@ def infra_up(
         int, _opt("nodes", "1, or 3: a ZooKeeper ensemble or etcd cluster on loopback", metavar="N")
     ] = 1,
 ) -> None:
-    if out is not None:
-        _refuse_folder_as_out(out)
     """Start servers that stay up until `bench infra down`; `bench run` reuses single servers."""
     from bench.cli.infra_cmd import up
 
