@@ -566,7 +566,8 @@ def required_files(meta: dict[str, Any], cases: list[str], baseline: bool) -> di
         out[CASE_HISTOGRAMS.format(case=case)] = (case,)
         if not baseline:
             out[CASE_HISTORY.format(case=case)] = (case,)
-    if meta.get("kind") != "matrix" and meta.get("status") in ("complete", "complete-with-failures"):
+    # a matrix and an explore folder (bench explore: each run of a schedule is its own case) merge no trials
+    if meta.get("kind") not in ("matrix", "explore") and meta.get("status") in ("complete", "complete-with-failures"):
         groups: dict[str, list[str]] = {}
         for case in cases:
             groups.setdefault(trial_group(case), []).append(case)

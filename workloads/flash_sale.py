@@ -16,6 +16,8 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import signal
+import subprocess
 import time
 from typing import Any
 
@@ -26,7 +28,7 @@ from workloads.harness import holder_first
 from workloads.harness import locust_glue as harness
 from workloads.harness.distributions import parse_distribution, zipf_weights
 from workloads.harness.recording import RecordedLock
-from workloads.harness.resource import FlashSaleResource, StaleToken
+from workloads.harness.resource import PAUSE_PREFIX, FlashSaleResource, StaleToken
 
 
 def item_names(n: int) -> list[str]:
@@ -212,12 +214,34 @@ class FlashSaleUser(User):
             said = None
             while time.monotonic() < deadline and said is None:
                 said = self.resource.wait_healed(deadline - time.monotonic())
+                if said is not None and said.startswith(PAUSE_PREFIX):
+                    deadline += self._obey(lock, said)  # a pause bench asked for (bench explore)
+                    said = None
             # does the holder still own its lock after the strike? A "no" is a lost lock, a
             # failure of exclusion whether or not a waiter came in (workloads/checks/ownership.py)
             lock.probe(lease, "strike")
             # a strike bench says missed this case ends the hold as fail: the case's stop rule
             # counts only the holds that ended ok, so it waits for a strike that hit
             self.mark(lock, "fault-hold", "fail" if said == "missed" else "ok", seq)
+
+    def _obey(self, lock: RecordedLock, command: str) -> float:
+        """Pause as bench's explorer told this holder (``pause:task:<ms>`` or ``pause:world:<ms>``); the seconds paused.
+
+        A task pause sleeps this holder's task alone: its process runs on (watchdogs,
+        keepalives, heartbeats). A world pause stops the whole process (SIGSTOP; a child
+        sends SIGCONT when the time is up): every renewal and heartbeat stops with it.
+        """
+        _, what, ms = command.split(":", 2)
+        seconds = max(0.0, int(ms) / 1000)
+        seq = self.mark(lock, "explore-pause", "invoke", value=int(ms))
+        if what == "world":
+            pid = os.getpid()
+            subprocess.Popen(["sh", "-c", f"sleep {seconds:.3f}; kill -CONT {pid}"], start_new_session=True)
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            holder_first.holder_sleep(seconds)
+        self.mark(lock, "explore-pause", "ok", seq, value=int(ms))
+        return seconds
 
     def _critical_section(self, lock: RecordedLock, item: str, lease: Any) -> None:
         rec, res = harness.RECORDER, self.resource

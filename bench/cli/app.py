@@ -404,6 +404,70 @@ def matrix_compare_cmd(
     raise typer.Exit(compare_command(a, b, console))
 
 
+@app.command("explore", short_help="Random combined fault schedules from a seed; a failure shrunk and written.")
+def explore_cmd(
+    ctx: typer.Context,
+    backend: o.Backend = [],  # noqa: B006
+    impl: o.Impl = [],  # noqa: B006
+    seed: Annotated[int, _opt("seed", "the seed of the schedules drawn (same seed, same schedules)", metavar="N")] = 0,
+    budget: Annotated[str, _opt("budget", "time to explore, all impls together: 5m, 90s, 1h", metavar="DURATION")] = "5m",
+    faults: Annotated[
+        str, _opt("faults", "event kinds to draw, comma-separated (default: every kind that reaches the lock)",
+                  metavar="KINDS")
+    ] = "",
+    fencing: Annotated[bool, _opt("fencing", "the holders write with fencing tokens (enforced)")] = False,
+    plan: Annotated[bool, _opt("plan", "print the schedules the search would try, in order, and run nothing")] = False,
+    redis_url: o.RedisUrl = [],  # noqa: B006
+    pg_dsn: o.PgDsn = None,
+    zk_hosts: o.ZkHosts = None,
+    etcd_url: o.EtcdUrl = [],  # noqa: B006
+    memcached_url: o.MemcachedUrl = None,
+    results_dir: o.ResultsDir = Path("results"),
+    report: o.Report = True,
+) -> None:
+    """Search for a short combination of faults that breaks a lock; shrink it; write it for bench replay.
+
+    Exit 0: nothing found within the budget; 1: found (the schedule and its replay command printed).
+    """
+    from bench.explore.command import explore_command
+
+    check_options(ctx, write_dirs=() if plan else ("results_dir",))
+    if not plan:
+        _mark_dead_runs(results_dir)
+    code = explore_command(
+        impls=impl, backends=backend, seed=seed, budget=budget, plan=plan, fencing=fencing,
+        faults=[f.strip() for f in faults.split(",") if f.strip()], results_dir=results_dir,
+        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url), argv=sys.argv,
+        console=console, render=report,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+@app.command("replay", short_help="Run a schedule written by bench explore; exit 1 when it fails again.")
+def replay_cmd(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="a schedule.json (or the explore folder holding it)", metavar="FILE")],
+    runs: Annotated[int, _opt("runs", "how many times to run it", metavar="N")] = 1,
+    redis_url: o.RedisUrl = [],  # noqa: B006
+    pg_dsn: o.PgDsn = None,
+    zk_hosts: o.ZkHosts = None,
+    etcd_url: o.EtcdUrl = [],  # noqa: B006
+    memcached_url: o.MemcachedUrl = None,
+    results_dir: o.ResultsDir = Path("results"),
+    report: Annotated[bool, _opt("report", "render report.html at the end")] = False,
+) -> None:
+    """Run exactly the schedule in FILE on fresh servers; exit 1 when the failure reproduces, 0 when not."""
+    from bench.explore.command import replay_command
+
+    check_options(ctx, write_dirs=("results_dir",))
+    _mark_dead_runs(results_dir)
+    code = replay_command(
+        file=file, runs=runs, results_dir=results_dir, argv=sys.argv, console=console, render=report,
+        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
 @app.command("calibrate", short_help="Print backend floors and each impl's solo hold.")
 def calibrate_cmd(
     ctx: typer.Context,

@@ -90,12 +90,14 @@ def run_case(
     on_tick: Callable[[dict[str, Any]], None] | None = None,
     launch: Callable[[list[str], Path, float], int] | None = None,
     last_case: bool = False,
+    nemesis: Callable[[Case, Stack, str], FaultThread | None] | None = None,
 ) -> dict[str, Any]:
     """Run one case in Locust and return its judged, summarised outcome.
 
     ``launch(argv, log_path, timeout)`` starts Locust and returns its exit code; default a
     cold ``python -m locust`` subprocess (``bench run`` and ``bench matrix`` pass a warm one,
-    bench/run/warm.py).
+    bench/run/warm.py). ``nemesis(case, stack, resource_url)`` makes the case's fault thread
+    instead of :func:`fault_thread` (``bench explore`` plays a schedule of several kinds).
     """
     begun_ns = time.monotonic_ns()
     settings = case.settings
@@ -121,7 +123,10 @@ def run_case(
             ground = partitions.PartitionGround(
                 stack.hosts, lock_servers_of(stack, case.backend), claim_dirs=[out]
             )
-        fault = fault_thread([case], stack, [stack.urls["resource"][0]], ground)
+        if nemesis is not None:
+            fault = nemesis(case, stack, stack.urls["resource"][0])
+        else:
+            fault = fault_thread([case], stack, [stack.urls["resource"][0]], ground)
     if fault is not None:
         fault.start()
     launched_ns = time.monotonic_ns()

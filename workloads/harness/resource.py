@@ -62,6 +62,9 @@ STALE_LOG_MAX = 10_000
 OWNER_SEP = "|owner="
 #: Before the ms the claiming holder's lease still had to run.
 LEFT_SEP = "|left="
+#: A command on the ``healed`` list that is not the end of the fault: ``pause:task:<ms>`` or
+#: ``pause:world:<ms>``, which the claimed holder obeys and then waits on (bench explore).
+PAUSE_PREFIX = "pause:"
 
 
 class StaleToken(Exception):

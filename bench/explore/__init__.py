@@ -1,0 +1,1 @@
+"""``bench explore`` and ``bench replay``: random combined fault schedules, shrunk and replayed (issue 41)."""

@@ -1,0 +1,260 @@
+"""Search a lock's schedule space from a seed, and shrink the first failure with Hypothesis.
+
+Why Hypothesis runs the whole search: a ``@given`` property seeded with ``hypothesis.seed(N)``
+draws the same schedules for the same seed and selection, and when one fails it shrinks it the
+way it shrinks any input (fewer events, weaker kinds, shorter pauses, earlier times), re-running
+each candidate on the real servers. This module knows nothing of servers: it is handed
+``run(schedule) -> Outcome``, which :mod:`bench.explore.execute` makes by running a case; a test
+hands it a deterministic one.
+
+The reproduction rule (docs/guide.md, "Explore"):
+
+* while searching and shrinking, a schedule fails when its run fails (one case, the schedule
+  played ``rounds`` times in it, each round on a fresh grant: the case's verdict is ``invalid``).
+  A schedule's outcome is remembered for the session, so Hypothesis asking for the same schedule
+  again costs nothing;
+* the shrunk schedule is then confirmed: it is reproduced when 2 of 3 further runs fail (stopped
+  as soon as 2 failed or 2 passed). If it is not, the failure first found is confirmed the same
+  way and reported instead, and the report says the shrunk one did not reproduce.
+
+Budget: once it is spent, every schedule Hypothesis asks for counts as passing without a run,
+so its generation and shrinking end at once; what was found is kept. Ctrl-C does the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis.errors import Flaky, HypothesisException
+
+from bench.explore.draw import Reach, events_strategy
+from bench.explore.schedule import Event, Schedule
+
+#: Runs that confirm a shrunk schedule, and how many of them must fail.
+CONFIRM_RUNS = 3
+CONFIRM_FAILS = 2
+#: Most schedules Hypothesis may draw in one exploration (the budget usually ends it first).
+MAX_SCHEDULES = 500
+
+
+@dataclass
+class Outcome:
+    """What one run of a schedule said: failed or not, in words, and what the run left (a case row)."""
+
+    failed: bool
+    reason: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Finding:
+    """The exploration's answer: what was tried, the failure first found, the shrunk one, their confirmation."""
+
+    tried: int = 0
+    events_tried: int = 0
+    runs: int = 0
+    first: Schedule | None = None
+    first_outcome: Outcome | None = None
+    shrunk: Schedule | None = None
+    shrunk_outcome: Outcome | None = None
+    confirmed: str = ""  # "2 of 3 runs failed", ...
+    reproduced: bool = False
+    interrupted: bool = False
+    budget_out: bool = False
+    shrink_steps: int = 0
+
+    @property
+    def found(self) -> bool:
+        return self.shrunk is not None
+
+
+class _Enough(Exception):
+    """``--plan`` has drawn the schedules it prints."""
+
+
+class _Failed(Exception):
+    """A schedule failed: raised inside the property so Hypothesis shrinks it."""
+
+
+def _key(events: list[Event]) -> tuple:
+    return tuple(sorted((e.kind, e.at, tuple(sorted(e.params.items()))) for e in events))
+
+
+class Explorer:
+    """One exploration: a lock's reach, a seed, a budget, and a way to run a schedule.
+
+    Why a class: the search, the shrinking and the progress line share the counters (schedules
+    tried, the best failure so far, time left) and the outcomes already known.
+    """
+
+    def __init__(
+        self,
+        reach: Reach,
+        make: Callable[[list[Event]], Schedule],
+        run: Callable[[Schedule], Outcome],
+        seed: int,
+        budget_s: float,
+        on_progress: Callable[[Finding, float, str], None] | None = None,
+        max_schedules: int = MAX_SCHEDULES,
+        max_events: int | None = None,
+    ) -> None:
+        self.reach = reach
+        self.make = make
+        self.run_one = run
+        self.seed = seed
+        self.budget_s = budget_s
+        self.on_progress = on_progress
+        self.max_schedules = max_schedules
+        self.max_events = max_events
+        self.finding = Finding()
+        self._known: dict[tuple, Outcome] = {}
+        self._deadline = 0.0
+        self._stop = False
+
+    def strategy(self) -> Any:
+        kw = {"max_events": self.max_events} if self.max_events else {}
+        return events_strategy(self.reach.kinds, **kw)
+
+    def _settings(self, n: int, phases: tuple[Phase, ...]) -> settings:
+        return settings(
+            database=None, max_examples=n, deadline=None, phases=phases, derandomize=False,
+            suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
+            verbosity=Verbosity.quiet,
+        )  # fmt: skip
+
+    def plan(self, n: int) -> list[Schedule]:
+        """The first ``n`` schedules this seed draws (``--plan``): what a search runs, in order, until a failure.
+
+        Drawn with the search's own settings (Hypothesis draws differently for another
+        ``max_examples``), stopped once ``n`` are in.
+        """
+        drawn: list[Schedule] = []
+
+        def record(events: list[Event]) -> None:
+            if len(drawn) >= n:
+                raise _Enough()
+            drawn.append(self.make(events))
+
+        try:
+            self._drive(record, self.max_schedules, (Phase.generate,))
+        except (_Enough, Flaky, HypothesisException):
+            pass
+        except BaseException as exc:  # an ExceptionGroup from Hypothesis's final replay
+            if not isinstance(exc, Exception):
+                raise
+        return drawn[:n]
+
+    def left_s(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    def _progress(self, what: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.finding, self.left_s(), what)
+
+    def _run(self, schedule: Schedule) -> Outcome:
+        self.finding.runs += 1
+        return self.run_one(schedule)
+
+    def _check(self, events: list[Event]) -> None:
+        """The property: the schedule of ``events`` must not break the lock.
+
+        One ``raise`` only: Hypothesis tells failures apart by where they were raised.
+        """
+        if self._outcome(events):
+            raise _Failed()
+
+    def _outcome(self, events: list[Event]) -> bool:
+        """Did the schedule of ``events`` fail (a remembered outcome, or a run now)?"""
+        key = _key(events)
+        if key in self._known:
+            return self._known[key].failed
+        if self._stop or time.monotonic() >= self._deadline:
+            self.finding.budget_out = not self._stop
+            return False  # the budget is spent (or Ctrl-C): every schedule passes, Hypothesis ends
+        schedule = self.make(events)
+        f = self.finding
+        shrinking = f.first is not None
+        self._progress(f"{'shrinking' if shrinking else 'running'} {schedule.text()}")
+        try:
+            outcome = self._run(schedule)
+        except KeyboardInterrupt:
+            self._stop, f.interrupted = True, True
+            return False
+        if not shrinking:
+            f.tried += 1
+            f.events_tried += len(events)
+        else:
+            f.shrink_steps += 1
+        self._known[key] = outcome
+        if outcome.failed:
+            if f.first is None:
+                f.first, f.first_outcome = schedule, outcome
+            if f.shrunk is None or schedule.size() < f.shrunk.size():
+                f.shrunk, f.shrunk_outcome = schedule, outcome
+            self._progress(f"failed: {schedule.text()} ({outcome.reason})")
+        return outcome.failed
+
+    def _drive(self, body: Callable[[list[Event]], None], n: int, phases: tuple[Phase, ...]) -> None:
+        @self._settings(n, phases)
+        @hypothesis.seed(self.seed)
+        @given(self.strategy())
+        def prop(events: list[Event]) -> None:
+            body(events)
+
+        prop()
+
+    def explore(self) -> Finding:
+        """Search until a failure (then shrink it and confirm it), the budget, or Ctrl-C."""
+        from hypothesis.internal.conjecture import engine
+
+        self._deadline = time.monotonic() + self.budget_s
+        # Hypothesis stops shrinking after 300 s; a real run takes tens of seconds: the budget decides
+        engine.MAX_SHRINKING_SECONDS = max(engine.MAX_SHRINKING_SECONDS, int(self.budget_s) + 60)
+        try:
+            self._drive(self._check, self.max_schedules, (Phase.generate, Phase.shrink))
+        except (_Failed, Flaky, HypothesisException):
+            pass  # Hypothesis re-raises the shrunk failure (or says it was flaky): ours is in self.finding
+        except KeyboardInterrupt:
+            self.finding.interrupted = True
+        except BaseException as exc:  # an ExceptionGroup of a flaky failure
+            if not isinstance(exc, Exception):
+                raise
+        if self.finding.found and not self.finding.interrupted:
+            self._confirm()
+        return self.finding
+
+    def _confirm(self) -> None:
+        """The rule: the shrunk schedule is reproduced when 2 of 3 runs fail; else the first one is tried."""
+        f = self.finding
+        for which in ("shrunk", "first"):
+            schedule = f.shrunk if which == "shrunk" else f.first
+            if schedule is None:
+                continue
+            fails = passes = 0
+            try:
+                for i in range(CONFIRM_RUNS):
+                    self._progress(f"confirming ({i + 1}/{CONFIRM_RUNS}) {schedule.text()}")
+                    if self._run(schedule).failed:
+                        fails += 1
+                    else:
+                        passes += 1
+                    if fails >= CONFIRM_FAILS or passes > CONFIRM_RUNS - CONFIRM_FAILS:
+                        break
+            except KeyboardInterrupt:
+                f.interrupted = True
+                f.confirmed = f"interrupted while confirming ({fails} failed, {passes} passed)"
+                return
+            f.confirmed = f"{fails} of {fails + passes} confirming runs failed"
+            if fails >= CONFIRM_FAILS:
+                f.reproduced = True
+                if which == "first":
+                    f.confirmed += "; the shrunk schedule did not reproduce, so the first one found is kept"
+                    f.shrunk, f.shrunk_outcome = f.first, f.first_outcome
+                return
+            if schedule is f.first:
+                return
