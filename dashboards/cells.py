@@ -117,6 +117,13 @@ def fencing_saved(rows: list[Row]) -> bool:
     return sum(_int(r, "stale_writes_refused") for r in fenced) >= 1
 
 
+def _lost_case(row: Row) -> bool:
+    """An unknown case that never got to strike for a reason of its own (its servers died or never
+    started, its recording is incomplete): undecided, not "did not strike" and not "n/a"."""
+    why = text(row, "verdict_reason") or ""
+    return bool(why) and "did not strike" not in why and not why.startswith("n/a: ")
+
+
 def _stuck(row: Row) -> bool:
     # a killed holder's lock nobody got again, or a server-fault strike never followed by a grant:
     # a liveness failure, never "held, thin"
@@ -234,7 +241,8 @@ def cell_for(rows: list[Row]) -> GridCell:
     # a case resting on damaged data (resultsio: verdict unknown, reason "damaged: ...") is unknown whatever struck
     damaged = any((text(r, "verdict_reason") or "").startswith(DAMAGED) for r in rows)
     if damaged or any(
-        text(r, "verdict") == "unknown" and (_int(r, "strikes") or not fault_scenario) for r in rows
+        text(r, "verdict") == "unknown" and (_int(r, "strikes") or not fault_scenario or _lost_case(r))
+        for r in rows
     ):
         return GridCell(
             "unknown", UNKNOWN_DAMAGED if damaged else "unknown", evidence, hover, k, n, contradicts

@@ -351,3 +351,13 @@ def test_a_fault_case_that_struck_fewer_times_than_asked_says_why() -> None:
              "strikes_missed": 0}]  # fmt: skip
     assert strikes.shortfall(rows, 10) == ["c: 1 of 10 strikes in 40 s: 16 grants; raise --duration"]
     assert strikes.shortfall(rows, 1) == []
+
+
+def test_a_fault_case_lost_to_its_servers_is_unknown_not_did_not_strike() -> None:
+    lost = _row(strikes=0, acquisitions_after_strike=0, verdict="unknown",
+                verdict_reason="no evidence: server redis-lock died during the case (logs/servers/redis#0/redis-lock.died-1.log)")  # fmt: skip
+    cell = cell_for([lost])
+    assert cell.cls == "unknown" and cell.word == "unknown"
+    never = _row(strikes=0, acquisitions_after_strike=0, verdict="unknown",
+                 verdict_reason="restart@held did not strike (no holder claimed it in time): not tested")  # fmt: skip
+    assert cell_for([never]).word == "did not strike"
