@@ -201,6 +201,14 @@ def run(
             metavar="N",
         ),
     ] = 0,
+    recalibrate: Annotated[
+        bool,
+        _opt(
+            "recalibrate",
+            "measure every lock alone again instead of reusing a calibration kept by an earlier run of this "
+            "commit (results/.calibrations; a dirty checkout never reuses one)",
+        ),
+    ] = False,
 ) -> None:
     """Run lock impls under a workload against real servers; print the report's path.
 
@@ -246,7 +254,7 @@ def run(
         skewed_clients=skewed_clients, explicit=explicit,
         master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
         arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
-        strikes=strikes, evidence=evidence,
+        strikes=strikes, evidence=evidence, recalibrate=recalibrate,
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -404,19 +412,31 @@ def matrix_compare_cmd(
     raise typer.Exit(compare_command(a, b, console))
 
 
-@app.command("explore", short_help="Random combined fault schedules from a seed; a failure shrunk and written.")
+@app.command(
+    "explore", short_help="Random combined fault schedules from a seed; a failure shrunk and written."
+)
 def explore_cmd(
     ctx: typer.Context,
     backend: o.Backend = [],  # noqa: B006
     impl: o.Impl = [],  # noqa: B006
-    seed: Annotated[int, _opt("seed", "the seed of the schedules drawn (same seed, same schedules)", metavar="N")] = 0,
-    budget: Annotated[str, _opt("budget", "time to explore, all impls together: 5m, 90s, 1h", metavar="DURATION")] = "5m",
+    seed: Annotated[
+        int, _opt("seed", "the seed of the schedules drawn (same seed, same schedules)", metavar="N")
+    ] = 0,
+    budget: Annotated[
+        str, _opt("budget", "time to explore, all impls together: 5m, 90s, 1h", metavar="DURATION")
+    ] = "5m",
     faults: Annotated[
-        str, _opt("faults", "event kinds to draw, comma-separated (default: every kind that reaches the lock)",
-                  metavar="KINDS")
+        str,
+        _opt(
+            "faults",
+            "event kinds to draw, comma-separated (default: every kind that reaches the lock)",
+            metavar="KINDS",
+        ),
     ] = "",
     fencing: Annotated[bool, _opt("fencing", "the holders write with fencing tokens (enforced)")] = False,
-    plan: Annotated[bool, _opt("plan", "print the schedules the search would try, in order, and run nothing")] = False,
+    plan: Annotated[
+        bool, _opt("plan", "print the schedules the search would try, in order, and run nothing")
+    ] = False,
     redis_url: o.RedisUrl = [],  # noqa: B006
     pg_dsn: o.PgDsn = None,
     zk_hosts: o.ZkHosts = None,
@@ -446,7 +466,9 @@ def explore_cmd(
 @app.command("replay", short_help="Run a schedule written by bench explore; exit 1 when it fails again.")
 def replay_cmd(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="a schedule.json (or the explore folder holding it)", metavar="FILE")],
+    file: Annotated[
+        Path, typer.Argument(help="a schedule.json (or the explore folder holding it)", metavar="FILE")
+    ],
     runs: Annotated[int, _opt("runs", "how many times to run it", metavar="N")] = 1,
     redis_url: o.RedisUrl = [],  # noqa: B006
     pg_dsn: o.PgDsn = None,

@@ -313,6 +313,7 @@ def run_command(
     strikes: int = 1,
     evidence: str = "standard",
     warm: bool | None = None,
+    recalibrate: bool = False,
 ) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
 
@@ -475,7 +476,12 @@ def run_command(
             yield stack
 
     # warm: local cases only (remote workers and test hosts start their own Locust)
-    run = _Execution(cases, console, warm=warm and bind is None and not test_hosts and not partitioned)
+    run = _Execution(
+        cases,
+        console,
+        warm=warm and bind is None and not test_hosts and not partitioned,
+        recalibrate=recalibrate,
+    )
     try:
         return run.execute(
             needed, open_stack=open_stack,
