@@ -37,6 +37,7 @@ BENCH_FLOORS = {
     "bench.run": 4,
     "bench.history": 4,  # reads results and the gate's rules; cli runs it
     "bench.matrix": 5,
+    "bench.explore": 5,  # bench explore / replay: schedules played as cases on bench.run and bench.nemesis
     "bench.cli": 6,
     "bench.__main__": 7,
 }

@@ -95,7 +95,7 @@ class Progress:
         best = finding.shrunk.text().split(": ", 1)[1] if finding.shrunk else "none yet"
         line = (
             f"explore {self.impl}: {finding.tried} schedule(s) tried, {finding.runs} run(s); "
-            f"best failure: {best}; {left_s / 60:.1f} min left; {what.split(': ', 1)[-1] if ': ' in what else what}"
+            f"best failure: {best}; {left_s / 60:.1f} min left; {what[:120]}"
         )
         if self.tty:
             width = 160

@@ -17,6 +17,9 @@ The reproduction rule (docs/guide.md, "Explore"):
   as soon as 2 failed or 2 passed). If it is not, the failure first found is confirmed the same
   way and reported instead, and the report says the shrunk one did not reproduce.
 
+Once a failure is in hand, a schedule no smaller than it (:meth:`Schedule.size`) counts as passing
+without a run: it could not improve the answer, and a run costs tens of seconds.
+
 Budget: once it is spent, every schedule Hypothesis asks for counts as passing without a run,
 so its generation and shrinking end at once; what was found is kept. Ctrl-C does the same.
 """
@@ -179,6 +182,8 @@ class Explorer:
         schedule = self.make(events)
         f = self.finding
         shrinking = f.first is not None
+        if f.shrunk is not None and schedule.size() >= f.shrunk.size():
+            return False  # no smaller than the failure in hand: not worth a run (Hypothesis moves on)
         self._progress(f"{'shrinking' if shrinking else 'running'} {schedule.text()}")
         try:
             outcome = self._run(schedule)

@@ -1,0 +1,148 @@
+"""bench explore / bench replay (issue 41): seeded schedules, shrinking, the file, exit codes.
+
+The search and the shrinking are tested on a deterministic fake schedule space (a lock that fails
+only when two named events coincide: the outcome is a function of the schedule, so what is
+asserted is Hypothesis's search and shrink, not the weather of a loaded machine); the command's
+exits and the replay are tested end to end on real servers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.explore.draw import Reach, reach, schedule_for
+from bench.explore.execute import explore_settings
+from bench.explore.schedule import Event, Schedule
+from bench.explore.shrink import Explorer, Outcome
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("task-pause", "world-pause", "kill-member", "kill-leader")
+FAKE = Reach("fake.coincidence", "etcd", KINDS, "ensemble")
+
+
+def _make(events: list[Event]) -> Schedule:
+    return schedule_for(FAKE, events, 7, explore_settings(), {}, "off")
+
+
+class Coincidence:
+    """The fake space: the lock breaks only when a world pause and a leader kill are in one schedule."""
+
+    def __init__(self, a: str = "world-pause", b: str = "kill-leader") -> None:
+        self.a, self.b = a, b
+        self.runs: list[Schedule] = []
+
+    def __call__(self, schedule: Schedule) -> Outcome:
+        self.runs.append(schedule)
+        kinds = {e.kind for e in schedule.events}
+        return Outcome(self.a in kinds and self.b in kinds, f"{self.a} with {self.b}")
+
+
+def test_the_same_seed_draws_the_same_schedules_and_another_seed_others() -> None:
+    plan = [s.text() for s in Explorer(FAKE, _make, Coincidence(), 3, 0).plan(10)]
+    assert plan == [s.text() for s in Explorer(FAKE, _make, Coincidence(), 3, 0).plan(10)]
+    assert plan != [s.text() for s in Explorer(FAKE, _make, Coincidence(), 4, 0).plan(10)]
+    assert len(plan) == 10
+
+
+def test_the_plan_is_what_the_search_runs_in_order() -> None:
+    never = Coincidence("none", "none")
+    plan = [s.text() for s in Explorer(FAKE, _make, never, 3, 0).plan(8)]
+    Explorer(FAKE, _make, never, 3, 3600).explore()
+    assert [s.text() for s in never.runs[:8]] == plan
+
+
+def test_a_failure_of_two_coinciding_events_is_found_and_shrunk_to_exactly_them() -> None:
+    space = Coincidence()
+    finding = Explorer(FAKE, _make, space, 3, 3600).explore()
+    assert finding.found and finding.reproduced
+    assert sorted(e.kind for e in finding.shrunk.events) == ["kill-leader", "world-pause"]
+    # shrunk: the weakest pause the strategy draws, and the first failure was no smaller
+    assert [e.seconds for e in finding.shrunk.events if e.kind == "world-pause"] == [0.5]
+    assert finding.first.size() >= finding.shrunk.size()
+    assert finding.confirmed == "2 of 2 confirming runs failed"
+
+
+def test_a_lock_that_never_fails_is_nothing_found_with_the_count_tried() -> None:
+    space = Coincidence("none", "none")
+    finding = Explorer(FAKE, _make, space, 5, 3600, max_schedules=40).explore()
+    assert not finding.found and finding.shrunk is None
+    assert finding.tried == len({s.text() for s in space.runs}) > 0
+    assert finding.events_tried >= finding.tried
+
+
+def test_reach_draws_only_the_kinds_that_reach_the_lock() -> None:
+    assert reach("redis.set-nx-px-lua").kinds == ("task-pause", "world-pause", "restart")
+    assert reach("etcd.lease").topology == "ensemble"
+    assert "restart" not in reach("zookeeper.kazoo").kinds
+    assert reach("redis.set-nx-px-lua", ["failover"]).topology == "sentinel"
+
+
+def test_a_schedule_file_reads_back_as_written(tmp_path: Path) -> None:
+    schedule = _make([Event("kill-leader", 0.3), Event("world-pause", 0.0, {"seconds": 2.5})])
+    schedule.write(tmp_path / "schedule.json")
+    back = Schedule.read(tmp_path)
+    assert back.as_json() == schedule.as_json()
+    assert back.text() == "fake.coincidence: +0s world-pause 2.5s, +0.3s kill-leader"
+
+
+def _bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["explore", "--impl", "redis.set-nx-px-lua", "--budget", "5x", "--plan"],
+        ["explore", "--impl", "redis.set-nx-px-lua", "--faults", "kill-leader", "--plan"],
+        ["explore", "--impl", "no.such-lock", "--plan"],
+        ["replay", "/nonexistent/schedule.json"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str]) -> None:
+    done = _bench(*args)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_damaged_schedule_file_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "s.json").write_text(json.dumps({"impl": "redis.set-nx-px-lua", "events": [{"at": 1}]}))
+    done = _bench("replay", str(tmp_path / "s.json"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_plan_command_prints_the_same_schedules_for_the_same_seed() -> None:
+    one = _bench("explore", "--impl", "redis.set-nx-px-lua", "--seed", "3", "--plan")
+    two = _bench("explore", "--impl", "redis.set-nx-px-lua", "--seed", "3", "--plan")
+    assert one.returncode == 0 and one.stdout == two.stdout and "restart" in one.stdout
+
+
+def test_nothing_found_exits_0_and_says_how_many_schedules(tmp_path: Path) -> None:
+    """A pause well inside the lease breaks no lock: one real schedule runs, then the budget is spent."""
+    done = _bench(
+        "explore", "--impl", "redis.set-nx-px-lua", "--seed", "3", "--faults", "task-pause",
+        "--budget", "1s", "--no-report", "--results-dir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "nothing found within the budget: 1 schedule(s) with 1 event(s) tried" in done.stdout
+    run = json.loads(next(tmp_path.glob("*/run.json")).read_text())
+    assert run["kind"] == "explore" and run["explore"]["redis.set-nx-px-lua"]["schedules_tried"] == 1
+
+
+def test_a_replayed_restart_breaks_a_lock_without_persistence(tmp_path: Path) -> None:
+    """Redis forgets the holder's key in a restart: the replay fails (exit 1) and says so."""
+    schedule = schedule_for(
+        reach("redis.set-nx-px-lua"), [Event("restart", 0.2)], 3, explore_settings(), {}, "off"
+    )
+    schedule.write(tmp_path / "schedule.json")
+    done = _bench("replay", str(tmp_path / "schedule.json"), "--results-dir", str(tmp_path / "out"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "reproduced: 1 of 1 run(s) failed" in done.stdout
+    run = json.loads(next((tmp_path / "out").glob("*/run.json")).read_text())
+    assert run["kind"] == "explore" and run["status"] == "complete"
