@@ -22,6 +22,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST, Placer, on_loopback
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.server import ManagedServer
 
 #: Raft timing of a single node. A node elects itself at once, so short timings only
 #: make it ready sooner; they also lower etcd's minimum lease TTL to 1 s (the minimum is
@@ -64,7 +65,7 @@ def binary_version(path: str) -> str:
     return out.strip().splitlines()[0] if out.strip() else "unknown"
 
 
-class EtcdServer:
+class EtcdServer(ManagedServer):
     """One etcd member with its own client port, peer port and data directory.
 
     Why a fresh member per run: each case starts from an empty keyspace and revision 1,
@@ -136,20 +137,6 @@ class EtcdServer:
         ready = (lambda: health(self.url)) if wait else (lambda: True)
         self.process.start(ready, timeout=30, detached=detached)
         return self
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def kill(self) -> None:
-        """SIGKILL the member (a crash); :meth:`start` brings it back with its data."""
-        self.process.kill()
-        if self.process.popen is not None:
-            self.process.popen.wait(5)
-
-    def restart(self) -> None:
-        """Kill and start again on the same ports and data directory (state survives)."""
-        self.kill()
-        self.start()
 
     def wipe(self) -> None:
         """Remove the data directory (only while stopped): the next start is a new member."""

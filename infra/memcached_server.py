@@ -12,6 +12,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.server import ManagedServer
 
 
 def _version(host: str, port: int) -> str:
@@ -24,7 +25,7 @@ def _version(host: str, port: int) -> str:
     return reply[8:].strip().decode()
 
 
-class MemcachedServer:
+class MemcachedServer(ManagedServer):
     """One memcached with its own TCP port (UDP off), started and stopped by lockbench.
 
     Why not a shared server: every case starts with no keys and fresh statistics, and a
@@ -69,16 +70,6 @@ class MemcachedServer:
     def start(self, detached: bool = False) -> MemcachedServer:
         self.process.start(lambda: bool(_version(self.host, self.port)), timeout=10, detached=detached)
         return self
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def restart(self) -> None:
-        """Kill (SIGKILL) and start again on the same port: every key is lost."""
-        self.process.kill()
-        if self.process.popen is not None:
-            self.process.popen.wait(5)
-        self.start()
 
     def version(self) -> str:
         out = subprocess.run([self.binary, "-V"], capture_output=True, text=True).stdout.strip()

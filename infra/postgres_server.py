@@ -38,6 +38,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.server import ManagedServer
 
 #: Where Debian (and Ubuntu) put the server binaries: not on PATH. Listed up front, newest
 #: first, because the directory only exists after the package is installed.
@@ -106,7 +107,7 @@ class _PostgresProcess(ServerProcess):
             self.cleanup_dir = None
 
 
-class PostgresServer:
+class PostgresServer(ManagedServer):
     """One PostgreSQL cluster with its own data directory, port and socket directory.
 
     Why a private cluster per run: every case must start without leftover lock rows or

@@ -12,6 +12,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.server import ManagedServer
 
 
 def _ping(host: str, port: int) -> bool:
@@ -20,7 +21,7 @@ def _ping(host: str, port: int) -> bool:
         return s.recv(64).startswith(b"+PONG")
 
 
-class RedisServer:
+class RedisServer(ManagedServer):
     """One redis-server with its own port and directory, started and stopped by lockbench.
 
     Why not a shared server: each case must start from empty lock state and its own
@@ -74,16 +75,6 @@ class RedisServer:
     def start(self, detached: bool = False) -> RedisServer:
         self.process.start(lambda: _ping(self.host, self.port), timeout=10, detached=detached)
         return self
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def restart(self) -> None:
-        """Kill (SIGKILL) and start again on the same port: all lock state is lost."""
-        self.process.kill()
-        if self.process.popen is not None:
-            self.process.popen.wait(5)
-        self.start()
 
     def version(self) -> str:
         out = subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout

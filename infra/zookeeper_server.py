@@ -29,6 +29,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST, Placer, on_loopback
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.server import ManagedServer
 
 DEBIAN_JARS = Path("/usr/share/java")
 DEBIAN_SCRIPTS = "/usr/share/zookeeper/bin"
@@ -149,7 +150,7 @@ def warm_up(hosts: str, ops: int = WARMUP_OPS, timeout: float = 30.0) -> None:
         client.close()
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ManagedServer):
     """One ZooKeeper server (standalone, or a member of :class:`ZooKeeperEnsemble`).
 
     Why lockbench's own: each case needs empty lock state, a fresh sequence counter and
@@ -247,15 +248,6 @@ class ZooKeeperServer:
             raise InfraError(
                 f"{self.name} did not answer its warm-up ({exc!r}); see {self.process.log_path}"
             ) from exc
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def kill(self) -> None:
-        """SIGKILL the server (a crash); :meth:`start` brings it back with its data."""
-        self.process.kill()
-        if self.process.popen is not None:
-            self.process.popen.wait(5)
 
     def pause(self) -> None:
         """SIGSTOP: the server stops answering (clients time out) without closing sockets."""

@@ -26,7 +26,7 @@ order and nothing else.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -109,6 +109,29 @@ class _RedisLock(Lock):
         """SETNX key value (the current owner id by default): True when this call set it."""
         return execute(self.url, "SETNX", self.key, self._owner if value is None else value) == 1
 
+    def _step_set_nx_px(self) -> bool:
+        """``SET key owner NX PX ttl``: True when this call took the lock (one atomic command)."""
+        return execute(self.url, "SET", self.key, self._owner, "NX", "PX", self.ttl_ms) is not None
+
+    def _acquire_by(
+        self, take: Callable[[], bool], ttl: float | None, then: Callable[[], None] | None = None
+    ) -> Lease | None:
+        """One acquire attempt: ``take`` the key (the write that grants), ``then`` its follow-up, the token.
+
+        The locks that differ only in the commands that take the key share this: the attempt
+        counts as applied once ``take`` succeeded, so a failure in ``then`` or the token is
+        an acquire whose outcome is unknown, not a refusal.
+        """
+        started = time.monotonic_ns()
+        with self._call("acquire") as call:
+            if not take():
+                return None
+            call.applied()
+            if then is not None:
+                then()
+            token = self._fence()
+        return self._granted(token, started, ttl)
+
     def _delete(self) -> bool:
         """Unconditional DEL: True when a key was there (whoever's it was)."""
         return execute(self.url, "DEL", self.key) == 1
@@ -136,13 +159,7 @@ class SetnxDel(_RedisLock):
     )
 
     def _try_acquire(self) -> Lease | None:
-        started = time.monotonic_ns()
-        with self._call("acquire") as call:
-            if not self._step_setnx():
-                return None
-            call.applied()
-            token = self._fence()
-        return self._granted(token, started, None)
+        return self._acquire_by(self._step_setnx, None)
 
     def _release(self, lease: Lease) -> bool:
         with self._call("release"):
@@ -170,14 +187,7 @@ class SetnxExpire(_RedisLock):
     )
 
     def _try_acquire(self) -> Lease | None:
-        started = time.monotonic_ns()
-        with self._call("acquire") as call:
-            if not self._step_setnx():
-                return None
-            call.applied()
-            self._step_expire()
-            token = self._fence()
-        return self._granted(token, started, self.options.ttl)
+        return self._acquire_by(self._step_setnx, self.options.ttl, then=self._step_expire)
 
     def _step_expire(self) -> None:
         execute(self.url, "PEXPIRE", self.key, self.ttl_ms)
@@ -279,13 +289,7 @@ class SetNxPx(_RedisLock):
     )
 
     def _try_acquire(self) -> Lease | None:
-        started = time.monotonic_ns()
-        with self._call("acquire") as call:
-            if execute(self.url, "SET", self.key, self._owner, "NX", "PX", self.ttl_ms) is None:
-                return None
-            call.applied()
-            token = self._fence()
-        return self._granted(token, started, self.options.ttl)
+        return self._acquire_by(self._step_set_nx_px, self.options.ttl)
 
     def _release(self, lease: Lease) -> bool:
         with self._call("release"):
@@ -328,7 +332,7 @@ class SetNxPxLua(_RedisLock):
                     return None
                 token = int(token)
             else:
-                if execute(self.url, "SET", self.key, self._owner, "NX", "PX", self.ttl_ms) is None:
+                if not self._step_set_nx_px():
                     return None
                 token = None
         return self._granted(token, started, self.options.ttl)
