@@ -130,7 +130,7 @@ def test_nothing_found_exits_0_and_says_how_many_schedules(tmp_path: Path) -> No
         "--budget", "1s", "--no-report", "--results-dir", str(tmp_path),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "nothing found within the budget: 1 schedule(s) with 1 event(s) tried" in done.stdout
+    assert "nothing found within the budget: 1 schedule(s) with 1 event(s) tried" in done.stdout + done.stderr
     run = json.loads(next(tmp_path.glob("*/run.json")).read_text())
     assert run["kind"] == "explore" and run["explore"]["redis.set-nx-px-lua"]["schedules_tried"] == 1
 
@@ -143,6 +143,6 @@ def test_a_replayed_restart_breaks_a_lock_without_persistence(tmp_path: Path) ->
     schedule.write(tmp_path / "schedule.json")
     done = _bench("replay", str(tmp_path / "schedule.json"), "--results-dir", str(tmp_path / "out"))
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "reproduced: 1 of 1 run(s) failed" in done.stdout
+    assert "reproduced: 1 of 1 run(s) failed" in done.stdout + done.stderr
     run = json.loads(next((tmp_path / "out").glob("*/run.json")).read_text())
     assert run["kind"] == "explore" and run["status"] == "complete"
