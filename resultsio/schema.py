@@ -567,7 +567,10 @@ def required_files(meta: dict[str, Any], cases: list[str], baseline: bool) -> di
         if not baseline:
             out[CASE_HISTORY.format(case=case)] = (case,)
     # a matrix and an explore folder (bench explore: each run of a schedule is its own case) merge no trials
-    if meta.get("kind") not in ("matrix", "explore") and meta.get("status") in ("complete", "complete-with-failures"):
+    if meta.get("kind") not in ("matrix", "explore") and meta.get("status") in (
+        "complete",
+        "complete-with-failures",
+    ):
         groups: dict[str, list[str]] = {}
         for case in cases:
             groups.setdefault(trial_group(case), []).append(case)
