@@ -238,7 +238,7 @@ def _say(
         "wall_s": round(wall_s, 1), "interrupted": finding.interrupted, "found": finding.found,
     }  # fmt: skip
     if not finding.found or finding.shrunk is None:
-        why = "interrupted" if finding.interrupted else "within the budget"
+        why = "before the interrupt" if finding.interrupted else "within the budget"
         console.print(f"lockbench: {r.impl}: nothing found {why}: {finding.tried} schedule(s) with "
                       f"{finding.events_tried} event(s) tried ({finding.runs} run(s), {wall_s:.0f} s)", markup=False)  # fmt: skip
         return entry

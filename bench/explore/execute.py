@@ -127,7 +127,9 @@ class ScheduleThread(FaultThread):
             done.append(f"+{(time.monotonic_ns() - zero) / 1e9:.2f}s {self._play(event, box)}")
         self._sleep_until(zero + int(self.schedule.span_s * 1e9))  # every pause has ended
         self.played.append(done)
-        return FaultWindow(EXPLORE, start, time.monotonic_ns(), "; ".join(done) or "no event played")
+        # the window's kind names the schedule: the report's timeline labels the strike with it
+        label = f"{EXPLORE}: {self.schedule.text().split(': ', 1)[1]}"
+        return FaultWindow(label, start, time.monotonic_ns(), "; ".join(done) or "no event played")
 
     def _sleep_until(self, due_ns: int) -> bool:
         """Wait until ``due_ns`` (monotonic); True when the case ended first."""
