@@ -361,3 +361,15 @@ def test_a_fault_case_lost_to_its_servers_is_unknown_not_did_not_strike() -> Non
     never = _row(strikes=0, acquisitions_after_strike=0, verdict="unknown",
                  verdict_reason="restart@held did not strike (no holder claimed it in time): not tested")  # fmt: skip
     assert cell_for([never]).word == "did not strike"
+
+
+def test_every_case_of_the_full_plan_has_its_own_id() -> None:
+    """A control copied into the groups of two lanes of one backend kept one id ("__g2") in both, and
+    bench merge refused the shards holding them; ids are unique across the whole plan."""
+    from bench.matrix.plan import form_groups
+
+    cases, _ = plan_matrix(
+        ["redis", "postgres", "etcd", "zookeeper", "memcached", "file"], [], [], set(), root=True
+    )
+    ids = [c.case_id for lane in plan_lanes(cases, set()) for unit in form_groups(lane) for c in unit]
+    assert len(ids) == len(set(ids))

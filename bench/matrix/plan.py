@@ -371,7 +371,9 @@ def form_groups(lane: Lane) -> list[list[MatrixCase]]:
                     cls = resolve(control)
                     template = (chunk or members)[0]
                     copy = replace(
-                        template, impl=control, fencing="off", role="control", copy=j + 1,
+                        # unique in the whole plan: a backend split into lanes copies its control into
+                        # each lane's groups (a merge refused two shards holding "__g2" of one scenario)
+                        template, impl=control, fencing="off", role="control", copy=lane.index * 100 + j + 1,
                         params={**template.params, "servers": int(getattr(cls, "servers", 1))},
                     )  # fmt: skip
                     chunk = [copy, *chunk]
