@@ -135,11 +135,17 @@ def test_nothing_found_exits_0_and_says_how_many_schedules(tmp_path: Path) -> No
     assert run["kind"] == "explore" and run["explore"]["redis.set-nx-px-lua"]["schedules_tried"] == 1
 
 
-def test_a_replayed_restart_breaks_a_lock_without_persistence(tmp_path: Path) -> None:
-    """Redis forgets the holder's key in a restart: the replay fails (exit 1) and says so."""
-    schedule = schedule_for(
-        reach("redis.set-nx-px-lua"), [Event("restart", 0.2)], 3, explore_settings(), {}, "off"
-    )
+@pytest.mark.parametrize(
+    "event",
+    [
+        Event("restart", 0.2),  # Redis forgets the holder's key in a restart
+        Event("world-pause", 0.0, {"seconds": 7.0}),  # the holder's process stopped past its 5 s lease
+    ],
+    ids=["restart", "world-pause"],
+)
+def test_a_replayed_schedule_that_breaks_the_lock_exits_1(tmp_path: Path, event: Event) -> None:
+    """A lease lock without persistence or renewal: the replay fails (exit 1) and says so."""
+    schedule = schedule_for(reach("redis.set-nx-px-lua"), [event], 3, explore_settings(), {}, "off")
     schedule.write(tmp_path / "schedule.json")
     done = _bench("replay", str(tmp_path / "schedule.json"), "--results-dir", str(tmp_path / "out"))
     assert done.returncode == 1, done.stderr[-2000:]
