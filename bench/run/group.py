@@ -77,7 +77,7 @@ def resource_db(url: str, index: int) -> str:
 #: per crash (six at five strikes; four cases side by side, 24 workers, lost workers' heartbeats
 #: on a loaded machine and two groups never started their buyers); clock-skew and the
 #: fault-free row are contended flat out.
-GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 4}
+GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 4, "session-pause": 4}
 
 
 def groupable(case: Case) -> bool:

@@ -21,6 +21,7 @@ from bench.run.case import (
     Case,
     RunSettings,
 )
+from bench.run.witnesses import write_witnesses
 from workloads.checks.recovery import server_recovery_columns
 from workloads.harness.recording import decode_histogram
 
@@ -119,6 +120,8 @@ def judge(
     if fault_case:
         _grade(row, case, settings, fault_info)
     _load_columns(row, settings, recording, case, solo, history, first_ns)
+    # the checkers' witnesses beside the history, for the folder (violations/<case>.parquet) and the report
+    write_witnesses(history_file, verdict.results, history)
     return {
         "row": row,
         "histograms": {**recording["histograms"], **arrival_hists},
@@ -203,6 +206,8 @@ def _grade(row: dict[str, Any], case: Case, settings: RunSettings, fault_info: d
     row["evidence_target"] = settings.evidence.text()
     row["evidence_target_k"] = settings.evidence.strikes
     row["evidence_target_n"] = settings.evidence.acquisitions
+    if row["evidence"] == "not-struck" and str(row.get("verdict_reason") or "").startswith(evidence.NO_EVIDENCE):
+        return  # its clients never got going (the reason says why): that, not "did not strike", is the story
     if row["evidence"] == "not-struck":
         what = case.fault.label if case.fault else f"the {case.workload.name} event"
         why = (
