@@ -50,6 +50,8 @@ def choose_impls(impls: list[str], backends: list[str]) -> list[str]:
     from lockimpls.registry import ids_for_backend
 
     chosen = list(impls)
+    if "all" in backends:
+        backends = list(known_backends())
     for b in backends:
         if b not in known_backends():
             raise UserError(f"unknown backend {b!r}; backends are {', '.join(known_backends())}")
