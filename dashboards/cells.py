@@ -108,13 +108,14 @@ def fencing_saved(rows: list[Row]) -> bool:
     """Did fencing keep the data right where the lock failed? Amber rests on this, and only this.
 
     Every ``enforce`` case of these rows kept its data safe, and fencing was seen at work: at
-    least one stale write refused. A case that was never struck, or where no stale write came,
+    least one stale read or write refused. A case that was never struck, or where no stale write came,
     shows nothing about fencing: its data survived by luck, and the cell says "failed".
     """
     fenced = [r for r in rows if text(r, "fencing") == "enforce"]
     if not fenced or not all(flag(r, "data_safe") is True for r in fenced):
         return False
-    return sum(_int(r, "stale_writes_refused") for r in fenced) >= 1
+    # enforced, a stale token is refused at the read (stale_reads) or at the write: either is fencing at work
+    return sum(_int(r, "stale_writes_refused") + _int(r, "stale_reads") for r in fenced) >= 1
 
 
 def _lost_case(row: Row) -> bool:

@@ -373,3 +373,11 @@ def test_every_case_of_the_full_plan_has_its_own_id() -> None:
     )
     ids = [c.case_id for lane in plan_lanes(cases, set()) for unit in form_groups(lane) for c in unit]
     assert len(ids) == len(set(ids))
+
+
+def test_a_stale_read_refused_is_fencing_at_work() -> None:
+    """Enforced, a cut-off holder's stale token is refused at its read, before any write: amber."""
+    rows = [_row(verdict="invalid", overlapping_holds=3, data_safe=False),
+            _row(verdict="invalid", overlapping_holds=2, fencing="enforce", data_safe=True, stale_reads=10,
+                 stale_writes_refused=0)]  # fmt: skip
+    assert cell_for(rows).cls == "warn"
