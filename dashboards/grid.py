@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dashboards.cells import CLASSES, ORDER, GridCell, Row, cell_for
 from dashboards.html_bits import e
-from dashboards.load import RunData, scenario_of
-from dashboards.matrix import split_scenario
+from dashboards.load import RunData, scenario_of, split_scenario
 
 __all__ = ["CLASSES", "ORDER", "GridCell", "cell_for", "grid_cells", "safety_grid_section"]
 

@@ -186,6 +186,22 @@ class RunData:
             self._events[case] = self.history(case, EVENT_COLUMNS, ops=EVENT_OPS, quiet=True)
         return self._events[case]
 
+    @property
+    def has_witnesses(self) -> bool:
+        """Whether judging kept the checkers' witnesses in this folder (``violations/``; older folders have none)."""
+        return (self.path / "violations").is_dir()
+
+    def violations(self, case: str) -> pd.DataFrame | None:
+        """``violations/<case>.parquet``: the holds of each violation the checkers found, or None when none."""
+        path = self._case_file("violations", case, ".parquet")
+        if path is None:
+            return None
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # noqa: BLE001 - a damaged file is named, never fatal to the page
+            self.damaged.append(f"violations/{case}.parquet: {exc}")
+            return None
+
     def history(
         self, case: str, columns: list[str], ops: tuple[str, ...] = ("acquire",), quiet: bool = False
     ) -> pd.DataFrame | None:
@@ -250,6 +266,18 @@ def text(row: pd.Series | dict[str, Any], column: str) -> str | None:
 def scenario_of(row: pd.Series | dict[str, Any]) -> str:
     """What a case put the lock through (``long-cs+fenced``); runs older than scenarios give the workload."""
     return text(row, "scenario") or text(row, "workload") or "n/a"
+
+
+#: Scenario suffixes bench appends for ``--fencing both`` (observe = unfenced, enforce = fenced).
+VARIANTS = ("unfenced", "fenced")
+
+
+def split_scenario(scenario: str) -> tuple[str, str]:
+    """('long-cs+restart@held', 'fenced') from 'long-cs+restart@held+fenced'; variant '' when unsuffixed."""
+    base, sep, last = scenario.rpartition("+")
+    if sep and base and last in VARIANTS:
+        return base, last
+    return scenario, ""
 
 
 def flag(row: pd.Series | dict[str, Any], column: str) -> bool | None:

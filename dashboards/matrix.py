@@ -18,10 +18,9 @@ import pandas as pd
 
 from dashboards.cells import CLASSES, ORDER, case_class, cell_for
 from dashboards.html_bits import e, fmt
-from dashboards.load import RunData, flag, num, scenario_of, text
+from dashboards.load import RunData, flag, num, scenario_of, split_scenario, text
 
-#: Scenario suffixes bench appends for ``--fencing both`` (observe = unfenced, enforce = fenced).
-VARIANTS = ("unfenced", "fenced")
+#: split_scenario lives in dashboards/load.py: timeline.py needs it, and this module imports cells -> timeline.
 #: Counters summed over trials and shown in a cell when present and nonzero: (column, short label).
 SHOWN = (
     ("overlapping_holds", "overlaps"),
@@ -46,14 +45,6 @@ MATRIX_CSS = (
     "<style>td.mcell.thin{background:#eef7ee;color:#4d6b4d}td.mcell.stuck{background:#e3d3f2;color:#4b2a6b}"
     "td.mcell.nottested{background:#f4f4f4;color:#888}td.mcell.baseline{background:#eef2f7;color:#4a5a6a}</style>"
 )
-
-
-def split_scenario(scenario: str) -> tuple[str, str]:
-    """('long-cs+restart@held', 'fenced') from 'long-cs+restart@held+fenced'; variant '' when unsuffixed."""
-    base, sep, last = scenario.rpartition("+")
-    if sep and base and last in VARIANTS:
-        return base, last
-    return scenario, ""
 
 
 def trial_class(row: pd.Series | dict[str, Any]) -> str:

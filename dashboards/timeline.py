@@ -19,9 +19,12 @@ Only the window around each violation is embedded (a few KB per view, in a JSON 
 view is drawn with the page's one plotly.js when its block scrolls into view or is chosen,
 so a matrix with many red cells stays fast. Each case's block has the anchor
 ``timeline-<case id>`` (:func:`anchor`) that the safety grid's red cells and the decision
-table link to. The dashboards read files only (docs/architecture.md): the holds are paired
-here from the history, the same rule as the checkers' (acquire ok to the matching release
-invoke, nesting counted, a dead process's hold ends at its death).
+table link to. The dashboards read files only (docs/architecture.md), and decide nothing: each
+violation and its holds come from the checkers' own witnesses, which judging wrote to
+``violations/<case>.parquet`` (bench/run/witnesses.py), so the red cell and its timeline name
+the same pair of holds. Only what is drawn around them (acquire attempts, releases, writes,
+strikes, pauses, deaths) is read from the history. A folder written before the checkers kept
+their witnesses has no ``violations/``: its failed cases say so instead of a drawing.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards.html_bits import VIOLATIONS, e
-from dashboards.load import RunData, num, scenario_of, text
+from dashboards.load import RunData, num, scenario_of, split_scenario, text
 
 #: History rows the timeline reads (every other op is left on disk).
 OPS = ("acquire", "release", "purchase", "witness", "fault", "crash", "pause", "fault-hold", "service")
@@ -69,7 +72,7 @@ def has_timeline(row: dict[str, Any] | pd.Series) -> bool:
 
 @dataclass(frozen=True)
 class Hold:
-    """One outermost hold, as the timeline pairs it: who, which lock, from when to when, its token."""
+    """One outermost hold, as the checker's witness file gives it: who, which lock, from when to when, its token."""
 
     client: str
     lock: str
@@ -81,19 +84,22 @@ class Hold:
 
 @dataclass(frozen=True)
 class Violation:
-    """Two holds that should not have been what they were: overlapping, or tokens out of grant order."""
+    """Two holds that should not have been what they were, as a checker found them (``second`` the wrong one).
 
-    kind: str  # "overlap" | "tokens" | "witness"
+    A lost lock that nobody took meanwhile has one hold: ``first`` and ``second`` are the same.
+    """
+
+    kind: str  # "overlap" | "tokens" | "witness" | "lost-lock"
     first: Hold
     second: Hold
     at_ns: int
 
 
-# holds and violations --------------------------------------------------------------------
+# the checkers' violations -----------------------------------------------------------------
 
 
 class Holds:
-    """Every outermost hold of a case as arrays, sorted by (lock, start): a million events pair in a second.
+    """The holds of one violation's lock around it, as arrays sorted by (lock, start), from the witness file.
 
     Only the holds a view draws become :class:`Hold` objects.
     """
@@ -104,7 +110,7 @@ class Holds:
         self.lock = f["lock"].astype(str).to_numpy(dtype=object)
         self.start = f["start_ns"].to_numpy(dtype=np.int64)
         self.end = f["end_ns"].to_numpy(dtype=np.int64)
-        self.token = f["token"].to_numpy(dtype=np.float64)
+        self.token = pd.to_numeric(f["token"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         self.open = f["open"].to_numpy(dtype=bool)
 
     def __len__(self) -> int:
@@ -122,53 +128,31 @@ class Holds:
         return [self.hold(int(i)) for i in rows]
 
 
-def holds_of(history: pd.DataFrame) -> Holds:
-    """Outermost holds: acquire ok -> that client's matching release invoke on the lock (nesting counted).
+def recorded_violations(frame: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> list[tuple[Violation, Holds]]:
+    """The checkers' violations of one case (``violations/<case>.parquet``), earliest first, with their holds.
 
-    A hold never released ends at its process's death (``crash ok``, else the ``crash info``
-    mark) or at the history's last event (``open``).
+    Each violation's ``first``/``second`` rows are its holds; its ``near`` rows the other holds of
+    its lock around it. Nothing is paired or judged here: the judge wrote what the checkers found.
     """
-    empty = pd.DataFrame({"client": [], "lock": [], "start_ns": [], "end_ns": [], "token": [], "open": []})
-    ev = history[
-        ((history["op"] == "acquire") & (history["type"] == "ok"))
-        | ((history["op"] == "release") & (history["type"] == "invoke"))
-    ]
-    if ev.empty:
-        return Holds(empty)
-    ev = ev.sort_values(["client", "lock", "seq", "t_ns"], kind="stable").reset_index(drop=True)
-    is_acq = (ev["op"] == "acquire").to_numpy(dtype=bool)
-    key = pd.factorize(ev["client"].astype(str) + "\x00" + ev["lock"].astype(str))[0]
-    depth = pd.Series(np.where(is_acq, 1, -1)).groupby(key).cumsum().clip(lower=0).to_numpy()
-    prev = pd.Series(depth).groupby(key).shift(1, fill_value=0).to_numpy()
-    # an outermost hold opens where the depth rises 0 -> 1 and closes where it falls back to 0
-    rise, fall = is_acq & (depth == 1) & (prev == 0), ~is_acq & (depth == 0) & (prev == 1)
-    opens = ev[rise].assign(k=key[rise])
-    closes = ev[fall].assign(k=key[fall])
-    opens = opens.assign(n=opens.groupby("k").cumcount())
-    closes = closes.assign(n=closes.groupby("k").cumcount())[["k", "n", "t_ns"]].rename(
-        columns={"t_ns": "end"}
-    )
-    pairs = opens.merge(closes, on=["k", "n"], how="left")
-    start = pairs["t_ns"].to_numpy(dtype=np.int64)
-    end = pairs["end"].to_numpy(dtype=np.float64)
-    closed = ~np.isnan(end)
-    deaths = _deaths(history)
-    died = (
-        pairs["client"].astype(str).map(lambda c: deaths.get(_process(c), np.nan)).to_numpy(dtype=np.float64)
-    )
-    never = float(history["t_ns"].max())
-    stop = np.where(closed, end, np.where(np.isnan(died), never, died))
-    frame = pd.DataFrame(
-        {
-            "client": pairs["client"].astype(str),
-            "lock": pairs["lock"].astype(str),
-            "start_ns": start,
-            "end_ns": np.maximum(stop.astype(np.int64), start),
-            "token": pairs["token"].to_numpy(dtype="float64", na_value=np.nan),
-            "open": ~closed & np.isnan(died),
-        }
-    )
-    return Holds(frame)
+    out: list[tuple[Violation, Holds]] = []
+    if frame is None or frame.empty:
+        return out
+    for _, rows in frame.groupby("violation", sort=True):
+        holds = Holds(rows)
+        role = rows["role"].astype(str).to_numpy(dtype=object)
+        has = {r: bool((role == r).any()) for r in ("first", "second")}
+        if not (has["first"] or has["second"]):
+            continue
+        first = _by_role(rows, "first" if has["first"] else "second")
+        second = _by_role(rows, "second") if has["second"] else first
+        kind, at = str(rows["kind"].iloc[0]), int(rows["at_ns"].iloc[0])
+        out.append((Violation(kind, first, second, at), holds))
+    out.sort(key=lambda p: p[0].at_ns)
+    return out[: limit * 4]
+
+
+def _by_role(rows: pd.DataFrame, role: str) -> Hold:
+    return Holds(rows[(rows["role"].astype(str) == role).to_numpy(dtype=bool)]).hold(0)
 
 
 def _process(client: str) -> str:
@@ -176,6 +160,7 @@ def _process(client: str) -> str:
 
 
 def _deaths(history: pd.DataFrame) -> dict[str, int]:
+    """When each killed process died (its ``crash ok``, else its ``crash info`` mark): drawn, not judged."""
     c = history[history["op"] == "crash"]
     if c.empty:
         return {}
@@ -188,87 +173,19 @@ def _deaths(history: pd.DataFrame) -> dict[str, int]:
     return out
 
 
-def _lock_rows(h: Holds) -> list[np.ndarray]:
-    if not len(h):
-        return []
-    cut = np.flatnonzero(h.lock[1:] != h.lock[:-1]) + 1
-    return np.split(np.arange(len(h)), cut)
-
-
-def find_violations(h: Holds, history: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> list[Violation]:
-    """The first violations in time: overlaps of two clients' holds, else tokens out of grant order, else witness."""
-    found: list[Violation] = []
-    for rows in _lock_rows(h):
-        end = h.end[rows]
-        top = np.maximum.accumulate(end)
-        # the earlier hold that ends last: a later start before its end is an overlap
-        owner = np.maximum.accumulate(np.where(end == top, np.arange(len(rows)), 0))
-        later = np.flatnonzero(h.start[rows][1:] < top[:-1]) + 1
-        for k in later:
-            i, j = int(rows[owner[k - 1]]), int(rows[k])
-            if h.client[i] != h.client[j]:
-                found.append(Violation("overlap", h.hold(i), h.hold(j), int(h.start[j])))
-            if len(found) >= limit * 4:
-                break
-    if not found:
-        for rows in _lock_rows(h):
-            found += _token_violations(h, rows)
-    if not found:
-        found = _witness_violations(h, history)
-    found.sort(key=lambda v: v.at_ns)
-    return found[:limit]
-
-
-def distinct(found: list[Violation]) -> list[Violation]:
+def distinct(found: list[tuple[Violation, Holds]]) -> list[tuple[Violation, Holds]]:
     """One violation per first hold: the later overlaps of one long hold draw the same window again.
 
     Why: a partitioned holder that keeps its lock for seconds overlaps every grant after its
     lease; five views of that one window were five copies of the same picture (and of its data).
     """
-    seen: set[Hold] = set()
+    seen: set[tuple[str, str, int]] = set()
     out = []
-    for v in found:
-        if v.first not in seen:
-            seen.add(v.first)
-            out.append(v)
-    return out
-
-
-def _token_violations(h: Holds, rows: np.ndarray) -> list[Violation]:
-    """Grants whose token is not above every grant that ended before them, or repeats one (first few)."""
-    rows = rows[~np.isnan(h.token[rows])]
-    if len(rows) < 2:
-        return []
-    by_end = rows[np.argsort(h.end[rows], kind="stable")]
-    ends, toks = h.end[by_end], h.token[by_end]
-    best = np.maximum.accumulate(toks)
-    who = np.maximum.accumulate(np.where(toks == best, np.arange(len(toks)), 0))
-    k = np.searchsorted(ends, h.start[rows], side="right")
-    below = (k > 0) & (h.token[rows] <= best[np.maximum(k - 1, 0)])
-    _, first = np.unique(h.token[rows], return_index=True)
-    repeated = np.ones(len(rows), dtype=bool)
-    repeated[first] = False
-    out: list[Violation] = []
-    for n in np.flatnonzero(below | repeated)[:MAX_VIOLATIONS]:
-        j = int(rows[n])
-        if repeated[n]:
-            i = int(rows[np.flatnonzero(h.token[rows] == h.token[j])[0]])
-        else:
-            i = int(by_end[who[k[n] - 1]])
-        out.append(Violation("tokens", h.hold(i), h.hold(j), int(h.start[j])))
-    return out
-
-
-def _witness_violations(h: Holds, history: pd.DataFrame) -> list[Violation]:
-    w = history[(history["op"] == "witness") & (history["type"] == "ok") & (history["value"].fillna(0) > 1)]
-    out: list[Violation] = []
-    for row in w.head(MAX_VIOLATIONS).itertuples(index=False):
-        t, lock, client = int(row.t_ns), str(row.lock), str(row.client)
-        inside = h.around(lock, t, t)
-        me = next((x for x in inside if x.client == client), None)
-        other = next((x for x in inside if x.client != client), None)
-        if me is not None:
-            out.append(Violation("witness", other or me, me, t))
+    for v, h in found:
+        key = (v.first.client, v.first.lock, v.first.start_ns)
+        if key not in seen:
+            seen.add(key)
+            out.append((v, h))
     return out
 
 
@@ -677,6 +594,12 @@ def _caption(
             + ("the same token twice" if b.token == a.token else "a lower token, out of grant order")
             + (f"; {strike_text}" if strike_text else "")
         )
+    if v.kind == "lost-lock" and a == b:
+        return (
+            f"client {a.client} held {a.lock} from {ctx.s(a.start_ns):.3f} s and was told at {ctx.s(v.at_ns):.3f} s "
+            "that it no longer owned it (its release or a probe said so); no other client was granted it then"
+            + (f"; {strike_text}" if strike_text else "")
+        )
     parts = [f"client {a.client} held {a.lock} from {ctx.s(a.start_ns):.3f} s"]
     t_end = lease_end.get(a.client)
     if t_end is not None and t_end <= b.start_ns:
@@ -698,6 +621,8 @@ def _caption(
     parts.append(f"client {b.client} was granted at {ctx.s(b.start_ns):.3f} s")
     if v.kind == "witness":
         parts.append(f"the witness counted two inside at {ctx.s(v.at_ns):.3f} s")
+    elif v.kind == "lost-lock":
+        parts.append(f"client {a.client} was told at {ctx.s(v.at_ns):.3f} s that it no longer owned the lock")
     over_lo, over_hi = b.start_ns, min(a.end_ns, b.end_ns)
     buys = near[(near["op"] == "purchase") & (near["type"] == "ok")]
     t = buys["t_ns"].to_numpy(dtype=np.int64)
@@ -786,8 +711,11 @@ def _positive(value: Any) -> float | None:
 
 
 def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every chosen violation's view of one case (empty when its history shows none)."""
+    """Every chosen violation's view of one case (empty when the checkers kept no witness of it)."""
     case = str(row["case"])
+    found = distinct(recorded_violations(run.violations(case)))[:MAX_VIOLATIONS]
+    if not found:
+        return []
     history = run.history(case, COLUMNS, ops=OPS, quiet=True)
     if history is None or history.empty:
         return []
@@ -796,10 +724,6 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
     text_cols = [c for c in history.columns if c not in ("seq", "t_ns", "token", "value")]
     history = history.astype({c: object for c in text_cols})
     history = history.sort_values("t_ns", kind="stable").reset_index(drop=True)
-    holds = holds_of(history)
-    found = distinct(find_violations(holds, history))
-    if not found:
-        return []
     extra = run.extra(case)
     state = extra.get("final_state") or {}
     bounds = state.get("clock_uncertainty_ns") or {}
@@ -814,7 +738,7 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
         [int(t) for t in history.loc[(history["op"] == "service").to_numpy(dtype=bool), "t_ns"].dropna()],
         leased=_uses_ttl(run, row) is True,
     )  # fmt: skip
-    return [view(history, v, ctx, holds) for v in found]
+    return [view(history, v, ctx, holds) for v, holds in found]
 
 
 def _json(value: Any) -> str:
@@ -874,8 +798,6 @@ def drawn_cases(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
     first failed one. Why: trials and arms of one cell show the same failure, and drawing each
     made a standard matrix's report 79 MB; the others stay listed, with their history file.
     """
-    from dashboards.matrix import split_scenario  # matrix -> cells -> timeline: imported here
-
     groups: dict[tuple[bool, str, str], list[dict[str, Any]]] = {}
     for row in rows:
         key = (
@@ -930,12 +852,21 @@ def timeline_section(run: RunData) -> str:
                 f"{e(case)}.parquet</code>.</p>{also}</div>"
             )
             continue
+        if not run.has_witnesses:
+            blocks.append(
+                f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">No witnesses '
+                "recorded (folder written before the checkers kept their witnesses in violations/): nothing "
+                f"to draw. The full history is <code>{e(run.path.name)}/history/{e(case)}.parquet</code>."
+                f"</p>{also}</div>"
+            )
+            continue
         views = case_views(run, row)
         if not views:
             blocks.append(
                 f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">No interleaving to '
-                "draw: the history shows no two holders at once, no tokens out of order and no witness above 1 "
-                f"(the failure is in the resource's final state: see the verdict's reason).</p>{also}</div>"
+                "draw: the checkers kept no pair of holds for this case (no two holders at once, no lost lock, no "
+                "tokens out of order, no witness above 1; the failure is in the resource's final state: see the "
+                f"verdict's reason).</p>{also}</div>"
             )
             continue
         chooser = ""

@@ -549,6 +549,10 @@ CASE_HISTOGRAMS = "hist/{case}.json"
 MERGED_HISTOGRAMS = "hist/{group}.merged.json"
 #: Each case's history: ``history/<case>.parquet``, in a run or matrix folder; a baseline keeps none.
 CASE_HISTORY = "history/{case}.parquet"
+#: The checkers' witnesses of a failed case: ``violations/<case>.parquet`` (bench/run/witnesses.py); optional,
+#: never required: a case that failed no checker has none, and folders written before they were kept have
+#: no ``violations/`` at all (the report then says no witnesses were recorded).
+CASE_VIOLATIONS = "violations/{case}.parquet"
 #: Every server's own log, copied when its servers stop, a start fails or one dies; never required (a
 #: user's servers have none): ``logs/servers/<server>.log`` in a run, ``logs/servers/<lane>/<server>.log``
 #: in a matrix, ``<server>.start-failed-<n>.log`` and ``<server>.died-<n>.log`` for a failed start, a death.

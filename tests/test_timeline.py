@@ -11,10 +11,13 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
+from bench.run.witnesses import WITNESS_FILE, write_witnesses
 from dashboards.load import RunData
 from dashboards.timeline import anchor, case_views, has_timeline, timeline_section
 from tests.test_checkers import history
+from workloads.checks.core import check_lock_pairs, check_witness
 
 MS = 1_000_000
 S = 1_000 * MS
@@ -23,9 +26,16 @@ S = 1_000 * MS
 def _run(
     tmp_path: Path, cases: dict[str, pd.DataFrame], rows: list[dict], meta: dict | None = None
 ) -> RunData:
+    """A results folder of these histories, each with the witnesses the real checkers keep of it."""
     (tmp_path / "history").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "violations").mkdir(parents=True, exist_ok=True)
     for case, h in cases.items():
         h.to_parquet(tmp_path / "history" / f"{case}.parquet")
+        results = [*check_lock_pairs(h).results, check_witness(h)]
+        write_witnesses(tmp_path / "history" / f"{case}.parquet", results, h)
+        found = tmp_path / "history" / WITNESS_FILE
+        if found.exists():
+            found.rename(tmp_path / "violations" / f"{case}.parquet")
     return RunData(path=tmp_path, meta=meta or {"params": {"ttl_s": 1.0}}, cases=pd.DataFrame(rows))
 
 
@@ -114,6 +124,9 @@ def test_only_failed_cases_get_a_timeline_and_labels_are_escaped(tmp_path: Path)
         (evil, 0, "acquire", "ok", "L", 1 * MS),
         ("b", 0, "acquire", "ok", "L", 2 * MS),
         ("b", 1, "release", "invoke", "L", 3 * MS),
+        # released: a holder whose recording ends inside its hold is open-ended, which the checker
+        # calls unknown (no witness), where the timeline's own pairing once drew it as an overlap
+        (evil, 1, "release", "invoke", "L", 4 * MS),
     )
     row = {"case": "e", "impl": evil, "verdict": "invalid"}
     page = timeline_section(_run(tmp_path, {"e": h}, [row]))
@@ -185,3 +198,53 @@ def test_a_lease_is_said_only_where_the_lock_is_known_to_take_one(tmp_path: Path
     none = {"params": {"ttl_s": 0.003}, "impl_capabilities": {"redis.setnx-del": {"ttl": False}}}
     plain = case_views(_run(tmp_path / "c", {"n": h}, [row], none), row)[0]
     assert "lease" not in plain["caption"] and not any("ends" in t["name"] for t in plain["data"])
+
+
+@pytest.mark.server
+def test_the_red_cell_and_its_timeline_show_the_pair_of_holds_the_checker_kept(tmp_path: Path) -> None:
+    """A real run of a lock that excludes nothing: the red cell and the timeline rest on the checker's file.
+
+    Judging writes the checkers' witnesses to violations/<case>.parquet; the timeline draws that
+    file's first pair, and it is the very pair the overlap checker reports on the saved history.
+    """
+    from dashboards.cells import cell_for
+    from dashboards.load import load_run
+    from tests.helpers import bench
+    from workloads.checks.exclusion import check_overlaps
+
+    results = tmp_path / "results"
+    r = bench(
+        "run", "--impl", "test.no-mutex", "--workload", "flash-sale", "--duration", "3", "--users", "4",
+        "--cs", "2ms", "--no-report", "--results-dir", str(results),
+    )  # fmt: skip
+    (folder,) = [p for p in results.iterdir() if p.is_dir()]
+    case = "test.no-mutex__flash-sale"
+    rows = pd.read_csv(folder / "cases.csv").set_index("case")
+    assert rows.loc[case, "verdict"] == "invalid", r.stderr[-2000:]
+    assert rows.loc[case, "overlapping_holds"] > 0
+    # the red cell links to the timeline
+    cell = cell_for([{**rows.loc[case].to_dict(), "case": case}])
+    assert cell.cls == "bad" and f'href="#{anchor(case)}"' in cell.html("flash-sale")
+
+    # the file judging wrote holds the checker's first overlap
+    saved = pd.read_parquet(folder / "history" / f"{case}.parquet")
+    (kept, *_) = check_overlaps(saved).witnesses
+    written = pd.read_parquet(folder / "violations" / f"{case}.parquet")
+    first = written[(written["kind"] == "overlap") & (written["violation"] == written["violation"].min())]
+    pair = first[first["role"] != "near"].sort_values("role")
+    assert list(zip(pair["client"], pair["start_ns"], strict=True)) == [
+        (h["client"], h["start_ns"]) for h in kept.holds
+    ]
+
+    # and the timeline draws that pair: its two lanes, named in its caption at their grant times
+    run = load_run(folder)
+    row = next(r for r in run.cases.to_dict("records") if r["case"] == case)
+    views = case_views(run, row)
+    assert views, "no timeline drawn for the red cell"
+    t0 = int(saved["t_ns"].min())
+    a, b = kept.holds
+    caption = views[0]["caption"]
+    assert f"client {a['client']} held {a['lock']} from {(a['start_ns'] - t0) / 1e9:.3f} s" in caption
+    assert f"client {b['client']} was granted at {(b['start_ns'] - t0) / 1e9:.3f} s" in caption
+    names = [t["name"] for t in views[0]["data"]]
+    assert f"hold: client {a['client']}" in names and f"hold: client {b['client']}" in names

@@ -74,8 +74,7 @@ def _load(path: Path) -> Any:
 def cells_of(run: Any) -> dict[tuple[str, str], Side]:
     """{(impl, scenario): Side} of one matrix folder, from the report's own cells."""
     from dashboards.grid import grid_cells
-    from dashboards.load import scenario_of, text
-    from dashboards.matrix import split_scenario
+    from dashboards.load import scenario_of, split_scenario, text
 
     _, _, cells = grid_cells(run)
     reasons: dict[tuple[str, str], set[str]] = {}

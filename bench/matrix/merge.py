@@ -169,7 +169,9 @@ def merge_command(paths: list[Path], results_dir: Path, console: Console, render
             ],  # fmt: skip
         },
     )
-    for sub in ("hist", "history", "logs"):
+    for sub in ("hist", "history", "logs", "violations"):
+        if sub == "violations" and not any((path / sub).is_dir() for path, _, _ in shards):
+            continue  # shards written before the checkers kept witnesses: no folder to merge
         (folder.path / sub).mkdir(exist_ok=True)
         for path, _, _ in shards:
             for src in sorted((path / sub).glob("*")) if (path / sub).is_dir() else []:

@@ -114,6 +114,8 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=False)
         (self.path / "hist").mkdir()
         (self.path / "history").mkdir()
+        # the checkers' witnesses (one file per case that failed): its presence says they were kept
+        (self.path / "violations").mkdir()
         self.meta = {
             "schema": SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -192,6 +194,12 @@ class RunFolder:
                 dest = self.path / "history" / f"{case}.parquet"
                 shutil.copyfile(history_file, dest.with_name(f".{dest.name}.tmp"))
                 os.replace(dest.with_name(f".{dest.name}.tmp"), dest)
+                # the checkers' witnesses judging left beside it (bench/run/witnesses.py), if any
+                found = history_file.with_name("violations.parquet")
+                if found.exists():
+                    dest = self.path / "violations" / f"{case}.parquet"
+                    shutil.copyfile(found, dest.with_name(f".{dest.name}.tmp"))
+                    os.replace(dest.with_name(f".{dest.name}.tmp"), dest)
             self.rows.append(row)
             frame = pd.DataFrame(self.rows)
             if self.columns:

@@ -57,6 +57,57 @@ UNFINISHED = "unfinished: "
 UNBOUNDED_NS = 1 << 60
 
 
+#: Violations per checker whose evidence is kept: the first in time (the report draws a few, not all).
+MAX_WITNESSES = 5
+#: The columns of a hold in a witness (a subset of :data:`HOLD_COLUMNS`; token None: no token).
+WITNESS_HOLD_COLUMNS = ("client", "lock", "start_ns", "end_ns", "token", "open")
+
+
+@dataclass(frozen=True)
+class Witness:
+    """The evidence of one violation: its kind, when, and the holds involved (the wrong one last).
+
+    Why carried beside the counters: the report must show the reader the very pair of holds the
+    checker counted, not pair holds again by a rule of its own that could drift from this one
+    (Jepsen's checkers return their witnesses the same way). ``kind`` is ``overlap`` (two
+    clients held one lock at once), ``lost-lock`` (a holder's release or probe said "not
+    owned"), ``tokens`` (a grant's token not above an earlier grant's, or repeated),
+    ``witness`` (the resource counted two inside). Each hold is a dict of
+    :data:`WITNESS_HOLD_COLUMNS`.
+    """
+
+    kind: str
+    at_ns: int
+    lock: str
+    holds: tuple[dict[str, Any], ...]
+
+
+def hold_record(h: pd.DataFrame, i: int) -> dict[str, Any]:
+    """Row ``i`` (position) of a hold frame as a witness hold (:data:`WITNESS_HOLD_COLUMNS`)."""
+    row = h.iloc[int(i)]
+    token = row["token"]
+    return {
+        "client": str(row["client"]),
+        "lock": str(row["lock"]),
+        "start_ns": int(row["start_ns"]),
+        "end_ns": int(row["end_ns"]),
+        "token": None if pd.isna(token) else int(token),
+        "open": bool(row["open"]) if "open" in h.columns else False,
+    }
+
+
+def holders_at(h: pd.DataFrame, lock: str, t_ns: int) -> np.ndarray:
+    """Positions of the holds of ``lock`` that were held at ``t_ns`` (start <= t <= end), earliest first."""
+    if h.empty:
+        return np.zeros(0, dtype=np.int64)
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    end = h["end_ns"].to_numpy(dtype=np.int64)
+    rows = np.flatnonzero(
+        (h["lock"].astype(str).to_numpy(dtype=object) == lock) & (start <= t_ns) & (end >= t_ns)
+    )
+    return rows[np.argsort(start[rows], kind="stable")]
+
+
 @dataclass
 class CheckResult:
     """The finding of one checker: a status, the numbers behind it, and a sentence for humans."""
@@ -68,6 +119,8 @@ class CheckResult:
     #: when the first violation this checker found happened (history ns; None: none, or no time to it),
     #: so a control's failure can be tied to a strike and set beside the stalls before it
     first_ns: int | None = None
+    #: the evidence of the first few violations in time (:data:`MAX_WITNESSES`): what the report draws
+    witnesses: list[Witness] = field(default_factory=list)
 
 
 @dataclass

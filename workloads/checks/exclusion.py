@@ -10,11 +10,14 @@ import numpy as np
 import pandas as pd
 
 from workloads.checks.common import (
+    MAX_WITNESSES,
     CheckResult,
     Status,
+    Witness,
     _open_counts,
     bounds_of,
     certain_overlap,
+    hold_record,
     holds,
     unmeasured_workers,
     worker_of,
@@ -144,4 +147,31 @@ def check_overlaps(
     if open_ended:
         counters["open_ended_overlaps"] = open_ended
     first = int(start[certain].min()) if overlapping else None
-    return CheckResult("overlaps", status, counters, detail, first_ns=first)
+    return CheckResult(
+        "overlaps", status, counters, detail, first_ns=first, witnesses=overlap_witnesses(h, known, certain)
+    )
+
+
+def overlap_witnesses(h: pd.DataFrame, known: pd.DataFrame, certain: np.ndarray) -> list[Witness]:
+    """The first overlaps in time: each late hold with the other client's hold it began inside.
+
+    Of the other clients' holds open at its start (by what was known of them), the one that
+    lasted longest: the hold whose lease should have ended first.
+    """
+    rows = np.flatnonzero(certain)
+    if not len(rows):
+        return []
+    lock = h["lock"].astype(str).to_numpy(dtype=object)
+    client = h["client"].astype(str).to_numpy(dtype=object)
+    start = known["start_ns"].to_numpy(dtype=np.int64)
+    end = known["end_ns"].to_numpy(dtype=np.int64)
+    out: list[Witness] = []
+    for j in rows[np.argsort(start[rows], kind="stable")][:MAX_WITNESSES]:
+        cands = np.flatnonzero(
+            (lock == lock[j]) & (client != client[j]) & (start <= start[j]) & (end > start[j])
+        )
+        if not len(cands):
+            continue
+        i = cands[np.lexsort((start[cands], -end[cands]))[0]]
+        out.append(Witness("overlap", int(start[j]), str(lock[j]), (hold_record(h, i), hold_record(h, j))))
+    return out

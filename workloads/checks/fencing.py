@@ -24,10 +24,13 @@ import numpy as np
 import pandas as pd
 
 from workloads.checks.common import (
+    MAX_WITNESSES,
     UNBOUNDED_NS,
     CheckResult,
     Status,
+    Witness,
     fenced,
+    hold_record,
     holds,
     tolerances,
     worker_of,
@@ -162,7 +165,29 @@ def check_fencing_order(
         status, detail = "valid", f"{len(g)} grants, every token above every earlier grant's"
     if uncertain:
         detail += f"; {uncertain} grants below an earlier token unless the clocks err (cannot tell)"
-    return CheckResult("fencing-order", status, counters, detail)
+    return CheckResult("fencing-order", status, counters, detail, witnesses=order_witnesses(g))
+
+
+def order_witnesses(g: pd.DataFrame) -> list[Witness]:
+    """The first grants out of order: the earlier grant with the higher (or same) token, then the wrong one."""
+    bad = np.flatnonzero(g["violation"].to_numpy(dtype=bool))
+    if not len(bad):
+        return []
+    start = g["start_ns"].to_numpy(dtype=np.int64)
+    end = g["end_ns"].to_numpy(dtype=np.int64)
+    token = g["token"].to_numpy(dtype=np.float64, na_value=np.nan)
+    lock = g["lock"].astype(str).to_numpy(dtype=object)
+    before = g["before"].to_numpy(dtype=np.float64)
+    out: list[Witness] = []
+    for j in bad[np.argsort(start[bad], kind="stable")][:MAX_WITNESSES]:
+        same = (lock == lock[j]) & (np.arange(len(g)) != j)
+        # a repeated token: its first grant; else the earlier grant whose token it should have passed
+        cands = np.flatnonzero(same & (token == token[j]) & (start <= start[j]))
+        if not len(cands) and before[j] == before[j]:
+            cands = np.flatnonzero(same & (token == before[j]) & (end <= start[j]))
+        pair = (hold_record(g, cands[0]), hold_record(g, j)) if len(cands) else (hold_record(g, j),)
+        out.append(Witness("tokens", int(start[j]), str(lock[j]), pair))
+    return out
 
 
 def token_promise(result: CheckResult) -> CheckResult:
@@ -173,7 +198,7 @@ def token_promise(result: CheckResult) -> CheckResult:
     tokens did, and the decision table's fencing column fails on them.
     """
     detail = f"tokens unused (--fencing off), so this does not change the verdict: {result.detail}"
-    return CheckResult(result.name, "valid", dict(result.counters), detail)
+    return CheckResult(result.name, "valid", dict(result.counters), detail, witnesses=result.witnesses)
 
 
 def fencing_order_result(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workloads.checks.common import CheckResult
+from workloads.checks.common import MAX_WITNESSES, CheckResult, Witness, hold_record, holders_at, holds
 
 #: The counters this checker writes (cases.csv columns).
 OWNERSHIP_COLUMNS = ("locks_lost", "locks_lost_in_lease", "ownership_probes", "ownership_probes_untold")
@@ -108,7 +108,34 @@ def check_ownership(history: pd.DataFrame) -> CheckResult:
         else "all past the holder's own deadline (it overstayed its lease)"
     )
     detail = f"lost the lock: {n} holds found their lock gone while they held it ({how}; {lease})"
-    return CheckResult("ownership", "invalid", counters, detail, first_ns=int(per_hold["t_ns"].min()))
+    return CheckResult(
+        "ownership", "invalid", counters, detail, first_ns=int(per_hold["t_ns"].min()),
+        witnesses=lost_witnesses(per_hold, history),
+    )  # fmt: skip
+
+
+def lost_witnesses(per_hold: pd.DataFrame, history: pd.DataFrame) -> list[Witness]:
+    """The first losses in time: the hold that lost its lock, then the other client's hold granted meanwhile.
+
+    The lost hold is found by its grant (client, lock, start); the taker is the other client's
+    hold of the lock at the moment the holder was told "not owned", if one was granted then.
+    """
+    h = holds(history)
+    out: list[Witness] = []
+    for row in per_hold.sort_values("t_ns", kind="stable").head(MAX_WITNESSES).itertuples(index=False):
+        mine = np.flatnonzero(
+            (h["client"].astype(str) == str(row.client)).to_numpy(dtype=bool)
+            & (h["lock"].astype(str) == str(row.lock)).to_numpy(dtype=bool)
+            & (h["start_ns"].to_numpy(dtype=np.int64) == int(row.granted_ns))
+        )
+        if not len(mine):
+            continue
+        lost = hold_record(h, mine[0])
+        at = holders_at(h, str(row.lock), int(row.t_ns))
+        others = [k for k in at if str(h["client"].iloc[k]) != str(row.client)]
+        pair = (lost, hold_record(h, others[-1])) if others else (lost,)
+        out.append(Witness("lost-lock", int(row.t_ns), str(row.lock), pair))
+    return out
 
 
 def lost_holds(history: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workloads.checks.common import CheckResult, Status
+from workloads.checks.common import (
+    MAX_WITNESSES,
+    CheckResult,
+    Status,
+    Witness,
+    hold_record,
+    holders_at,
+    holds,
+)
 
 
 def _dead_entrants(history: pd.DataFrame, h: pd.DataFrame) -> pd.DataFrame:
@@ -83,4 +91,26 @@ def check_witness(history: pd.DataFrame, hold_frame: pd.DataFrame | None = None)
             "(never counted out): cannot tell"
         )
     first = int(w["t_ns"].to_numpy(dtype=np.int64)[excess > 0].min()) if violations else None
-    return CheckResult("witness", status, counters, detail, first_ns=first)
+    found = witness_witnesses(history, w[excess > 0], hold_frame) if violations else []
+    return CheckResult("witness", status, counters, detail, first_ns=first, witnesses=found)
+
+
+def witness_witnesses(
+    history: pd.DataFrame, readings: pd.DataFrame, hold_frame: pd.DataFrame | None
+) -> list[Witness]:
+    """The first readings above what the lost entrants explain: the reader's hold, after another client's then."""
+    h = holds(history) if hold_frame is None else hold_frame
+    out: list[Witness] = []
+    for row in readings.sort_values("t_ns", kind="stable").head(MAX_WITNESSES).itertuples(index=False):
+        t, lock, client = int(row.t_ns), str(row.lock), str(row.client)
+        at = holders_at(h, lock, t)
+        clients = h["client"].astype(str).to_numpy(dtype=object)
+        mine = [k for k in at if clients[k] == client]
+        others = [k for k in at if clients[k] != client]
+        if not mine:
+            continue
+        pair = (
+            (hold_record(h, others[0]), hold_record(h, mine[-1])) if others else (hold_record(h, mine[-1]),)
+        )
+        out.append(Witness("witness", t, lock, pair))
+    return out
