@@ -34,9 +34,11 @@ from bench.nemesis.kinds import SERVER_KINDS
 TTL_S = 5.0
 #: Latest event time after the claim (s).
 AT_MAX_S = 1.5
-#: Pauses: from PAUSE_MIN_S to PAUSE_MAX_S (s), up to 1.6 leases.
+#: Pauses: from PAUSE_MIN_S to PAUSE_SPAN times what the lock's grant rests on (its lease, or a
+#: ZooKeeper session's timeout: kazoo's default is 10 s), so a pause can outlast either.
 PAUSE_MIN_S = 0.5
-PAUSE_MAX_S = 8.0
+PAUSE_SPAN = 1.6
+PAUSE_MAX_S = PAUSE_SPAN * TTL_S
 #: Most events in a schedule (each kind at most once).
 MAX_EVENTS = 4
 
@@ -54,6 +56,8 @@ class Reach:
     kinds: tuple[str, ...]
     topology: str | None
     servers: int = 1
+    #: the longest pause drawn (s)
+    pause_max_s: float = PAUSE_MAX_S
 
 
 def reach(impl: str, faults: list[str] | None = None) -> Reach:
@@ -86,19 +90,24 @@ def reach(impl: str, faults: list[str] | None = None) -> Reach:
             f"--faults {','.join(wanted)}: none of them reaches {impl} (kinds that do: "
             f"{', '.join(k for k in KIND_ORDER if k in (*HOLDER_KINDS, *server))})"
         )
-    return Reach(impl, backend, tuple(kinds), topology, servers)
+    pause_max = PAUSE_MAX_S
+    if backend == "zookeeper":
+        from lockimpls.zk_conn import DEFAULT_SESSION_TIMEOUT
+
+        pause_max = max(pause_max, PAUSE_SPAN * DEFAULT_SESSION_TIMEOUT)
+    return Reach(impl, backend, tuple(kinds), topology, servers, pause_max)
 
 
 def _tenths(low: float, high: float) -> st.SearchStrategy[float]:
     return st.integers(round(low * 10), round(high * 10)).map(lambda t: t / 10)
 
 
-def event_strategy(kinds: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def event_strategy(kinds: tuple[str, ...], pause_max_s: float = PAUSE_MAX_S) -> st.SearchStrategy[Event]:
     """One event of one of ``kinds``: a time after the claim, and a pause's length for a holder event."""
 
     def of(kind: str) -> st.SearchStrategy[Event]:
         params: st.SearchStrategy[dict[str, float]] = (
-            _tenths(PAUSE_MIN_S, PAUSE_MAX_S).map(lambda s: {"seconds": s})
+            _tenths(PAUSE_MIN_S, pause_max_s).map(lambda s: {"seconds": s})
             if kind in HOLDER_KINDS
             else st.just({})
         )
@@ -107,10 +116,15 @@ def event_strategy(kinds: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.sampled_from(kinds).flatmap(of)
 
 
-def events_strategy(kinds: tuple[str, ...], max_events: int = MAX_EVENTS) -> st.SearchStrategy[list[Event]]:
+def events_strategy(
+    kinds: tuple[str, ...], max_events: int = MAX_EVENTS, pause_max_s: float = PAUSE_MAX_S
+) -> st.SearchStrategy[list[Event]]:
     """A schedule's events: one to ``max_events``, each kind at most once (a member killed twice is a quorum lost)."""
     return st.lists(
-        event_strategy(kinds), min_size=1, max_size=min(max_events, len(kinds)), unique_by=lambda e: e.kind
+        event_strategy(kinds, pause_max_s),
+        min_size=1,
+        max_size=min(max_events, len(kinds)),
+        unique_by=lambda e: e.kind,
     )
 
 

@@ -121,7 +121,7 @@ class Explorer:
 
     def strategy(self) -> Any:
         kw = {"max_events": self.max_events} if self.max_events else {}
-        return events_strategy(self.reach.kinds, **kw)
+        return events_strategy(self.reach.kinds, pause_max_s=self.reach.pause_max_s, **kw)
 
     def _settings(self, n: int, phases: tuple[Phase, ...]) -> settings:
         return settings(
