@@ -40,7 +40,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.history.read import RunInfo, Skipped
+from bench.history.records import RunInfo, Skipped
 from resultsio import parse_json
 
 #: The cache file, inside the history folder (which no run-folder scan reads).
@@ -59,11 +59,11 @@ def cache_file(base: Path) -> Path:
 
 def reader_fingerprint() -> str:
     """What the verdicts depend on besides the files: the reader's code and its libraries' versions."""
-    import bench.history.read as history_read
     import resultsio
 
     digest = hashlib.sha1(f"format {FORMAT}".encode())
-    sources = sorted(Path(resultsio.__file__).parent.glob("*.py")) + [Path(history_read.__file__)]
+    # this package's reader, by path: importing it here would tie the two modules in a circle
+    sources = sorted(Path(resultsio.__file__).parent.glob("*.py")) + [Path(__file__).with_name("read.py")]
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     for name in _LIBRARIES:

@@ -21,47 +21,13 @@ from typing import Any
 import pandas as pd
 
 from bench.errors import UserError
+from bench.history.checked import CheckedFolders
+from bench.history.records import RunInfo, Skipped
 from resultsio import read_results
 
 #: Folders under a results root that hold no runs: baselines are copies of runs (they would
 #: count a run twice), comparisons and history are pages made from runs.
 EXCLUDED = ("baselines", "comparisons", "history")
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What a run's run.json says about where it sits in history: commit, time, machine, parameters.
-
-    Why a record of its own: run.json is read once per folder, and ordering, grouping and the
-    page's links all need these few fields, not the whole metadata.
-    """
-
-    key: str  # the folder's path as read (also the ``_folder`` column of the case table)
-    path: Path
-    run_id: str
-    started_at: str
-    git_commit: str
-    machine_class: str
-    status: str
-    params: dict[str, Any]
-    report: Path | None  # report.html when it exists
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A folder left out, and why.
-
-    Why a value and not an exception: one bad folder must not stop the others; it is printed on
-    stderr and listed on the page. ``damaged`` says the folder is a run whose files are
-    damaged (resultsio found problems), as against a folder of another schema version or a run
-    that finished no case; ``when`` places it in time, so ``--check`` can tell whether the
-    newest run is the damaged one.
-    """
-
-    path: Path
-    why: str
-    damaged: bool = False
-    when: float = 0.0
 
 
 @dataclass
@@ -215,8 +181,6 @@ def read_runs(roots: list[Path], cache: Path | None = None) -> Loaded:
     With ``cache`` (a file), the reader's verdict on a folder whose files are unchanged is
     taken from it (bench/history/checked.py): the same verdict, without the check's cost.
     """
-    from bench.history.checked import CheckedFolders
-
     folders = find_run_folders(roots)
     names = ", ".join(str(r) for r in roots)
     if not folders:
