@@ -16,21 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.checks.common import CheckResult, Witness, holds
+from workloads.checks.common import WITNESS_HOLD_COLUMNS, CheckResult, Witness, hold_records, holds
 
 #: The columns of ``violations/<case>.parquet``, one row per hold of a violation.
-VIOLATION_COLUMNS = [
-    "violation",
-    "kind",
-    "at_ns",
-    "role",
-    "client",
-    "lock",
-    "start_ns",
-    "end_ns",
-    "token",
-    "open",
-]
+VIOLATION_COLUMNS = ["violation", "kind", "at_ns", "role", *WITNESS_HOLD_COLUMNS]
 #: The file judging leaves beside the case's ``history.parquet`` for the folder to copy.
 WITNESS_FILE = "violations.parquet"
 #: The least context kept on each side of a violation (ns): the report pads its window by less.
@@ -70,19 +59,9 @@ def witness_frame(results: list[CheckResult], history: pd.DataFrame) -> pd.DataF
             for role, x in zip(roles, w.holds, strict=True):
                 rows.append({"violation": n, "kind": w.kind, "at_ns": w.at_ns, "role": role, **x})
             lo, hi = _context(w)
-            for i in np.flatnonzero((lock == w.lock) & (end >= lo) & (start <= hi)):
-                r = h.iloc[int(i)]
-                if (str(r["client"]), int(r["start_ns"])) in own:
-                    continue
-                token = r["token"]
-                rows.append(
-                    {
-                        "violation": n, "kind": w.kind, "at_ns": w.at_ns, "role": "near",
-                        "client": str(r["client"]), "lock": w.lock, "start_ns": int(r["start_ns"]),
-                        "end_ns": int(r["end_ns"]), "token": None if pd.isna(token) else int(token),
-                        "open": bool(r["open"]),
-                    }
-                )  # fmt: skip
+            for near in hold_records(h, np.flatnonzero((lock == w.lock) & (end >= lo) & (start <= hi))):
+                if (near["client"], near["start_ns"]) not in own:
+                    rows.append({"violation": n, "kind": w.kind, "at_ns": w.at_ns, "role": "near", **near})
     frame = pd.DataFrame(rows, columns=VIOLATION_COLUMNS)
     return frame.astype(
         {

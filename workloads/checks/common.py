@@ -84,16 +84,24 @@ class Witness:
 
 def hold_record(h: pd.DataFrame, i: int) -> dict[str, Any]:
     """Row ``i`` (position) of a hold frame as a witness hold (:data:`WITNESS_HOLD_COLUMNS`)."""
-    row = h.iloc[int(i)]
-    token = row["token"]
-    return {
-        "client": str(row["client"]),
-        "lock": str(row["lock"]),
-        "start_ns": int(row["start_ns"]),
-        "end_ns": int(row["end_ns"]),
-        "token": None if pd.isna(token) else int(token),
-        "open": bool(row["open"]) if "open" in h.columns else False,
-    }
+    return hold_records(h, np.array([int(i)]))[0]
+
+
+def hold_records(h: pd.DataFrame, rows: np.ndarray) -> list[dict[str, Any]]:
+    """Rows (positions) of a hold frame as witness holds, in one pass over the columns."""
+    part = h.iloc[rows]
+    token = part["token"].astype("Int64")
+    is_open = part["open"].to_numpy(dtype=bool) if "open" in part.columns else np.zeros(len(part), dtype=bool)
+    return [
+        {
+            "client": str(c), "lock": str(k), "start_ns": int(s0), "end_ns": int(e0),
+            "token": None if t is pd.NA else int(t), "open": bool(o),
+        }
+        for c, k, s0, e0, t, o in zip(
+            part["client"], part["lock"], part["start_ns"].to_numpy(dtype=np.int64),
+            part["end_ns"].to_numpy(dtype=np.int64), token.to_list(), is_open, strict=True,
+        )
+    ]  # fmt: skip
 
 
 def holders_at(h: pd.DataFrame, lock: str, t_ns: int) -> np.ndarray:
