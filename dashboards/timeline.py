@@ -89,7 +89,7 @@ class Violation:
     A lost lock that nobody took meanwhile has one hold: ``first`` and ``second`` are the same.
     """
 
-    kind: str  # "overlap" | "tokens" | "witness" | "lost-lock"
+    kind: str  # "overlap" | "tokens" | "witness" | "lost-lock" | "stale-write"
     first: Hold
     second: Hold
     at_ns: int
@@ -621,6 +621,12 @@ def _caption(
     parts.append(f"client {b.client} was granted at {ctx.s(b.start_ns):.3f} s")
     if v.kind == "witness":
         parts.append(f"the witness counted two inside at {ctx.s(v.at_ns):.3f} s")
+    elif v.kind == "stale-write":
+        parts.append(
+            f"client {a.client} wrote at {ctx.s(v.at_ns):.3f} s with its older token"
+            + (f" {int(a.token)}" if a.token == a.token else "")
+            + " and the resource accepted it (fencing observed, not enforced)"
+        )
     elif v.kind == "lost-lock":
         parts.append(f"client {a.client} was told at {ctx.s(v.at_ns):.3f} s that it no longer owned the lock")
     over_lo, over_hi = b.start_ns, min(a.end_ns, b.end_ns)

@@ -101,3 +101,28 @@ def test_a_folder_written_before_witnesses_were_kept_says_so_instead_of_drawing(
     page = timeline_section(RunData(path=tmp_path, meta={"params": {}}, cases=pd.DataFrame([row])))
     assert 'id="timeline-old"' in page and "No witnesses recorded (folder written before" in page
     assert 'class="tl-data"' not in page  # nothing re-derived from the history, nothing drawn
+
+
+def test_a_stale_write_accepted_names_the_writers_hold_and_the_newer_grant() -> None:
+    from workloads.checks.fencing import check_fencing
+
+    h = history(
+        ("a", 0, "acquire", "ok", "flash-sale:item-0", 1 * MS, 1),
+        ("b", 0, "acquire", "ok", "flash-sale:item-0", 3 * MS, 2),
+        ("b", 1, "release", "invoke", "flash-sale:item-0", 4 * MS),
+        ("a", 1, "purchase", "invoke", "flash-sale:item-0", 5 * MS),
+        ("a", 1, "purchase", "ok", "flash-sale:item-0", 6 * MS, None, 1),
+        ("a", 2, "release", "invoke", "flash-sale:item-0", 7 * MS),
+    )
+    state = {
+        "fencing": {
+            "mode": "observe",
+            "stale_writes": 1,
+            "stale_reads": 0,
+            "refused": [["item-0", 1, "a", "w"]],
+        }
+    }
+    result = check_fencing(state, h)
+    assert result.status == "invalid"
+    (w,) = result.witnesses
+    assert w.kind == "stale-write" and w.at_ns == 6 * MS and _pair(w) == [("a", 1 * MS), ("b", 3 * MS)]

@@ -2,9 +2,8 @@
 
 Why a file: the report's violation timeline must draw the holds the checker counted, not pair
 holds again by a rule of its own (dashboards/ reads files only). Judging writes, per violation a
-checker kept (:class:`workloads.checks.common.Witness`), its holds (``role`` ``first``: the
-hold that had the lock, ``second``: the one that should not have had it; a lost lock nobody
-took meanwhile has only ``first``) and every outermost hold of the same lock around it (``near``, from
+checker kept (:class:`workloads.checks.common.Witness`), its holds (``role`` ``first`` and
+``second``, in grant order; a lost lock nobody took meanwhile has only ``first``) and every outermost hold of the same lock around it (``near``, from
 :func:`workloads.checks.common.holds`), so the report derives no hold of its own.
 """
 

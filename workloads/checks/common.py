@@ -65,14 +65,15 @@ WITNESS_HOLD_COLUMNS = ("client", "lock", "start_ns", "end_ns", "token", "open")
 
 @dataclass(frozen=True)
 class Witness:
-    """The evidence of one violation: its kind, when, and the holds involved (the wrong one last).
+    """The evidence of one violation: its kind, when, and the holds involved, in grant order.
 
     Why carried beside the counters: the report must show the reader the very pair of holds the
     checker counted, not pair holds again by a rule of its own that could drift from this one
     (Jepsen's checkers return their witnesses the same way). ``kind`` is ``overlap`` (two
     clients held one lock at once), ``lost-lock`` (a holder's release or probe said "not
     owned"), ``tokens`` (a grant's token not above an earlier grant's, or repeated),
-    ``witness`` (the resource counted two inside). Each hold is a dict of
+    ``witness`` (the resource counted two inside), ``stale-write`` (the resource accepted a
+    write whose token was older than a grant made meanwhile). Each hold is a dict of
     :data:`WITNESS_HOLD_COLUMNS`.
     """
 

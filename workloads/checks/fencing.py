@@ -358,7 +358,8 @@ def check_fencing(
         counters = {"stale_writes_accepted": writes, "stale_writes_refused": 0, "stale_reads": reads}
         status: Status = "invalid" if writes else "valid"
         detail = f"{writes} writes carried a stale token and were accepted (fencing observed, not enforced)"
-        return CheckResult("fencing", status, counters, detail)
+        found = stale_write_witnesses(final_state, history, hold_frame) if writes else []
+        return CheckResult("fencing", status, counters, detail, witnesses=found)
     legit, undecided = (
         refusal_counts(final_state, history, hold_frame, uncertainty_ns) if history is not None else (0, 0)
     )
@@ -387,3 +388,40 @@ def check_fencing(
         status = "valid"
         detail = f"fencing refused {writes} stale writes and {reads} stale reads"
     return CheckResult("fencing", status, counters, detail)
+
+
+def stale_write_witnesses(
+    final_state: dict[str, Any] | None, history: pd.DataFrame | None, hold_frame: pd.DataFrame | None
+) -> list[Witness]:
+    """The first stale writes the resource accepted: the stale writer's hold, then the newer grant.
+
+    The resource logs each stale access (item, token, client, ``w``); the writer's hold is found as
+    for a refusal (:func:`_refused_holds`), the newer grant is the first of that lock with a higher
+    token granted while the writer held it, and the time is the writer's first write after that grant.
+    """
+    log = [e for e in (((final_state or {}).get("fencing") or {}).get("refused") or []) if str(e[-1]) == "w"]
+    if history is None or history.empty or not log:
+        return []
+    h = holds(history) if hold_frame is None else hold_frame
+    if h.empty:
+        return []
+    lock = h["lock"].astype(str).to_numpy(dtype=object)
+    start = h["start_ns"].to_numpy(dtype=np.int64)
+    end = h["end_ns"].to_numpy(dtype=np.int64)
+    token = h["token"].to_numpy(dtype=np.float64, na_value=np.nan)
+    buys = history[((history["op"] == "purchase") & (history["type"] != "invoke")).to_numpy(dtype=bool)]
+    out: list[Witness] = []
+    for cands in _refused_holds({"fencing": {"refused": log}}, history, h):
+        i = int(cands[0])
+        newer = np.flatnonzero((lock == lock[i]) & (token > token[i]) & (start < end[i]))
+        if not len(newer):
+            continue
+        j = int(newer[np.argmin(start[newer])])
+        mine = buys[(buys["client"].astype(str) == str(h["client"].iloc[i])).to_numpy(dtype=bool)]
+        t = mine["t_ns"].to_numpy(dtype=np.int64)
+        t = t[(t >= max(start[i], start[j])) & (t <= end[i])]
+        at = int(t.min()) if len(t) else int(start[j])
+        out.append(Witness("stale-write", at, str(lock[i]), (hold_record(h, i), hold_record(h, j))))
+        if len(out) >= MAX_WITNESSES:
+            break
+    return sorted(out, key=lambda w: w.at_ns)
