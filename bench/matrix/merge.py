@@ -1,7 +1,7 @@
 """``bench merge``: the shards of one matrix (``bench matrix --shard I/N``) joined into one folder.
 
 The merged folder is what one unsharded run would have written: every case's row, histogram,
-history and log, one run.json (``kind: matrix``, ``merged_from`` naming the shards), one
+history, witnesses (``violations/``, where the shards kept them) and log, one run.json (``kind: matrix``, ``merged_from`` naming the shards), one
 ``matrix.md``, one report, and the positive controls, undecided cells and contradictions
 judged again over all rows (a control may have run in another shard than the cases it vouches
 for). It refuses, with one line and exit 2, anything that would not make one matrix: shards of
