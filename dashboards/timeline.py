@@ -861,8 +861,9 @@ def timeline_section(run: RunData) -> str:
         if not run.has_witnesses:
             blocks.append(
                 f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">No witnesses '
-                "recorded (folder written before the checkers kept their witnesses in violations/): nothing "
-                f"to draw. The full history is <code>{e(run.path.name)}/history/{e(case)}.parquet</code>."
+                "recorded (folder written before the checkers kept their witnesses in violations/, or a "
+                "baseline, which keeps none): nothing to draw. The history, where kept, is "
+                f"<code>{e(run.path.name)}/history/{e(case)}.parquet</code>."
                 f"</p>{also}</div>"
             )
             continue
