@@ -63,6 +63,7 @@ def _number_cases() -> list[tuple[list[str], str]]:
 
 
 M, C, W = BASE["matrix"], BASE["calibrate"], BASE["worker"]
+X = ["explore", "--impl", "redis.set-nx-px-lua"]
 #: the commands that used to skip validation or fail late (issue 24), and every other command's own
 COMMAND_CASES: list[tuple[list[str], str]] = [
     # bench run: upper bounds, the open model, URLs, lock params, names
@@ -112,6 +113,21 @@ COMMAND_CASES: list[tuple[list[str], str]] = [
     ([*M, "--results-dir", ""], "--results-dir"),
     ([*M, "--results-dir", "/proc/lockbench-results"], "--results-dir"),
     ([*M, "--parallel", "abc"], "--parallel"),
+    # bench explore and bench replay (issue 41)
+    ([*X, "--budget", "5x"], "bad --budget '5x'"),
+    ([*X, "--budget", "0"], "bad --budget '0'"),
+    ([*X, "--faults", "bogus"], "unknown kind 'bogus'"),
+    ([*X, "--faults", "kill-leader"], "none of them reaches redis.set-nx-px-lua"),
+    ([*X, "--seed", "abc"], "--seed"),
+    ([*X, "--redis-url", "http://x"], "scheme 'http'"),
+    (["explore", "--impl", "nope.lock"], "unknown impl 'nope.lock'"),
+    (["explore", "--backend", "mongo"], "unknown backend 'mongo'"),
+    (["explore"], "name the lock to explore"),
+    (["replay", "no-such-schedule.json"], "cannot read no-such-schedule.json"),
+    (["replay", "--runs", "0", "no-such-schedule.json"], "--runs must be at least 1"),
+    (["replay", "--runs", "abc", "no-such-schedule.json"], "--runs"),
+    (["replay", "--results-dir", "", "no-such-schedule.json"], "--results-dir"),
+    (["replay", "--pg-dsn", "mysql://u@h/db", "no-such-schedule.json"], "--pg-dsn"),
     # bench calibrate
     ([*C, "--duration", "nan"], "--duration"),
     ([*C, "--duration", "1e309"], "--duration"),

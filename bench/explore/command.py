@@ -273,9 +273,9 @@ def replay_command(
     console: Console, render: bool = False,
 ) -> int:  # fmt: skip
     """Run exactly the schedule in ``file`` (``runs`` times); exit 1 when the failure reproduces in any run."""
-    schedule = Schedule.read(file)
     if runs < 1:
         raise UserError(f"--runs must be at least 1, got {runs}")
+    schedule = Schedule.read(file)
     r = reach(schedule.impl)
     wanted = {e.kind for e in schedule.events}
     unreachable = sorted(wanted - set(r.kinds) - ({"failover"} if r.backend == "redis" else set()))
