@@ -124,6 +124,9 @@ class _Runs:
         self.stack: Any = None
         self.number = len(folder.rows)
         self.played: dict[str, list[list[str]]] = {}
+        #: every run's Locust forks from one warm, pre-imported process (cold once it broke)
+        self.launcher: Any = None
+        self._warm: Any = None
 
     def __call__(self, schedule: Schedule) -> Outcome:
         if INTERRUPT.is_set():
@@ -134,7 +137,8 @@ class _Runs:
             ).__enter__()
             endpoints = {**self.folder.meta.get("endpoints", {}), self.reach.impl: sorted(self.stack.urls)}
             self.folder.note("endpoints", endpoints)
-        played = run_schedule(schedule, self.stack, self.scratch, self.number)
+            self._start_warm()
+        played = run_schedule(schedule, self.stack, self.scratch, self.number, self.launcher)
         self.number += 1
         result = played.result
         result["row"]["explore_schedule"] = schedule.text()
@@ -146,7 +150,24 @@ class _Runs:
         outcome.detail["schedule"] = schedule.as_json()
         return outcome
 
+    def _start_warm(self) -> None:
+        from bench.run.runner import Launcher
+        from bench.run.timing import RunTiming
+        from bench.run.warm import WarmLocust, WarmLocustError
+
+        self._warm = WarmLocust()
+        try:
+            self._warm.spawn()
+            self._warm.wait_ready()
+            self.launcher = Launcher(self._warm, RunTiming())
+        except WarmLocustError:
+            self._warm.close()
+            self._warm = self.launcher = None
+
     def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
+            self._warm = None
         if self.stack is not None:
             self.stack.__exit__(None, None, None)
             self.stack = None
