@@ -91,6 +91,9 @@ def test_two_shards_merged_give_the_cells_of_one_run(tmp_path: Path) -> None:
     assert [m["shard"] for m in meta["merged_from"]] == [1, 2] and (merged / "matrix.md").is_file()
     for sub in ("hist", "history"):
         assert {p.stem for p in (merged / sub).glob("*")} >= shard_ids[0] | shard_ids[1]
+    # the checkers' witnesses of each shard's failed cases come along, as their histories do
+    witnessed = {p.name for shard in (one, two) for p in (shard / "violations").glob("*.parquet")}
+    assert {p.name for p in (merged / "violations").glob("*.parquet")} == witnessed
 
     def refused(*folders: Path) -> str:
         out = bench("merge", *map(str, folders), "--no-report", "--results-dir", str(tmp_path / "refused"))
