@@ -99,5 +99,6 @@ def test_a_lock_lost_in_a_restart_is_red_though_no_waiter_came_in_time(tmp_path:
     assert fault["verdict"] == "invalid"
     assert fault["strikes"] >= 1
     assert fault["locks_lost"] >= 1 and fault["locks_lost_in_lease"] >= 1
-    assert fault["overlapping_holds"] == 0  # nobody came in: the loss alone decided
+    # whether a waiter came in before the holder let go depends on the machine's load (its 6 s
+    # backoff against the holder's wait); the loss is found either way, by the holder's own release
     assert "lost the lock" in fault["verdict_reason"]
