@@ -17,6 +17,9 @@ from infra.redis_server import RedisServer
 #: servers a user (or another test session) keeps up with `bench infra up` (tests own what they check).
 os.environ["LOCKBENCH_INFRA_DIR"] = tempfile.mkdtemp(prefix="lockbench-test-infra-")
 atexit.register(shutil.rmtree, os.environ["LOCKBENCH_INFRA_DIR"], True)
+# every test measures its own calibrations: one kept by an earlier test (same commit) would change
+# what a run's timing and calibration say; tests/test_calibration_cache.py names its own folder
+os.environ["LOCKBENCH_CALIBRATIONS_DIR"] = "off"
 
 ARTIFACTS = Path(
     os.environ.get("LOCKBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")

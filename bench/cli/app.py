@@ -206,7 +206,7 @@ def run(
         _opt(
             "recalibrate",
             "measure every lock alone again instead of reusing a calibration kept by an earlier run of this "
-            "commit (results/.calibrations; a dirty checkout never reuses one)",
+            "commit (~/.cache/lockbench/calibrations; a dirty checkout never reuses one)",
         ),
     ] = False,
 ) -> None:

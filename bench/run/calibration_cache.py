@@ -2,8 +2,10 @@
 
 Why: every ``bench run`` measured every lock alone again (31.7 s of a 158 s default run), though
 a lock's solo hold on one commit, one machine class and one set of parameters does not change
-between two runs. A calibration is kept in ``<results>/.calibrations/<key>.json`` (hidden: no run folder) and reused
-while it matches and is fresh:
+between two runs. A calibration is kept in ``~/.cache/lockbench/calibrations/<key>.json``
+(``$XDG_CACHE_HOME`` respected; ``LOCKBENCH_CALIBRATIONS_DIR`` names another folder, or ``off``)
+and reused while it matches and is fresh. Not in the results folder: a results folder holds run
+folders only, which `bench history`, the gate's finders and users' own scripts list:
 
 * the key is the commit, the machine class, the impl, the workload, the fencing mode, and every
   setting that shapes one client's hold (lock parameters, lease, retry interval, critical
@@ -34,6 +36,19 @@ from bench.run.case import Case
 #: A kept calibration older than this is measured again (a week: the machine's packages and
 #: kernel move on even where the commit does not).
 MAX_AGE_S = 7 * 24 * 3600.0
+#: The variable naming the folder of kept calibrations ("off": keep and reuse none).
+DIR_ENV = "LOCKBENCH_CALIBRATIONS_DIR"
+
+
+def default_folder() -> Path | None:
+    """Where calibrations are kept: ``$LOCKBENCH_CALIBRATIONS_DIR``, else the user's cache folder; None: off."""
+    chosen = os.environ.get(DIR_ENV)
+    if chosen is not None:
+        return None if chosen.strip() in ("", "off", "0") else Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lockbench" / "calibrations"
+
+
 #: Settings that do not shape one client's hold: left out of the key.
 _NOT_IN_KEY = ("duration", "stop_rule", "users", "spawn_rate", "processes", "master_bind", "expect_workers",
                "workers_wait_s", "strikes", "grants_between", "evidence")  # fmt: skip
@@ -58,17 +73,22 @@ def key_of(case: Case, commit: str, machine_class: str) -> str:
 class CalibrationCache:
     """The kept calibrations under one results folder; reads and writes never fail a run."""
 
-    def __init__(self, results_dir: Path, commit: str, machine_class: str, recalibrate: bool = False) -> None:
-        self.folder = Path(results_dir) / ".calibrations"
+    def __init__(
+        self, folder: Path | None, commit: str, machine_class: str, recalibrate: bool = False
+    ) -> None:
+        self.folder = Path(folder) if folder is not None else Path()
         self.commit = commit
         self.machine_class = machine_class
         self.recalibrate = recalibrate
-        self.enabled = reusable_commit(commit)
+        self.off = folder is None
+        self.enabled = reusable_commit(commit) and not self.off
 
     def why_not(self) -> str:
         """Why nothing is reused in this run ("" when it may be)."""
         if self.recalibrate:
             return "--recalibrate: every lock measured again"
+        if self.off:
+            return f"{DIR_ENV} is off"
         if not self.enabled:
             return f"the checkout is {'dirty' if self.commit.endswith('+dirty') else 'not a known commit'}"
         return ""

@@ -24,7 +24,7 @@ from bench.results import meta
 from bench.results.folder import ResultsWriteError, RunFolder, write_merged_histograms
 from bench.results.matrices import sources_for_run
 from bench.results.redact import redact_text
-from bench.run.calibration_cache import CalibrationCache
+from bench.run.calibration_cache import CalibrationCache, default_folder
 from bench.run.case import Case, RunSettings, ServerDied, with_calibration
 from bench.run.progress import LiveProgress
 from bench.run.runner import endpoints_for_meta, run_plan
@@ -614,7 +614,7 @@ class _Execution:
         """The calibrations earlier runs of this commit kept beside this run's folder."""
         host = folder.meta.get("host") if isinstance(folder.meta.get("host"), dict) else {}
         kept = CalibrationCache(
-            folder.path.parent, str(folder.meta.get("git_commit") or ""), str(host.get("machine_class") or ""),
+            default_folder(), str(folder.meta.get("git_commit") or ""), str(host.get("machine_class") or ""),
             recalibrate=self.recalibrate,
         )  # fmt: skip
         why = kept.why_not()
