@@ -206,7 +206,9 @@ def _grade(row: dict[str, Any], case: Case, settings: RunSettings, fault_info: d
     row["evidence_target"] = settings.evidence.text()
     row["evidence_target_k"] = settings.evidence.strikes
     row["evidence_target_n"] = settings.evidence.acquisitions
-    if row["evidence"] == "not-struck" and str(row.get("verdict_reason") or "").startswith(evidence.NO_EVIDENCE):
+    if row["evidence"] == "not-struck" and str(row.get("verdict_reason") or "").startswith(
+        evidence.NO_EVIDENCE
+    ):
         return  # its clients never got going (the reason says why): that, not "did not strike", is the story
     if row["evidence"] == "not-struck":
         what = case.fault.label if case.fault else f"the {case.workload.name} event"
