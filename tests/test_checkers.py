@@ -368,7 +368,14 @@ def test_flash_sale_verdict() -> None:
         "lost_updates",
         "acquire_info",
     } <= set(good.counters)
-    assert [r.name for r in good.results] == ["overlaps", "ownership", "witness", "stock", "fencing", "unknown"]
+    assert [r.name for r in good.results] == [
+        "overlaps",
+        "ownership",
+        "witness",
+        "stock",
+        "fencing",
+        "unknown",
+    ]
     bad = check_flash_sale(ev, _state(phone=(10, 9, 2)))
     assert bad.status == "invalid"
     assert bad.counters["lost_updates"] == 1

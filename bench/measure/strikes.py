@@ -97,7 +97,10 @@ def strike_record(
         if marker[0] == "pause":
             # a pause is marked when it ends (its value: how long it lasted, ms); it struck when it began,
             # and a violation during it (a waiter granted while the holder sleeps) is tied to it
-            t = t - rows["value"].astype("Float64").fillna(0).to_numpy(dtype=float).astype(np.int64) * 1_000_000
+            t = (
+                t
+                - rows["value"].astype("Float64").fillna(0).to_numpy(dtype=float).astype(np.int64) * 1_000_000
+            )
         return np.sort(t), []
     if workload in LONG_HOLD_WORKLOADS and ttl_s:
         h = holds(history)
