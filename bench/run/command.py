@@ -680,7 +680,9 @@ class _Execution:
                 status = "incomplete"
                 failures = [str(exc)]
                 folder.note("failures", failures)
-                console.print(f"lockbench: {exc}")
+                console.print(
+                    f"lockbench: {exc}", soft_wrap=True, highlight=False, markup=False
+                )  # a path in it stays whole
             except BaseException:  # Ctrl-C, a full disk: the finished cases stay readable
                 folder.finish("incomplete")
                 raise
