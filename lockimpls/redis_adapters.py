@@ -51,6 +51,7 @@ from lockimpls.redis_conn import (
     client_for,
     redact_url,
 )
+from lockimpls.redlock import quorum_owns
 
 KEY_PREFIX = "lockbench:adapter:"
 
@@ -331,10 +332,7 @@ class PotteryRedlock(_Adapter):
                 silent += 1
                 continue
             mine += value in (lease.owner.encode(), lease.owner)
-        quorum = len(self.urls) // 2 + 1
-        if mine >= quorum:
-            return True
-        return False if mine + silent < quorum else None
+        return quorum_owns(mine, silent, len(self.urls))
 
     def _release(self, lease: Lease) -> bool:
         lib = lease.extra.get("lib") or self._lib(lease.owner)

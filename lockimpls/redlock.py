@@ -152,6 +152,18 @@ class _Reply:
     error: str = ""
 
 
+def quorum_owns(mine: int, silent: int, masters: int) -> bool | None:
+    """Does a holder whose key ``mine`` masters hold (``silent`` did not answer) still own a quorum lock?
+
+    True with a quorum; False when even the silent masters could not make one up (a restarted
+    master came back empty); None otherwise: a master that is down may come back either way.
+    """
+    quorum = masters // 2 + 1
+    if mine >= quorum:
+        return True
+    return False if mine + silent < quorum else None
+
+
 def fan_out(masters: Sequence[Master], command: tuple, timeout: float) -> list[_Reply]:
     """Send ``command`` to every master, then read every reply; all bounded by ``timeout`` in total.
 
@@ -332,11 +344,7 @@ class RedLock(Lock):
             1 for r in replies if r.status == ANSWERED and r.value in (lease.owner.encode(), lease.owner)
         )
         silent = sum(1 for r in replies if r.status != ANSWERED)
-        if mine >= self.quorum:
-            return True
-        if mine + silent < self.quorum:
-            return False
-        return None
+        return quorum_owns(mine, silent, len(self.masters))
 
     def _release(self, lease: Lease) -> bool:
         replies = self._unlock(self.masters, lease.owner)
