@@ -87,14 +87,24 @@ def _run_folder(results: Path) -> Path:
 
 
 def _wait_for_lock_traffic(url: str, commands: int = 300, timeout: float = 60) -> None:
-    """Until the lock server has served some acquires: Locust is up and the lock works."""
+    """Until the lock server has served ``commands`` more acquires than when called.
+
+    Counted from the call, not from the server's start: the solo calibration before the
+    case ran on the same server, and a kill timed by its traffic could land before the
+    measured case had cleared its lock state (a case with no row, not a case that lost
+    its server mid-run).
+    """
     import redis
 
+    def served() -> int:
+        stats = client.info("commandstats")
+        return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_set", "cmdstat_evalsha"))
+
     client = redis.Redis.from_url(url)
+    start = served()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stats = client.info("commandstats")
-        if sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_set", "cmdstat_evalsha")) >= commands:
+        if served() - start >= commands:
             return
         time.sleep(0.1)
     raise AssertionError("no lock traffic reached the server")
