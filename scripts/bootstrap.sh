@@ -33,6 +33,9 @@ fi
 stamp=.venv/.lockbench-installed
 up_to_date() {
   [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ ! pyproject.toml -nt "$stamp" ] || return 1
+  # a .venv moved or copied from another checkout (or shared with a git worktree that reinstalled)
+  # still points its editable install and its `bench` script at the other place: install again
+  [ "$(head -c 200 .venv/bin/bench 2>/dev/null | head -n 1)" = "#!$PWD/.venv/bin/python" ] || return 1
   local have
   have=$(cat "$stamp")
   [ "$extras" = base ] || [ "${have:-test}" = test ] || [ "$have" = "$extras" ]
