@@ -20,6 +20,7 @@ from rich.console import Console
 
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
+from bench.matrix.rerun import rerun_reason, settle
 from bench.measure.evidence import server_died
 from bench.results.folder import ResultsWriteError, RunFolder
 from bench.run.case import CaseFailed
@@ -365,7 +366,7 @@ def _run_lane(
             launchers = ctx.enter_context(
                 _Launchers(warm)
             )  # on test hosts too: workers fork, then enter their hosts
-            _run_lane_cases(lane, shared, user_urls, resource_url, scratch, launchers, net)
+            _LaneRun(lane, shared, user_urls, resource_url, scratch, launchers, net).run()
     except ResultsWriteError:
         raise  # the folder cannot take a row: nothing to go on with
     except Exception as exc:  # noqa: BLE001 - whatever broke this lane costs its own cases, not the matrix's
@@ -402,16 +403,8 @@ def _run_unit(
     return run_group(unit, stack, scratch, launchers.get(len(unit)))
 
 
-def _run_lane_cases(
-    lane: Lane,
-    shared: _Shared,
-    user_urls: dict[str, list[str]],
-    resource_url: str | None,
-    scratch: Path,
-    launchers: _Launchers,
-    net: TestHostNet | None = None,
-) -> None:
-    """Run a lane's cases on servers kept up across them (on test hosts when ``net`` is given).
+class _LaneRun:
+    """One lane's cases on servers kept up across them (on test hosts when ``net`` is given).
 
     A server-fault scenario's cases run as groups under one nemesis (:func:`form_groups`). A
     Sentinel group cannot fail over twice (its old master is gone and nobody is left to
@@ -421,120 +414,187 @@ def _run_lane_cases(
     ``unknown`` with the reason, naming the server's log as kept in the results folder
     (``logs/servers/<lane>/``); the lane tries once more with fresh servers on fresh ports and,
     when that fails too, records its remaining cases as ``unknown`` and stops. Other lanes go on.
+    A case whose buyers never started, or whose failure a stall could explain, runs once more
+    before anything is recorded (bench/matrix/rerun.py).
     """
-    t0 = time.monotonic()
-    timing = {
-        "cases": 0,
-        "groups": 0,
-        "wall_s": 0.0,
-        "case_s": 0.0,
-        "locust_startup_s": 0.0,
-        "load_s": 0.0,
-        "server_start_s": 0.0,
-    }
-    shared.timings[lane.name] = timing
-    fresh_each = lane.topology == "sentinel"
-    logs = lane_log_dir(shared.folder.path, lane)
-    units = lane.units or form_groups(lane)
-    stack: Stack | None = None
-    restarts = 0
-    index = 0
-    try:
-        while index < len(units):
-            unit = units[index]
-            if shared.cancel.is_set():
-                return
-            if stack is None:
-                t_up = time.monotonic()
-                try:
-                    stack = Stack(
-                        [lane.backend],
-                        user_urls=user_urls,
-                        resource_url=resource_url,
-                        reuse_infra_up=False,
-                        servers_per_backend={lane.backend: lane.servers_needed()},
-                        topology={lane.backend: lane.topology} if lane.topology else {},
-                        hosts=net,
-                        keep_logs=logs,
-                    ).__enter__()
-                except InfraError as exc:
-                    restarts += 1
-                    what = f"lane {lane.name}: its servers did not start: {' '.join(str(exc).split())}"
-                    if user_urls.get(lane.backend) or restarts > MAX_LANE_RESTARTS:
-                        _lose_rest(lane, shared, units[index:], what)
-                        return
-                    shared.incident(f"{what}; trying once more with fresh servers on fresh ports")
-                    continue
-                finally:
-                    timing["server_start_s"] += time.monotonic() - t_up
-                shared.endpoints[lane.name] = endpoints_for_meta(stack)
-                shared.versions.update({f"{lane.backend} {k}": v for k, v in stack.versions.items()})
-            t_unit = time.monotonic()
-            results = _run_unit(unit, stack, scratch, launchers)
-            # a server that died on its own (the fault thread heals what it broke) makes the case
-            # unknown: checked before any heal, which would bring it back and hide it
-            dead = [] if fresh_each else stack.dead()
-            where = _kept_logs(stack.keep_logs(dead, why="died")) if dead else f" (server logs: {logs})"
-            for case, result in zip(unit, results, strict=True):
-                if isinstance(result, Exception):
-                    # a ServerDied names the kept log itself (runner.dead_servers_text); a failed
-                    # restart names the server's log in the scratch folder: the kept copy instead
-                    said = stack.naming_logs(str(result))
-                    shared.lose(lane, case, said if str(logs) in said else f"{said}{where}")
-                    continue
-                if isinstance(result["row"].get("verdict_reason"), str):
-                    result["row"]["verdict_reason"] = stack.naming_logs(result["row"]["verdict_reason"])
-                if dead:
-                    server_died(result["row"], dead)
-                    if result["row"].get("verdict") == "unknown":
-                        result["row"]["verdict_reason"] = f"{result['row']['verdict_reason']}{where}"
-                shared.add(lane, case, result)
-                t = result.get("timing") or {}
-                timing["cases"] += 1
-                timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
-                if t.get("test_start_ns") and t.get("test_stop_ns"):
-                    timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
-                    timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
-            timing["unit_s"] = timing.get("unit_s", 0.0) + time.monotonic() - t_unit
-            timing["groups"] += 1 if unit[0].group else 0
-            index += 1
-            if fresh_each:
-                stack.close()
-                stack = None
-                continue
-            if not dead:
-                try:
-                    _heal(stack)
-                except InfraError as exc:  # a member that does not come back: as good as dead
-                    shared.fail(
-                        f"lane {lane.name}: heal after {unit[0].case_id} failed: {stack.naming_logs(str(exc))}"
-                    )
-                    dead = ["(heal)"]
-                dead = [d for d in stack.dead()] or dead
-                if dead:
-                    where = _kept_logs(stack.keep_logs([d for d in dead if d in stack.servers], why="died"))
-            if dead:
-                # a nightly matrix should not lose a lane's later cases to one death: its cases
-                # are marked (unknown, server died), the lane gets fresh servers and goes on,
-                # unless the servers are the user's own or they died before (twice is a pattern)
-                restarts += 1
-                what = f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}{where}"
-                stack.close()
-                stack = None
-                if user_urls.get(lane.backend) or restarts > MAX_LANE_RESTARTS:
-                    shared.fail(f"{what}; lane stopped")
-                    _lose_rest(
-                        lane, shared, units[index:], f"{what}; lane stopped (fresh servers failed before)"
-                    )
+
+    def __init__(
+        self,
+        lane: Lane,
+        shared: _Shared,
+        user_urls: dict[str, list[str]],
+        resource_url: str | None,
+        scratch: Path,
+        launchers: _Launchers,
+        net: TestHostNet | None = None,
+    ) -> None:
+        self.lane, self.shared, self.user_urls, self.resource_url = lane, shared, user_urls, resource_url
+        self.scratch, self.launchers, self.net = scratch, launchers, net
+        self.timing: dict[str, Any] = {
+            "cases": 0, "groups": 0, "reruns": 0, "wall_s": 0.0, "case_s": 0.0, "locust_startup_s": 0.0,
+            "load_s": 0.0, "server_start_s": 0.0,
+        }  # fmt: skip
+        shared.timings[lane.name] = self.timing
+        self.fresh_each = lane.topology == "sentinel"
+        self.logs = lane_log_dir(shared.folder.path, lane)
+        self.units = lane.units or form_groups(lane)
+        self.stack: Stack | None = None
+        self.restarts = 0
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        index = 0
+        try:
+            while index < len(self.units):
+                if self.shared.cancel.is_set():
                     return
-                if index < len(units):
-                    shared.fail(f"{what}; the lane's servers were started afresh for its next case")
-                else:
-                    shared.fail(what)
-    finally:
-        if stack is not None:
-            stack.close()
-        timing["wall_s"] = time.monotonic() - t0
+                if self.stack is None and not self._start(index):
+                    return
+                if not self._unit(index):
+                    return
+                index += 1
+        finally:
+            if self.stack is not None:
+                self.stack.close()
+            self.timing["wall_s"] = time.monotonic() - t0
+
+    def _start(self, index: int) -> bool:
+        """Start the lane's servers, a second time on fresh ports if the first start failed.
+
+        False when they could not be started: the lane's remaining cases are then lost.
+        """
+        lane = self.lane
+        while True:
+            t_up = time.monotonic()
+            try:
+                self.stack = Stack(
+                    [lane.backend],
+                    user_urls=self.user_urls,
+                    resource_url=self.resource_url,
+                    reuse_infra_up=False,
+                    servers_per_backend={lane.backend: lane.servers_needed()},
+                    topology={lane.backend: lane.topology} if lane.topology else {},
+                    hosts=self.net,
+                    keep_logs=self.logs,
+                ).__enter__()
+                break
+            except InfraError as exc:
+                self.restarts += 1
+                what = f"lane {lane.name}: its servers did not start: {' '.join(str(exc).split())}"
+                if self.user_urls.get(lane.backend) or self.restarts > MAX_LANE_RESTARTS:
+                    _lose_rest(lane, self.shared, self.units[index:], what)
+                    return False
+                self.shared.incident(f"{what}; trying once more with fresh servers on fresh ports")
+            finally:
+                self.timing["server_start_s"] += time.monotonic() - t_up
+        self.shared.endpoints[lane.name] = endpoints_for_meta(self.stack)
+        self.shared.versions.update({f"{lane.backend} {k}": v for k, v in self.stack.versions.items()})
+        return True
+
+    def _dead(self) -> list[str]:
+        # a server that died on its own (the fault thread heals what it broke) makes the case
+        # unknown: checked before any heal, which would bring it back and hide it
+        assert self.stack is not None
+        return [] if self.fresh_each else self.stack.dead()
+
+    def _attempt(self, unit: list[MatrixCase]) -> tuple[list[dict[str, Any] | Exception], list[str]]:
+        """Run ``unit`` and, once, the cases of it whose answer was the harness's (rerun.py)."""
+        assert self.stack is not None
+        results = _run_unit(unit, self.stack, self.scratch, self.launchers)
+        dead = self._dead()
+        again = {i: why for i, r in enumerate(results) if (why := rerun_reason(r))}
+        if not again or dead or self.shared.cancel.is_set():
+            return results, dead
+        self.timing["reruns"] += len(again)
+        self.shared.incident(
+            f"lane {self.lane.name}: running once more: "
+            + "; ".join(f"{unit[i].case_id} ({why})" for i, why in again.items())
+        )
+        if not self.fresh_each:
+            _heal(self.stack)
+        second = _run_unit([unit[i] for i in again], self.stack, self.scratch, self.launchers)
+        for (i, why), result in zip(again.items(), second, strict=True):
+            results[i] = settle(why, result)
+        return results, self._dead()
+
+    def _unit(self, index: int) -> bool:
+        """Run one unit, record its cases, get the lane ready for the next; False when the lane stops."""
+        assert self.stack is not None
+        unit = self.units[index]
+        t_unit = time.monotonic()
+        results, dead = self._attempt(unit)
+        where = _kept_logs(self.stack.keep_logs(dead, why="died")) if dead else f" (server logs: {self.logs})"
+        for case, result in zip(unit, results, strict=True):
+            self._record(case, result, dead, where)
+        self.timing["unit_s"] = self.timing.get("unit_s", 0.0) + time.monotonic() - t_unit
+        self.timing["groups"] += 1 if unit[0].group else 0
+        if self.fresh_each:
+            self.stack.close()
+            self.stack = None
+            return True
+        if not dead:
+            try:
+                _heal(self.stack)
+            except InfraError as exc:  # a member that does not come back: as good as dead
+                self.shared.fail(
+                    f"lane {self.lane.name}: heal after {unit[0].case_id} failed: "
+                    f"{self.stack.naming_logs(str(exc))}"
+                )
+                dead = ["(heal)"]
+            dead = list(self.stack.dead()) or dead
+            if dead:
+                live = [d for d in dead if d in self.stack.servers]
+                where = _kept_logs(self.stack.keep_logs(live, why="died"))
+        return not dead or self._after_death(index, unit, dead, where)
+
+    def _record(
+        self, case: MatrixCase, result: dict[str, Any] | Exception, dead: list[str], where: str
+    ) -> None:
+        assert self.stack is not None
+        if isinstance(result, Exception):
+            # a ServerDied names the kept log itself (runner.dead_servers_text); a failed
+            # restart names the server's log in the scratch folder: the kept copy instead
+            said = self.stack.naming_logs(str(result))
+            self.shared.lose(self.lane, case, said if str(self.logs) in said else f"{said}{where}")
+            return
+        row = result["row"]
+        if isinstance(row.get("verdict_reason"), str):
+            row["verdict_reason"] = self.stack.naming_logs(row["verdict_reason"])
+        if dead:
+            server_died(row, dead)
+            if row.get("verdict") == "unknown":
+                row["verdict_reason"] = f"{row['verdict_reason']}{where}"
+        self.shared.add(self.lane, case, result)
+        t = result.get("timing") or {}
+        self.timing["cases"] += 1
+        self.timing["case_s"] += (t["ended_ns"] - t["launched_ns"]) / 1e9
+        if t.get("test_start_ns") and t.get("test_stop_ns"):
+            self.timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
+            self.timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
+
+    def _after_death(self, index: int, unit: list[MatrixCase], dead: list[str], where: str) -> bool:
+        """Fresh servers for the lane's next case after a death; False when the lane stops.
+
+        A nightly matrix should not lose a lane's later cases to one death: its cases are marked
+        (unknown, server died), the lane gets fresh servers and goes on, unless the servers are
+        the user's own or they died before (twice is a pattern).
+        """
+        assert self.stack is not None
+        lane = self.lane
+        self.restarts += 1
+        what = f"lane {lane.name}: server {', '.join(dead)} died during {unit[0].case_id}{where}"
+        self.stack.close()
+        self.stack = None
+        if self.user_urls.get(lane.backend) or self.restarts > MAX_LANE_RESTARTS:
+            self.shared.fail(f"{what}; lane stopped")
+            rest = self.units[index + 1 :]
+            _lose_rest(lane, self.shared, rest, f"{what}; lane stopped (fresh servers failed before)")
+            return False
+        if index + 1 < len(self.units):
+            self.shared.fail(f"{what}; the lane's servers were started afresh for its next case")
+        else:
+            self.shared.fail(what)
+        return True
 
 
 def _kept_logs(kept: dict[str, Path]) -> str:
