@@ -149,6 +149,9 @@ def _copy_scripts(tmp_path: Path) -> Path:
     for name in ("bench", "python"):
         (tmp_path / ".venv" / "bin" / name).write_text(FAKE_PROGRAM)
         (tmp_path / ".venv" / "bin" / name).chmod(0o755)
+    # an installed bench script runs this checkout's .venv python (bootstrap.sh checks it)
+    bench_script = tmp_path / ".venv" / "bin" / "bench"
+    bench_script.write_text(f"#!{tmp_path}/.venv/bin/python\n" + FAKE_PROGRAM.split("\n", 1)[1])
     return tmp_path
 
 
@@ -172,6 +175,12 @@ def test_scripts_bench_sets_up_the_base_and_scripts_test_the_test_extras(tmp_pat
     stamp.write_text("test\n")
     assert "state=up-to-date" in _plan(root, "scripts/bench", "list")
     assert "state=up-to-date" in _plan(root, "scripts/test", "--quick")
+    # a .venv whose bench script belongs to another checkout (moved, or reinstalled from a worktree)
+    bench_script = root / ".venv" / "bin" / "bench"
+    ours = bench_script.read_text()
+    bench_script.write_text(FAKE_PROGRAM)  # runs, but with another interpreter than this .venv's
+    assert "state=install" in _plan(root, "scripts/bench", "list")
+    bench_script.write_text(ours)
     os.utime(root / "pyproject.toml", (stamp.stat().st_mtime + 10,) * 2)  # dependencies changed
     assert "state=install" in _plan(root, "scripts/bench", "list")
     bad = subprocess.run(

@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.nemesis import partitions
-from bench.nemesis.faults import namespace
+from bench.nemesis.faults import FaultThread, namespace
 from bench.run.case import Case, CaseFailed, ServerDied
 from bench.run.locust import client_hosts_of, locust_argv
 from bench.run.reset import reset_lock_state
@@ -106,16 +106,52 @@ def run_group(
     if len(launches) < len(cases):
         raise ValueError(f"{len(cases)} cases need as many launchers, got {len(launches)}")
     begun_ns = time.monotonic_ns()
-    first = cases[0]
-    backend = first.backend
-    lock_urls = stack.urls[backend]
+    backend = cases[0].backend
     try:
-        reset_lock_state(backend, lock_urls)
+        reset_lock_state(backend, stack.urls[backend])
     except Exception as exc:  # noqa: BLE001 - a server that cannot be cleaned cannot be measured
         return [CaseFailed(f"{c.case_id}: could not clear lock state before the case: {exc}") for c in cases]
     resources = [resource_db(stack.urls["resource"][0], i) for i in range(len(cases))]
-    on_hosts = first.fault is not None and first.fault.is_partition
+    on_hosts = cases[0].fault is not None and cases[0].fault.is_partition
     ground = partitions.PartitionGround(stack.hosts, lock_servers_of(stack, backend)) if on_hosts else None
+    outs, argvs = _prepare(cases, stack, scratch, resources, ground)
+    # a server fault or a cut: one nemesis for every case of the group
+    fault = fault_thread(cases, stack, resources, ground)
+    launched_ns, codes, exited = _launch_side_by_side(cases, launches, argvs, outs, fault)
+    interrupted = next((c for c in codes if isinstance(c, KeyboardInterrupt)), None)
+    if interrupted is not None:
+        raise interrupted
+    results: list[dict[str, Any] | Exception] = []
+    for i, case in enumerate(cases):
+        code = codes[i]
+        if isinstance(code, BaseException):
+            results.append(CaseFailed(f"{case.case_id}: Locust could not run: {code}"))
+            continue
+        timing = {
+            "begun_ns": begun_ns,
+            "launched_ns": launched_ns,
+            "exited_ns": exited[i],
+            "group": len(cases),
+        }
+        shared = server_stats.Commands(error=SHARED_COUNTS)
+        try:
+            results.append(
+                finish_case(case, stack, outs[i], code, fault, str(i), shared, None, timing, ground=ground)
+            )
+        except (CaseFailed, ServerDied) as exc:
+            results.append(exc)
+    return results
+
+
+def _prepare(
+    cases: list[Case],
+    stack: Stack,
+    scratch: Path,
+    resources: list[str],
+    ground: partitions.PartitionGround | None,
+) -> tuple[list[Path], list[list[str]]]:
+    """Each case's scratch folder and Locust command line (its own namespace, resource and hosts)."""
+    lock_urls = stack.urls[cases[0].backend]
     outs: list[Path] = []
     argvs: list[list[str]] = []
     for i, case in enumerate(cases):
@@ -126,19 +162,25 @@ def run_group(
         if ground is not None:  # a case's Locust workers, each on a client host of the case's own
             hosts = [h.name for h in client_hosts_of(stack, case.settings.processes, f"m{i}-")]
             ground.claim_dirs.append(out)
-        argvs.append(
-            locust_argv(
-                case,
-                case.settings,
-                lock_urls,
-                resources[i],
-                out,
-                lock_namespace=namespace(str(i)),
-                netns=hosts,
-            )
+        argv = locust_argv(
+            case, case.settings, lock_urls, resources[i], out, lock_namespace=namespace(str(i)), netns=hosts
         )
-    # a server fault or a cut: one nemesis for every case of the group
-    fault = fault_thread(cases, stack, resources, ground)
+        argvs.append(argv)
+    return outs, argvs
+
+
+def _launch_side_by_side(
+    cases: list[Case],
+    launches: list[Launch],
+    argvs: list[list[str]],
+    outs: list[Path],
+    fault: FaultThread | None,
+) -> tuple[int, list[int | BaseException], list[int]]:
+    """Start every case's Locust in a thread of its own under the one nemesis; wait for all.
+
+    Returns when they were launched, each one's exit code (or the exception that ended it) and
+    when each exited; the nemesis is told as each case finishes, and stopped at the end.
+    """
     codes: list[int | BaseException] = [0] * len(cases)
     exited: list[int] = [0] * len(cases)
 
@@ -168,36 +210,4 @@ def run_group(
         if fault is not None:
             fault.stop()
             fault.join(60)
-    interrupted = next((c for c in codes if isinstance(c, KeyboardInterrupt)), None)
-    if interrupted is not None:
-        raise interrupted
-    results: list[dict[str, Any] | Exception] = []
-    for i, case in enumerate(cases):
-        code = codes[i]
-        if isinstance(code, BaseException):
-            results.append(CaseFailed(f"{case.case_id}: Locust could not run: {code}"))
-            continue
-        timing = {
-            "begun_ns": begun_ns,
-            "launched_ns": launched_ns,
-            "exited_ns": exited[i],
-            "group": len(cases),
-        }
-        try:
-            results.append(
-                finish_case(
-                    case,
-                    stack,
-                    outs[i],
-                    code,
-                    fault,
-                    str(i),
-                    server_stats.Commands(error=SHARED_COUNTS),
-                    None,
-                    timing,
-                    ground=ground,
-                )
-            )
-        except (CaseFailed, ServerDied) as exc:
-            results.append(exc)
-    return results
+    return launched_ns, codes, exited

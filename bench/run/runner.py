@@ -328,89 +328,123 @@ def run_plan(
     before the next starts: nothing of bench's runs during a load window. ``timing``
     collects where the time went (run.json ``timing``).
     """
-    failures: list[str] = []
-    timing = timing if timing is not None else RunTiming()
+    plan = _PlanRun(stack, folder, on_failure, on_tick, timing if timing is not None else RunTiming(), kept)
     if getattr(stack, "keep_logs_dir", False) is None:
         # the servers' logs stay with the run (logs/servers/), not in the scratch folder bench deletes
         stack.keep_logs_dir = folder.path / "logs" / "servers"  # resultsio.schema.SERVER_LOGS
-    launcher: Launcher | None = None
-    if warm is not None:
-        with timing.phase("warm_start"):
-            try:
-                warm.wait_ready()
-                launcher = Launcher(warm, timing)
-            except WarmLocustError as exc:
-                timing.launcher = f"cold: {exc}"
-    backends = list(dict.fromkeys(c.backend for c in cases))
-    with timing.phase("floors"):
-        calibration = new_calibration(measure_floors(stack.urls, backends))
-    folder.note("calibration", calibration)
-    solos: dict[tuple[str, str, str], fidelity.Solo] = {}
+    plan.start(warm, cases)
     with tempfile.TemporaryDirectory(prefix="lockbench-cases-") as tmp:
         for i, case in enumerate(cases):
             raise_if_interrupted()
             if progress:
                 progress(case, i, len(cases))
-            begun_ns = time.monotonic_ns()
-            attempts: list[dict[str, Any]] = []
             if case.solo:
-                hit = kept.lookup(case) if kept is not None else None
-                if hit is not None:
-                    solos[case.calibration_key] = hit[0]
-                    record_kept(calibration, case, hit[0], hit[1])
-                    folder.note("calibration", calibration)
-                    continue
-                # not a case: a failed calibration leaves its impl's cases on the CPU fallback
-                solo = calibrate_solo(case, stack, Path(tmp), calibration, launcher, attempts)
-                if solo is not None:
-                    solos[case.calibration_key] = solo
-                    if kept is not None:
-                        kept.keep(case, solo, folder.path.name)
-                elif on_failure:
-                    on_failure(case, calibration["errors"][-1])
-                timing.add_case(case, attempts, begun_ns, time.monotonic_ns())
-                folder.meta["timing"] = timing.as_json()  # so far: written with the calibration
-                folder.note("calibration", calibration)
-                _stop_if_a_server_died(stack, case)
-                continue
-            solo = solos.get(case.calibration_key)
-            if solo is None and case.workload.name in fidelity.CALIBRATED_WORKLOADS:
-                same_steps = [s for k, s in solos.items() if k[1:] == case.calibration_key[1:]]
-                solo = fidelity.pooled(same_steps)
-            launch = functools.partial(launcher, on_tick=on_tick) if launcher is not None else None
-            try:
-                result = run_case(
-                    case, stack, Path(tmp), solo, on_tick, launch=launch, last_case=i == len(cases) - 1
-                )
-            except CaseFailed as exc:
-                timing.add_case(case, attempts, begun_ns, time.monotonic_ns())
-                failures.append(str(exc))
-                if on_failure:
-                    on_failure(case, str(exc))
-                continue
-            record_case(calibration, case.backend, result)
-            dead = stack.dead()
-            if dead:
-                evidence.server_died(result["row"], dead)
-            folder.add_case(
-                result["row"],
-                result["histograms"],
-                result["history_file"],
-                result["extra"],
-                result.get("log"),
+                plan.calibrate(case, Path(tmp))
+            else:
+                plan.measure(case, Path(tmp), last_case=i == len(cases) - 1)
+    return plan.failures
+
+
+class _PlanRun:
+    """The state :func:`run_plan` carries from case to case: floors, solo figures, failures, timing.
+
+    Why a class: a calibration case feeds the measured cases after it, and every case adds to
+    the same run.json ``calibration`` and ``timing``.
+    """
+
+    def __init__(
+        self,
+        stack: Stack,
+        folder: RunFolder,
+        on_failure: Callable[[Case, str], None] | None,
+        on_tick: Callable[[dict[str, Any]], None] | None,
+        timing: RunTiming,
+        kept: CalibrationCache | None,
+    ) -> None:
+        self.stack, self.folder, self.on_failure, self.on_tick = stack, folder, on_failure, on_tick
+        self.timing, self.kept = timing, kept
+        self.failures: list[str] = []
+        self.launcher: Launcher | None = None
+        self.calibration: dict[str, Any] = {}
+        self.solos: dict[tuple[str, str, str], fidelity.Solo] = {}
+
+    def start(self, warm: WarmLocust | None, cases: list[Case]) -> None:
+        """Wait for the warm Locust, then measure the backends' floors (nothing else runs meanwhile)."""
+        if warm is not None:
+            with self.timing.phase("warm_start"):
+                try:
+                    warm.wait_ready()
+                    self.launcher = Launcher(warm, self.timing)
+                except WarmLocustError as exc:
+                    self.timing.launcher = f"cold: {exc}"
+        backends = list(dict.fromkeys(c.backend for c in cases))
+        with self.timing.phase("floors"):
+            self.calibration = new_calibration(measure_floors(self.stack.urls, backends))
+        self.folder.note("calibration", self.calibration)
+
+    def calibrate(self, case: Case, scratch: Path) -> None:
+        """A solo calibration case: kept from an earlier run of this commit, or measured now.
+
+        Not a case: a failed calibration leaves its impl's cases on the CPU fallback.
+        """
+        begun_ns = time.monotonic_ns()
+        hit = self.kept.lookup(case) if self.kept is not None else None
+        if hit is not None:
+            self.solos[case.calibration_key] = hit[0]
+            record_kept(self.calibration, case, hit[0], hit[1])
+            self.folder.note("calibration", self.calibration)
+            return
+        attempts: list[dict[str, Any]] = []
+        solo = calibrate_solo(case, self.stack, scratch, self.calibration, self.launcher, attempts)
+        if solo is not None:
+            self.solos[case.calibration_key] = solo
+            if self.kept is not None:
+                self.kept.keep(case, solo, self.folder.path.name)
+        elif self.on_failure:
+            self.on_failure(case, self.calibration["errors"][-1])
+        self.timing.add_case(case, attempts, begun_ns, time.monotonic_ns())
+        self.folder.meta["timing"] = self.timing.as_json()  # so far: written with the calibration
+        self.folder.note("calibration", self.calibration)
+        _stop_if_a_server_died(self.stack, case)
+
+    def measure(self, case: Case, scratch: Path, last_case: bool) -> None:
+        """A measured case: run, judged and written before the next starts."""
+        begun_ns = time.monotonic_ns()
+        solo = self.solos.get(case.calibration_key)
+        if solo is None and case.workload.name in fidelity.CALIBRATED_WORKLOADS:
+            same_steps = [s for k, s in self.solos.items() if k[1:] == case.calibration_key[1:]]
+            solo = fidelity.pooled(same_steps)
+        launch = functools.partial(self.launcher, on_tick=self.on_tick) if self.launcher is not None else None
+        try:
+            result = run_case(
+                case, self.stack, scratch, solo, self.on_tick, launch=launch, last_case=last_case
             )
-            timing.add_case(case, [result["timing"]], begun_ns, time.monotonic_ns())
-            folder.meta["timing"] = timing.as_json()  # so far: written with the calibration
-            folder.note("calibration", calibration)
-            if result["extra"].get("clock_offsets"):
-                # the latest measurement per worker; every case keeps its own in hist/<case>.json
-                offsets = {**folder.meta.get("clock_offsets", {}), **result["extra"]["clock_offsets"]}
-                folder.note("clock_offsets", offsets)
-            if dead:
-                raise ServerDied(
-                    f"{dead_servers_text(stack, dead)} died during {case.case_id}; finished cases are kept"
-                )
-    return failures
+        except CaseFailed as exc:
+            self.timing.add_case(case, [], begun_ns, time.monotonic_ns())
+            self.failures.append(str(exc))
+            if self.on_failure:
+                self.on_failure(case, str(exc))
+            return
+        record_case(self.calibration, case.backend, result)
+        dead = self.stack.dead()
+        if dead:
+            evidence.server_died(result["row"], dead)
+        folder = self.folder
+        folder.add_case(
+            result["row"], result["histograms"], result["history_file"], result["extra"], result.get("log")
+        )
+        self.timing.add_case(case, [result["timing"]], begun_ns, time.monotonic_ns())
+        folder.meta["timing"] = self.timing.as_json()  # so far: written with the calibration
+        folder.note("calibration", self.calibration)
+        if result["extra"].get("clock_offsets"):
+            # the latest measurement per worker; every case keeps its own in hist/<case>.json
+            folder.note(
+                "clock_offsets", {**folder.meta.get("clock_offsets", {}), **result["extra"]["clock_offsets"]}
+            )
+        if dead:
+            raise ServerDied(
+                f"{dead_servers_text(self.stack, dead)} died during {case.case_id}; finished cases are kept"
+            )
 
 
 def _stop_if_a_server_died(stack: Stack, case: Case) -> None:
