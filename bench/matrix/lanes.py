@@ -25,7 +25,7 @@ from bench.measure.evidence import server_died
 from bench.results.folder import ResultsWriteError, RunFolder
 from bench.run.case import CaseFailed
 from bench.run.group import run_group
-from bench.run.locust import _run_locust as cold_locust
+from bench.run.locust import run_locust as cold_locust
 from bench.run.runner import endpoints_for_meta, run_case
 from bench.run.warm import WarmLocust, WarmLocustError
 from infra.errors import InfraError

@@ -80,6 +80,7 @@ def locust_argv(
         "--lock-params", json.dumps(settings.lock_params),
         "--lockbench-out", str(out),
         "--lockbench-case", case.case_id,
+        "--lockbench-no-summary",  # bench judges the case itself: no checker pass inside Locust's stop
     ]  # fmt: skip
     argv += ["--fencing-mode", case.fencing]
     if lock_namespace:
@@ -127,9 +128,14 @@ def _poll_progress(path: Path, on_tick: Callable[[dict[str, Any]], None]) -> Non
     on_tick(sample)
 
 
-def _run_locust(
+def run_locust(
     argv: list[str], log_path: Path, timeout: float, on_tick: Callable[[dict[str, Any]], None] | None = None
 ) -> int:
+    """Run a case's Locust cold (``python -m locust`` argv) to its end; return its exit code.
+
+    ``on_tick`` gets the progress file's sample about once a second. Ctrl-C, the timeout or
+    any error stops Locust and its forked workers for good before it propagates.
+    """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -159,6 +165,10 @@ def _run_locust(
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     continue
             raise
+
+
+#: The old name, for importers not yet moved to :func:`run_locust` (bench/run/runner.py).
+_run_locust = run_locust
 
 
 def client_hosts_of(stack: Stack, n: int, prefix: str = "") -> list[Any]:
