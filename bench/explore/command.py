@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from bench.errors import INTERRUPT, UserError
-from bench.explore.draw import Reach, reach, schedule_for
+from bench.explore.draw import Reach, reach, reach_for, schedule_for
 from bench.explore.execute import explore_settings, outcome_of, run_schedule, stack_for
 from bench.explore.schedule import Event, Schedule
 from bench.explore.shrink import Explorer, Finding, Outcome
@@ -59,6 +59,28 @@ def choose_impls(impls: list[str], backends: list[str]) -> list[str]:
     if not chosen:
         raise UserError("name the lock to explore: --impl ID (see `bench list`) or --backend NAME")
     return list(dict.fromkeys(chosen))
+
+
+def reaches_of(chosen: list[str], named: list[str], faults: list[str]) -> tuple[list[Reach], list[str]]:
+    """Each chosen impl's reach, and a line for each impl a ``--backend`` brought that nothing reaches.
+
+    A lock named with ``--impl`` that nothing reaches is bad input (UserError); one that came with
+    its backend is passed over with the reason, unless no lock is left to explore.
+    """
+    reaches: list[Reach] = []
+    passed_over: list[str] = []
+    for impl in chosen:
+        try:
+            reaches.append(reach(impl, faults))
+        except UserError as exc:
+            if impl in named:
+                raise
+            passed_over.append(f"{impl}: {exc}")
+    if not reaches:
+        raise UserError(
+            passed_over[0] if len(passed_over) == 1 else f"no chosen lock can be explored: {passed_over[0]}"
+        )
+    return reaches, passed_over
 
 
 def _explorer(r: Reach, seed: int, budget_s: float, fencing: str, run: Any, progress: Any = None) -> Explorer:
@@ -211,7 +233,10 @@ def explore_command(
     budget_s = parse_budget(budget)
     chosen = choose_impls(impls, backends)
     mode = "enforce" if fencing else "off"
-    reaches = [reach(i, faults) for i in chosen]  # bad input is said before anything starts
+    reaches, passed_over = reaches_of(chosen, impls, faults)  # bad input is said before anything starts
+    for line in passed_over:
+        console.print(f"lockbench: not explored: {line}", markup=False, soft_wrap=True)
+    chosen = [r.impl for r in reaches]
     if plan:
         return plan_command(chosen, seed, faults, mode)
     from infra import install_all
@@ -297,13 +322,7 @@ def replay_command(
     if runs < 1:
         raise UserError(f"--runs must be at least 1, got {runs}")
     schedule = Schedule.read(file)
-    r = reach(schedule.impl)
-    wanted = {e.kind for e in schedule.events}
-    unreachable = sorted(wanted - set(r.kinds) - ({"failover"} if r.backend == "redis" else set()))
-    if unreachable:
-        raise UserError(f"{file}: {', '.join(unreachable)} cannot reach {schedule.impl} here")
-    if "failover" in wanted:
-        r = reach(schedule.impl, ["failover", *(k for k in wanted if k != "failover")])
+    r = reach_for(schedule)
     from infra import install_all
 
     install_all.ensure([r.backend] if not user_urls.get(r.backend) else [])

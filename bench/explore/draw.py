@@ -7,26 +7,31 @@ shrinks towards the first of :data:`~bench.explore.schedule.KIND_ORDER`), shorte
 earlier times (integers shrink towards their lower bound). Times and pauses are drawn in tenths
 of a second, so a shrunk schedule reads ``+0.3s``, not ``+0.2999s``.
 
-Reach: a kind is drawn for a lock only where it can touch what the lock's grant rests on, as the
-matrix decides it (``FaultKind.backends`` and ``topology``): holder pauses everywhere; a restart
-on a plain server (Redis, PostgreSQL, memcached; RedLock's masters, the one holding the holder's
-key); member and leader kills on a 3-node ZooKeeper or etcd ensemble; a failover only on Redis
-behind Sentinel (asked with ``--faults failover``). One topology per exploration: the servers
-bench starts once and keeps up across every schedule. Partitions are not drawn yet (they need
-the network-namespace test hosts).
+Reach: a kind is drawn for a lock only where it can touch what the lock's grant rests on, by the
+nemesis room's own declarations (:mod:`bench.nemesis.kinds`: each kind's ``backends`` and
+``topology``) and the lock's (a lease for the pauses, as the matrix's lease scenarios ask):
+holder pauses on a lock with a lease (a world pause also on ZooKeeper, whose session is a lease
+its client renews: the ``session-pause`` kind); a restart on a plain server (Redis, PostgreSQL,
+memcached, and ZooKeeper or etcd when ``--faults restart`` asks for one; RedLock's masters, the
+one holding the holder's key); its persistence arm ``restart-aof`` on Redis (asked for); member
+and leader kills on a 3-node ZooKeeper or etcd ensemble; a failover on Redis behind Sentinel
+(asked for). One topology per exploration: the servers bench starts once and keeps up across
+every schedule, so ``--faults`` that need two topologies are refused with the way out. Kinds the
+nemesis has that explore cannot play yet (:data:`NOT_YET`) are refused by name with the reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
 
 from bench.errors import UserError
-from bench.explore.schedule import HOLDER_KINDS, KIND_ORDER, Event, Schedule
+from bench.explore.schedule import HOLDER_KINDS, KIND_ORDER, WORLD_PAUSE, Event, Schedule
+from bench.nemesis.client_faults import SESSION_PAUSE
 from bench.nemesis.kind import ENSEMBLES
-from bench.nemesis.kinds import SERVER_KINDS
+from bench.nemesis.kinds import ALL_KINDS, SERVER_KINDS
 
 #: The lease every explored lock gets (``--ttl``, s): short enough that a pause of a few seconds
 #: outlasts it, long enough that a holder released one regrant wait after its last server event
@@ -60,6 +65,44 @@ class Reach:
     pause_max_s: float = PAUSE_MAX_S
 
 
+#: Server events explore plays -> the nemesis kind whose declarations (backends, topology) decide reach.
+SERVER_EVENTS = ("restart-aof", "kill-member", "restart", "kill-leader", "failover")
+#: Kinds the nemesis has that explore does not draw yet, and why (said when ``--faults`` names one).
+NOT_YET = {
+    "crash": "the holder would have to die on bench's word after handing over its recording "
+    "(workloads/flash_sale.py obeys pauses only)",
+    "clock-skew": "a clock jump would have to reach the holder's lock clock mid-hold "
+    "(workloads/flash_sale.py obeys pauses only)",
+    **{
+        k: "partitions need the network-namespace test hosts, which explore's servers do not run on yet"
+        for k in ("partition-client", "partition-node", "partition-leader", "partition-majority")
+    },
+}
+#: The kind a ``--faults`` word names in the nemesis room when explore names it otherwise.
+_SAME_AS = {"clock-jump": "clock-skew", "session-pause": "world-pause"}
+
+
+def _topology(kind: str, backend: str) -> str | None:
+    """The server topology ``kind`` needs on ``backend`` (None: a plain server), from its declaration."""
+    declared = SERVER_KINDS[kind].topology
+    return declared.get(backend) if isinstance(declared, dict) else declared
+
+
+def _holder_kinds(cls: type, backend: str) -> list[str]:
+    """The holder pauses that reach a lock: a pause can only outlast a lease (or a ZooKeeper session)."""
+    if cls.capabilities.ttl:
+        return [k for k in HOLDER_KINDS if backend in ALL_KINDS[k].backends]
+    if backend in ALL_KINDS[SESSION_PAUSE].backends:
+        return [WORLD_PAUSE]  # the session is the lease, and only a stopped process stops its heartbeats
+    return []
+
+
+def _server_kinds(backend: str, servers: int) -> list[str]:
+    """The server events whose kind can strike ``backend`` (a failover only a single Redis master)."""
+    kinds = [k for k in SERVER_EVENTS if backend in SERVER_KINDS[k].backends]
+    return [k for k in kinds if not (k == "failover" and servers > 1)]
+
+
 def reach(impl: str, faults: list[str] | None = None) -> Reach:
     """The kinds that reach ``impl`` (those of ``faults`` when given); UserError for a bad choice."""
     from lockimpls.registry import resolve
@@ -70,32 +113,64 @@ def reach(impl: str, faults: list[str] | None = None) -> Reach:
         raise UserError(str(exc).splitlines()[0] if str(exc) else f"unknown impl {impl!r}") from None
     backend = str(cls.backend)
     servers = int(getattr(cls, "servers", 1) or 1)
-    wanted = list(faults or [])
-    unknown = [k for k in wanted if k not in KIND_ORDER]
-    if unknown:
-        raise UserError(f"--faults: unknown kind {unknown[0]!r}; kinds are {', '.join(KIND_ORDER)}")
-    if backend in ENSEMBLES:
-        topology: str | None = ENSEMBLES[backend]
-        server = ["kill-member", "kill-leader"]
-    elif backend == "redis" and "failover" in wanted and servers == 1:
-        topology, server = "sentinel", ["failover"]
-    elif backend in SERVER_KINDS["restart"].backends:
-        topology, server = None, ["restart"]
-    else:
-        topology, server = None, []  # a file lock: nothing of bench's to break but its holder
-    server = [name for name in server if backend in SERVER_KINDS[name].backends]
-    kinds = [k for k in KIND_ORDER if k in (*HOLDER_KINDS, *server) and (not wanted or k in wanted)]
-    if wanted and not kinds:
+    wanted = list(dict.fromkeys(_SAME_AS.get(k, k) for k in faults or []))
+    for k in wanted:
+        if k in NOT_YET:
+            raise UserError(f"--faults {k}: bench explore does not draw it yet: {NOT_YET[k]}")
+        if k not in KIND_ORDER:
+            raise UserError(f"--faults: unknown kind {k!r}; kinds are {', '.join(KIND_ORDER)}")
+    holder = _holder_kinds(cls, backend)
+    server = _server_kinds(backend, servers)
+    reaching = [k for k in KIND_ORDER if k in holder or k in server]
+    if wanted and not [k for k in wanted if k in reaching]:
         raise UserError(
             f"--faults {','.join(wanted)}: none of them reaches {impl} (kinds that do: "
-            f"{', '.join(k for k in KIND_ORDER if k in (*HOLDER_KINDS, *server))})"
+            f"{', '.join(reaching) or 'none'})"
         )
+    asked = [k for k in wanted if k in server]
+    needed = {_topology(k, backend) for k in asked}
+    if len(needed) > 1:
+        named = "; ".join(f"{k}: {_topology(k, backend) or 'a plain server'}" for k in asked)
+        raise UserError(
+            f"--faults {','.join(asked)} need different servers for {impl} ({named}); explore them one at a time"
+        )
+    # no server event asked for: the topology a matrix strikes this backend on most (ensembles: members
+    # and leaders; Redis: a plain master without persistence)
+    topology = needed.pop() if asked else ENSEMBLES.get(backend)
+    kinds = [
+        k for k in reaching
+        if (k in holder or _topology(k, backend) == topology) and (not wanted or k in wanted)
+    ]  # fmt: skip
+    if not kinds:
+        raise UserError(f"nothing bench explore draws reaches {impl}: {_why_none(cls)}")
     pause_max = PAUSE_MAX_S
     if backend == "zookeeper":
         from lockimpls.zk_conn import DEFAULT_SESSION_TIMEOUT
 
         pause_max = max(pause_max, PAUSE_SPAN * DEFAULT_SESSION_TIMEOUT)
     return Reach(impl, backend, tuple(kinds), topology, servers, pause_max)
+
+
+def reach_for(schedule: Schedule) -> Reach:
+    """The reach a replay of ``schedule`` plays on: its events' kinds, on the servers it was found on.
+
+    UserError when one of its events cannot reach the lock (a file written by hand, or for another lock).
+    """
+    wanted = sorted({e.kind for e in schedule.events}, key=KIND_ORDER.index)
+    r = reach(schedule.impl, wanted or None)
+    missing = [k for k in wanted if k not in r.kinds]
+    if missing:
+        raise UserError(
+            f"{', '.join(missing)} cannot reach {schedule.impl} here (kinds that do: {', '.join(r.kinds)})"
+        )
+    if not any(k in SERVER_EVENTS for k in wanted) and schedule.topology != r.topology:
+        r = replace(r, topology=schedule.topology)  # only pauses: the servers it was found on all the same
+    return r
+
+
+def _why_none(cls: type) -> str:
+    lease = "it has no lease a pause could outlast"
+    return f"{lease}, and bench has no server of its to break" if cls.backend == "file" else lease
 
 
 def _tenths(low: float, high: float) -> st.SearchStrategy[float]:

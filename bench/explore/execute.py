@@ -13,7 +13,11 @@ event as a ``pause:`` command on the mailbox, which the holder obeys), wait unti
 ended, then let the holder go as after any strike (once another client bought, or after
 :data:`REGRANT_S`), heal what needs healing, let the service grant its purchases, and go again:
 ``rounds`` rounds a case. The case fails when its verdict is ``invalid`` (a lost lock, an overlap,
-oversold stock, a stale write accepted).
+oversold stock, a stale write accepted), or when the lock is *stuck*: after a round's events nobody
+got it within the lock's own recovery bound (:func:`recovery_bound_s`, the matrix's rule for a
+server fault: 3x the lock's own timeout, at least 10 s). No fixed wait decides it: the case's stop
+rule waits that bound without a grant before it ends, and :func:`stuck_after` measures, per round,
+from the service being back (else the round's end) to the next grant in the history.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from bench.explore.draw import TTL_S, Reach
 from bench.explore.schedule import HOLDER_KINDS, TASK_PAUSE, Event, Schedule
 from bench.explore.shrink import Outcome
@@ -33,6 +40,7 @@ from bench.nemesis.members import KILL_LEADER, KILL_MEMBER, leader_again
 from bench.nemesis.restart import restart_server, restart_target
 from bench.nemesis.window import FaultWindow
 from bench.run.case import Case, RunSettings
+from workloads.checks.recovery import strike_windows
 from workloads.checks.stop_rules import StopRule
 from workloads.harness.catalog import WORKLOADS
 from workloads.harness.resource import PAUSE_PREFIX
@@ -44,11 +52,19 @@ ROUNDS = 2
 #: After the last event (a pause's end), how long the holder keeps its lock at most (s); never
 #: more than half the lease: a hold past its lease proves nothing of the schedule.
 REGRANT_S = 2.0
+#: How long after bench sees the claim its time zero is (s): the holder records its claim (its
+#: ``fault-hold``) just after making it, and the strike must come after that record.
+CLAIM_SETTLE_S = 0.05
 #: Buyers, and purchases a second each (the matrix's fault cases: bench/nemesis/scenarios.py).
 USERS = 6
 PACE = 10.0
-#: Longest a schedule's case may run (s); its stop rule ends it once its rounds and grants are in.
+#: Longest a schedule's case may run (s) before the lock's recovery bound is added; its stop rule
+#: ends it once its rounds and grants are in, or once nobody got the lock for the bound.
 CASE_CAP_S = 90.0
+#: The matrix's stuck rule after a server fault (bench/matrix/plan.py ``recovery_bound_s``): this many
+#: times the lock's own timeout, never below MIN_RECOVERY_S.
+RECOVERY_FACTOR = 3.0
+MIN_RECOVERY_S = 10.0
 
 
 def explore_settings(ttl: float = TTL_S, rounds: int = ROUNDS) -> dict[str, Any]:
@@ -69,20 +85,41 @@ class ExploreCase(Case):
         return f"{safe}__explore__r{self.trial}"
 
 
+def recovery_bound_s(impl: str, ttl: float, lock_params: dict[str, Any]) -> float:
+    """How long after a round's events nobody may get the lock before it is stuck (s): the lock's own bound.
+
+    The matrix's rule for a server fault (bench/matrix/plan.py ``recovery_bound_s``, which explore,
+    on the same floor, may not import): 3x the lock's own timeout (``Lock.recovery_after_crash``:
+    the lease TTL, the session timeout, the server noticing a dead connection; the lease when the
+    lock names none), at least 10 s. Not a fixed wait: etcd's recovery after a restart was measured
+    at 7.5 s, and a fixed 5 s called it stuck.
+    """
+    from lockimpls.registry import resolve
+
+    expected, _ = resolve(impl).recovery_after_crash(ttl, lock_params)
+    own = float(ttl) if expected is None else float(expected)
+    own = max(own, float(lock_params.get("session_timeout") or 0.0))
+    return max(MIN_RECOVERY_S, RECOVERY_FACTOR * own)
+
+
 def make_case(schedule: Schedule, number: int) -> ExploreCase:
     """The case that plays ``schedule`` (the ``number``-th run of this exploration)."""
     s = {**explore_settings(), **schedule.settings}
     rounds = int(s["rounds"])
+    bound = recovery_bound_s(schedule.impl, float(s["ttl"]), dict(schedule.lock_params))
+    # a round whose lock nobody gets any more brings no further round: the case ends once nobody
+    # got it for the bound after the last holder let go (stall_after_any), never at a fixed wait
+    stop = StopRule("fault", count=rounds, acquisitions=5, or_after_s=bound, stall_after_any=True)
     settings = RunSettings(
-        users=int(s["users"]), spawn_rate=float(s["users"]) * 20, duration=float(s["cap_s"]),
-        ttl=float(s["ttl"]), strikes=rounds, grants_between=5,
-        stop_rule=StopRule("fault", count=rounds, acquisitions=5, or_after_s=10.0).to_json(),
+        users=int(s["users"]), spawn_rate=float(s["users"]) * 20, duration=float(s["cap_s"]) + bound,
+        ttl=float(s["ttl"]), strikes=rounds, grants_between=5, stop_rule=stop.to_json(),
         lock_params=dict(schedule.lock_params),
         workload_options={"items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3, "pace": float(s["pace"])},
     )  # fmt: skip
     return ExploreCase(
         impl=schedule.impl, backend=schedule.backend, workload=WORKLOADS["flash-sale"], trial=number,
         fencing=schedule.fencing, fault=FaultSpec("restart", "held"), settings=settings,
+        params={"recovery_bound_s": bound},
     )  # fmt: skip
 
 
@@ -118,7 +155,10 @@ class ScheduleThread(FaultThread):
         if not self._wait_for_holder():
             return None
         box = self.mailboxes[0]
-        zero = box.claimed_ns or time.monotonic_ns()
+        # time zero a moment after bench saw the claim: the holder writes its fault-hold right after
+        # claiming, and a strike that came before it would not count as one (bench/measure/strikes.py)
+        zero = (box.claimed_ns or time.monotonic_ns()) + int(CLAIM_SETTLE_S * 1e9)
+        self._sleep_until(zero)
         start = time.monotonic_ns()
         done: list[str] = []
         for event in self.schedule.sorted_events():
@@ -168,12 +208,83 @@ class Played:
     played: list[list[str]]
 
 
+@dataclass(frozen=True)
+class Stuck:
+    """The longest a round's lock stayed ungranted, against the lock's bound; why a value: the row and
+    the outcome's reason both say it.
+
+    ``waited_s`` runs from the service being back (else the round's end) to the next grant, or
+    to the history's end when none came (``granted`` False). ``decided``: the wait reached the
+    bound (stuck), or a grant came (not stuck); False when the case ended first.
+    """
+
+    waited_s: float
+    bound_s: float
+    granted: bool
+
+    @property
+    def stuck(self) -> bool:
+        return self.waited_s >= self.bound_s
+
+    @property
+    def decided(self) -> bool:
+        return self.granted or self.stuck
+
+    def text(self) -> str:
+        if self.stuck:
+            return (
+                f"stuck: nobody got the lock for {self.waited_s:.1f} s after a round's events "
+                f"(its recovery bound {self.bound_s:g} s: 3x its own timeout)"
+            )
+        if not self.granted:
+            return f"undecided: the case ended {self.waited_s:.1f} s after a round, short of the bound {self.bound_s:g} s"
+        return f"recovered: the next grant {self.waited_s:.1f} s after a round (bound {self.bound_s:g} s)"
+
+
+def stuck_after(history: pd.DataFrame | None, bound_s: float) -> Stuck | None:
+    """The round whose lock stayed ungranted longest, from the history's strike windows (None: no round)."""
+    if history is None or history.empty:
+        return None
+    windows = strike_windows(history)
+    if windows.empty:
+        return None
+    grants = np.sort(
+        history.loc[((history["op"] == "acquire") & (history["type"] == "ok")).to_numpy(dtype=bool), "t_ns"]
+        .to_numpy(dtype=np.int64)
+    )  # fmt: skip
+    end = int(history["t_ns"].max())
+    worst: Stuck | None = None
+    for w in windows.itertuples(index=False):
+        base = (
+            w.back_ns
+            if w.back_ns == w.back_ns
+            else (w.healed_ns if w.healed_ns == w.healed_ns else w.start_ns)
+        )
+        i = int(np.searchsorted(grants, int(base), side="right"))
+        granted = i < len(grants)
+        waited = ((int(grants[i]) if granted else end) - int(base)) / 1e9
+        one = Stuck(max(0.0, waited), bound_s, granted)
+        if worst is None or (one.stuck, not one.granted, one.waited_s) > (
+            worst.stuck,
+            not worst.granted,
+            worst.waited_s,
+        ):
+            worst = one
+    return worst
+
+
 def outcome_of(result: dict[str, Any]) -> Outcome:
-    """Failed when the case's verdict is ``invalid``; the checkers' reason in words."""
+    """Failed when the case's verdict is ``invalid`` or its lock was stuck past its bound; the reason in words."""
     row = result["row"]
     verdict = str(row.get("verdict"))
     reason = str(row.get("verdict_reason") or verdict)
-    return Outcome(verdict == "invalid", reason, {"case": row.get("case"), "verdict": verdict})
+    stuck: Stuck | None = result.get("stuck")
+    detail = {"case": row.get("case"), "verdict": verdict}
+    if verdict != "invalid" and stuck is not None and stuck.stuck:
+        return Outcome(True, stuck.text(), {**detail, "stuck": True})
+    if verdict != "invalid" and stuck is not None and not stuck.decided:
+        reason = f"{reason}; {stuck.text()}"
+    return Outcome(verdict == "invalid", reason, detail)
 
 
 def run_schedule(
@@ -202,12 +313,18 @@ def run_schedule(
             argv[argv.index("--fault-hold") + 1] = f"{hold_cap_s(schedule):g}"
         if launch is not None:
             return launch(argv, log_path, timeout)
-        from bench.run.locust import _run_locust
+        from bench.run.locust import run_locust as _run_locust
 
         return _run_locust(argv, log_path, timeout=timeout)
 
     result = run_case(case, stack, scratch, launch=launch_with_hold, nemesis=nemesis)
     result["row"]["fault"] = EXPLORE
+    history_file = result.get("history_file")
+    history = pd.read_parquet(history_file) if history_file and Path(history_file).exists() else None
+    stuck = stuck_after(history, float(case.params["recovery_bound_s"]))
+    result["stuck"] = stuck
+    if stuck is not None:
+        result["row"]["explore_stuck_s"] = round(stuck.waited_s, 3) if stuck.decided else None
     return Played(case, result, threads[0].played if threads else [])
 
 

@@ -5,7 +5,8 @@ combine them (a holder pauses while its master restarts). A schedule says exactl
 and when, to the one holder bench claims in each round, so it can be shrunk, written and replayed.
 
 Time zero of every event is the claim: the moment the first holder granted after bench armed the
-case's mailbox told bench it holds the lock (``bench.nemesis.faults.Mailbox.poll_claim``). An
+case's mailbox told bench it holds the lock (``bench.nemesis.faults.Mailbox.poll_claim``), plus
+50 ms for the holder to record its claim (a strike before that record would not count). An
 event's ``at`` is seconds after that, so ``at`` 0.4 with a 1 s lease is "0.4 lease after grant".
 
 Event kinds (``KIND_ORDER``, weakest first: Hypothesis shrinks a choice towards the first):
@@ -16,8 +17,14 @@ Event kinds (``KIND_ORDER``, weakest first: Hypothesis shrinks a choice towards 
   and heartbeats go on) and ``world-pause`` (the holder's whole process is stopped, SIGSTOP, for
   ``seconds``: every renewal stops with it);
 * server events, made by bench on the servers it started: ``restart`` (SIGKILL and start again
-  on the same port and data; Redis keeps no persistence here), ``kill-member``, ``kill-leader``
-  (3-node ZooKeeper or etcd ensembles; healed after the round), ``failover`` (Redis Sentinel).
+  on the same port and data; Redis keeps no persistence here), ``restart-aof`` (the same on a
+  Redis whose append-only file is fsynced every second: the persistence arm), ``kill-member``,
+  ``kill-leader`` (3-node ZooKeeper or etcd ensembles; healed after the round), ``failover``
+  (Redis Sentinel).
+
+A schedule fails when its case's verdict is ``invalid`` (a lost lock, an overlap, oversold
+stock, a stale write accepted) or when the lock stays unavailable past its own recovery bound
+after a round's events (stuck: bench.explore.execute.stuck_after).
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ TASK_PAUSE = "task-pause"
 WORLD_PAUSE = "world-pause"
 HOLDER_KINDS = (TASK_PAUSE, WORLD_PAUSE)
 #: Every event kind, weakest first (a pause before a server fault; a task pause before a world pause).
-KIND_ORDER = (TASK_PAUSE, WORLD_PAUSE, "kill-member", "restart", "kill-leader", "failover")
+#: ``restart-aof`` is a restart its server's append-only file mostly survives: weaker than ``restart``.
+KIND_ORDER = (TASK_PAUSE, WORLD_PAUSE, "restart-aof", "kill-member", "restart", "kill-leader", "failover")
 #: The file format's version (``schedule.json`` ``format``).
 FORMAT = 1
 

@@ -14,8 +14,10 @@ The reproduction rule (docs/guide.md, "Explore"):
   A schedule's outcome is remembered for the session, so Hypothesis asking for the same schedule
   again costs nothing;
 * the shrunk schedule is then confirmed: it is reproduced when 2 of 3 further runs fail (stopped
-  as soon as 2 failed or 2 passed). If it is not, the failure first found is confirmed the same
-  way and reported instead, and the report says the shrunk one did not reproduce.
+  as soon as 2 failed or 2 passed). If it is not (a shrunk schedule sits on the edge of what
+  breaks the lock: a pause a tenth of a second longer than the one that passed), the next smallest
+  failures seen are confirmed the same way, up to :data:`CONFIRM_CANDIDATES`, then the failure
+  first found; the first that reproduces is reported, and the report says the smaller ones did not.
 
 Once a failure is in hand, a schedule no smaller than it (:meth:`Schedule.size`) counts as passing
 without a run: it could not improve the answer, and a run costs tens of seconds.
@@ -41,6 +43,8 @@ from bench.explore.schedule import Event, Schedule
 #: Runs that confirm a shrunk schedule, and how many of them must fail.
 CONFIRM_RUNS = 3
 CONFIRM_FAILS = 2
+#: Failures confirmed, smallest first, before the first one found is tried.
+CONFIRM_CANDIDATES = 3
 #: Most schedules Hypothesis may draw in one exploration (the budget usually ends it first).
 MAX_SCHEDULES = 500
 
@@ -70,6 +74,8 @@ class Finding:
     interrupted: bool = False
     budget_out: bool = False
     shrink_steps: int = 0
+    #: every failing schedule seen, in the order seen (the confirmation's candidates)
+    failures: list[Schedule] = field(default_factory=list)
 
     @property
     def found(self) -> bool:
@@ -197,6 +203,7 @@ class Explorer:
             f.shrink_steps += 1
         self._known[key] = outcome
         if outcome.failed:
+            f.failures.append(schedule)
             if f.first is None:
                 f.first, f.first_outcome = schedule, outcome
             if f.shrunk is None or schedule.size() < f.shrunk.size():
@@ -233,19 +240,32 @@ class Explorer:
             self._confirm()
         return self.finding
 
-    def _confirm(self) -> None:
-        """The rule: the shrunk schedule is reproduced when 2 of 3 runs fail; else the first one is tried."""
+    def _candidates(self) -> list[Schedule]:
+        """The schedules to confirm, in order: the smallest failures seen, then the first one found."""
         f = self.finding
-        for which in ("shrunk", "first"):
-            schedule = f.shrunk if which == "shrunk" else f.first
-            if schedule is None:
-                continue
+        by_size = sorted(f.failures, key=lambda s: s.size())
+        out: list[Schedule] = []
+        for s in by_size:
+            if len(out) < CONFIRM_CANDIDATES and all(_key(s.events) != _key(o.events) for o in out):
+                out.append(s)
+        if f.first is not None and all(_key(f.first.events) != _key(o.events) for o in out):
+            out.append(f.first)
+        return out or [s for s in (f.shrunk,) if s is not None]
+
+    def _confirm(self) -> None:
+        """The rule: a schedule is reproduced when 2 of 3 runs fail; the smallest failure that is gets reported."""
+        f = self.finding
+        smallest = f.shrunk
+        for schedule in self._candidates():
             fails = passes = 0
+            outcome: Outcome | None = None
             try:
                 for i in range(CONFIRM_RUNS):
                     self._progress(f"confirming ({i + 1}/{CONFIRM_RUNS}) {schedule.text()}")
-                    if self._run(schedule).failed:
+                    result = self._run(schedule)
+                    if result.failed:
                         fails += 1
+                        outcome = outcome or result
                     else:
                         passes += 1
                     if fails >= CONFIRM_FAILS or passes > CONFIRM_RUNS - CONFIRM_FAILS:
@@ -257,9 +277,11 @@ class Explorer:
             f.confirmed = f"{fails} of {fails + passes} confirming runs failed"
             if fails >= CONFIRM_FAILS:
                 f.reproduced = True
-                if which == "first":
-                    f.confirmed += "; the shrunk schedule did not reproduce, so the first one found is kept"
-                    f.shrunk, f.shrunk_outcome = f.first, f.first_outcome
-                return
-            if schedule is f.first:
+                if schedule is not smallest:
+                    f.confirmed += (
+                        "; the smaller failing schedules did not reproduce, so the smallest that did is kept"
+                        if schedule is not f.first
+                        else "; the shrunk schedule did not reproduce, so the first one found is kept"
+                    )
+                    f.shrunk, f.shrunk_outcome = schedule, outcome or self._known.get(_key(schedule.events))
                 return
