@@ -166,17 +166,22 @@ def _on_timeline(run: RunData, row: dict[str, Any], schedule: dict[str, Any]) ->
     layout = figure["layout"]
     shapes, notes = layout.setdefault("shapes", []), layout.setdefault("annotations", [])
     lo, hi = layout["xaxis"]["range"]
-    for ev in schedule.get("events") or []:
+    for row, ev in enumerate(schedule.get("events") or []):
         x0 = (zero - t0) / 1e9 + float(ev.get("at", 0))
         seconds = float((ev.get("params") or {}).get("seconds") or 0.0)
-        _mark(shapes, notes, ev, x0, seconds)
+        _mark(shapes, notes, ev, x0, seconds, row)
         lo, hi = min(lo, x0 - 0.2), max(hi, x0 + seconds + 0.2)
     layout["xaxis"]["range"] = [lo, hi]
     return figure
 
 
 def _mark(
-    shapes: list[dict[str, Any]], notes: list[dict[str, Any]], ev: dict[str, Any], x0: float, seconds: float
+    shapes: list[dict[str, Any]],
+    notes: list[dict[str, Any]],
+    ev: dict[str, Any],
+    x0: float,
+    seconds: float,
+    row: int,
 ) -> None:
     """One schedule event: a line across every lane, a label, and a pause's span as a bracket at the top."""
     kind = str(ev.get("kind"))
@@ -186,8 +191,10 @@ def _mark(
     if seconds:
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x0 + seconds, "y0": 0.96,
                        "y1": 1.0, "fillcolor": EVENT_COLOUR, "opacity": 0.3, "line": {"width": 0}})  # fmt: skip
-    notes.append({"x": x0, "y": 1, "yref": "paper", "yshift": 6, "xanchor": "left", "showarrow": False,
-                  "text": html.escape(f"event: {label}"), "font": {"size": 11, "color": EVENT_COLOUR}})  # fmt: skip
+    # each event's label a line below the last, inside the plot's top (above it stands the legend)
+    notes.append({"x": x0, "y": 1, "yref": "paper", "yanchor": "top", "yshift": -4 - 15 * row, "xanchor": "left",
+                  "showarrow": False, "bgcolor": "rgba(255,255,255,0.85)", "text": html.escape(f"event: {label}"),
+                  "font": {"size": 11, "color": EVENT_COLOUR}})  # fmt: skip
 
 
 def _alone(schedule: dict[str, Any]) -> dict[str, Any]:
@@ -195,10 +202,10 @@ def _alone(schedule: dict[str, Any]) -> dict[str, Any]:
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
     hi = 1.0
-    for ev in schedule.get("events") or []:
+    for row, ev in enumerate(schedule.get("events") or []):
         x0 = float(ev.get("at", 0))
         seconds = float((ev.get("params") or {}).get("seconds") or 0.0)
-        _mark(shapes, notes, ev, x0, seconds)
+        _mark(shapes, notes, ev, x0, seconds, row)
         hi = max(hi, x0 + seconds + 0.5)
     layout = {
         "height": 160, "margin": {"l": 10, "r": 20, "t": 60, "b": 50},
