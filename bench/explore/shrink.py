@@ -19,7 +19,9 @@ The reproduction rule (docs/guide.md, "Explore"):
   failures seen are confirmed the same way, up to :data:`CONFIRM_CANDIDATES`, then the failure
   first found; the first that reproduces is reported, and the report says the smaller ones did not.
 
-Once a failure is in hand, a schedule no smaller than it (:meth:`Schedule.size`) counts as passing
+The first failure's events are thinned first, one deletion at a time (a real run each), so that
+the rest of the shrinking starts from the events the failure needs. Once a failure is in hand, a
+schedule no smaller than it (:meth:`Schedule.size`) counts as passing
 without a run: it could not improve the answer, and a run costs tens of seconds.
 
 Budget: once it is spent, every schedule Hypothesis asks for counts as passing without a run,
@@ -204,12 +206,31 @@ class Explorer:
         self._known[key] = outcome
         if outcome.failed:
             f.failures.append(schedule)
-            if f.first is None:
-                f.first, f.first_outcome = schedule, outcome
             if f.shrunk is None or schedule.size() < f.shrunk.size():
                 f.shrunk, f.shrunk_outcome = schedule, outcome
             self._progress(f"failed: {schedule.text()} ({outcome.reason})")
+            if f.first is None:
+                f.first, f.first_outcome = schedule, outcome
+                self._fewer_events(events)
         return outcome.failed
+
+    def _fewer_events(self, events: list[Event]) -> None:
+        """Drop the events a failure does not need, one at a time, before Hypothesis shrinks the rest.
+
+        Why before: each candidate is a real run of tens of seconds, and Hypothesis's shrinker tries
+        many changes of times and lengths before it tries deleting an event; a failure of 4 events
+        needs at most 4 + 3 + 2 runs here to keep only the events it needs. The failures found
+        become the failure in hand, so Hypothesis then runs only candidates smaller than them.
+        """
+        current = list(events)
+        shrunk = True
+        while shrunk and len(current) > 1 and not self._stop and time.monotonic() < self._deadline:
+            shrunk = False
+            for i in range(len(current)):
+                fewer = current[:i] + current[i + 1 :]
+                if self._outcome(fewer):
+                    current, shrunk = fewer, True
+                    break
 
     def _drive(self, body: Callable[[list[Event]], None], n: int, phases: tuple[Phase, ...]) -> None:
         @self._settings(n, phases)
