@@ -67,6 +67,7 @@ RANGES: dict[str, Range] = {
     "slo_us": Range(0, 3.6e9, "us", open_low=True),
     "alpha": Range(0, 1, open_low=True, open_high=True),
     "parallel": Range(1, 16, integer=True),
+    "lanes": Range(1, 16, integer=True),  # or auto
     "patience": Range(0.001, 3_600, "s"),
     "max_in_flight": Range(1, 1_000_000, integer=True),
     "expect_workers": Range(0, 1_024, integer=True),
@@ -119,8 +120,12 @@ def help_for(name: str, text: str) -> str:
     return f"{text} [{range_text(name)}]"
 
 
-def _from(source: str) -> str:
+def from_text(source: str) -> str:
+    """`` (from LOCKBENCH_X)`` for an error message, or "" for a flag or a default."""
     return f" (from {source})" if source else ""
+
+
+_from = from_text
 
 
 def check_number(name: str, value: Any, source: str = "") -> None:
@@ -140,7 +145,7 @@ def check_number(name: str, value: Any, source: str = "") -> None:
 def check_numbers(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
     """Check every value whose name is in ``RANGES``; ``None`` means "not given" and passes."""
     for name, value in values.items():
-        if name == "processes" and str(value).strip().lower() == "auto":
+        if name in ("processes", "lanes") and str(value).strip().lower() == "auto":
             continue  # bench.run.command.resolve_processes turns it into a number
         if name in RANGES and value is not None:
             check_number(name, value, (sources or {}).get(name, ""))
@@ -226,6 +231,10 @@ def parse_lock_params(text: str | None, source: str = "") -> dict[str, Any]:
     except ValueError as exc:
         raise UserError(
             f"--lock-params is not valid JSON ({exc.args[0]}); {example}{_from(source)}"
+        ) from None
+    except RecursionError:
+        raise UserError(
+            f"--lock-params is nested too deeply to read; give a flat JSON object, {example}{_from(source)}"
         ) from None
     if not isinstance(value, dict):
         raise UserError(f"--lock-params must be a JSON object, {example}{_from(source)}")
@@ -326,3 +335,130 @@ def check_results_dir(path: Path | str, source: str = "") -> None:
             f"--results-dir {text}: cannot write in {probe_in} ({exc.strerror}); give a writable folder"
             f"{_from(source)}"
         ) from None
+
+
+#: ``--fencing`` of bench run
+FENCING_CHOICES = ("off", "observe", "enforce", "both")
+PAUSE_KINDS = ("task", "world")
+_FAULT = r"([a-z-]+)(?:@(held|\d+(?:\.\d+)?s))?"
+
+
+def _one_of(name: str, value: Any, choices: Iterable[str], source: str, listing: str = "") -> None:
+    choices = list(choices)
+    if value in choices:
+        return
+    hint = did_you_mean(str(value), choices, listing) if listing else f"; valid: {', '.join(choices)}"
+    raise UserError(f"unknown {flag(name)[2:]} {value!r}{hint}{_from(source)}")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
+
+
+def check_names(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Names a user gives (backend, impl, workload, suite, fencing ...), checked with light registries only.
+
+    Everything here imports no pandas, Locust or driver, so a refusal is quick; the names
+    that need the heavy registries are :func:`check_heavy_names`.
+    """
+    from lockimpls import registry
+    from workloads.harness.catalog import WORKLOADS
+
+    src = sources.get
+    for b in _as_list(values.get("backend")):
+        _one_of("backend", b, [*registry.backends(), "all"], src("backend", ""))
+    known = registry.known_ids(include_test=True)
+    for impl in _as_list(values.get("impl")):
+        if ":" in impl:
+            _check_plugin(impl, src("impl", ""))
+        else:
+            _one_of("impl", impl, known, src("impl", ""), "`bench list`")
+    if isinstance(values.get("workload"), list | tuple | str):  # bench run: a list; calibrate: one
+        for w in _as_list(values["workload"]):
+            _one_of("workload", w, WORKLOADS, src("workload", ""), "`bench list`")
+    if values.get("suite") is not None:
+        from bench.gate.suites import SUITES
+
+        _one_of("suite", values["suite"], SUITES, src("suite", ""))
+    if isinstance(values.get("fencing"), str):  # bench explore's --fencing is a switch
+        _one_of("fencing", values["fencing"], FENCING_CHOICES, src("fencing", ""))
+    if values.get("pause_kind") is not None:
+        _one_of("pause_kind", values["pause_kind"], PAUSE_KINDS, src("pause_kind", ""))
+    if values.get("shard") is not None:
+        from bench.matrix.shards import parse_shard
+
+        try:
+            parse_shard(values["shard"])
+        except UserError as exc:
+            raise UserError(f"{exc}{_from(src('shard', ''))}") from None
+    if values.get("fault") is not None:
+        _check_fault_time(values, sources)
+
+
+def _check_plugin(impl: str, source: str) -> None:
+    """``package.module:Class`` imports and is a lock (a plug-in raising anything is one line)."""
+    from lockimpls import registry
+    from lockimpls.base import LockConfigError
+
+    try:
+        registry.resolve(impl)
+    except LockConfigError as exc:
+        raise UserError(f"--impl {impl}: {exc}{_from(source)}") from None
+
+
+def _check_fault_time(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """``--fault KIND@Ns`` must strike inside the case: a strike after the case ends never comes."""
+    import re
+
+    text = str(values["fault"]).strip()
+    m = re.fullmatch(_FAULT, text)
+    source = sources.get("fault", "")
+    if not m:
+        raise UserError(
+            f"bad --fault {values['fault']!r}; use KIND[@held|@<seconds>s] (see --help){_from(source)}"
+        )
+    at, duration = m.group(2), values.get("duration")
+    if at and at != "held" and isinstance(duration, int | float) and float(at[:-1]) >= duration:
+        raise UserError(
+            f"--fault {text} strikes at {at[:-1]} s, after the case ends ({duration:g} s of --duration"
+            f"{_from(sources.get('duration', ''))}); give a time below the duration, or {m.group(1)}@held"
+            f"{_from(source)}"
+        )
+
+
+def check_heavy_names(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """The names whose registries import the nemesis and the measures (pandas): evidence, fault, scenario.
+
+    Checked after :func:`check_names`, still before anything starts, naming the source.
+    """
+    src = sources.get
+    if values.get("evidence") is not None:
+        from bench.measure.strikes import LEVELS
+
+        _one_of("evidence", values["evidence"], LEVELS, src("evidence", ""))
+    if values.get("fault") is not None:
+        from bench.nemesis.faults import KINDS
+
+        kind = str(values["fault"]).strip().partition("@")[0]
+        if kind not in KINDS:
+            hint = did_you_mean(kind, KINDS, "`bench run --help`")
+            raise UserError(
+                f"bad --fault {values['fault']!r}: no fault kind {kind!r}{hint}{_from(src('fault', ''))}"
+            )
+    if values.get("scenario"):
+        from bench.nemesis.scenarios import SCENARIOS
+
+        for name in values["scenario"]:
+            _one_of("scenario", name, SCENARIOS, src("scenario", ""), "`bench list`")
+
+
+def check_options(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Every option of one command: numbers, URLs, specs, names; the quick checks first."""
+    check_all(values, sources)
+    check_names(values, sources)
+    check_heavy_names(values, sources)
+
+
+def env_name(option: str) -> str:
+    """The variable of an option or flag: ``--redis-url`` and ``redis_url`` are ``LOCKBENCH_REDIS_URL``."""
+    return "LOCKBENCH_" + option.lstrip("-").replace("-", "_").upper()

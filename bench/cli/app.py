@@ -2,6 +2,11 @@
 
 Results paths go to stdout, everything else (progress, logs) to stderr. A user's
 mistake is one line on stderr and exit code 2, never a traceback.
+
+Every option is declared in bench/cli/options.py; a command here names the options it
+takes (``@o.takes``), checks them all (bench/validate.py, naming each value's source), builds
+its request and only then imports the code that runs it, so that a refusal imports nothing
+heavy.
 """
 
 from __future__ import annotations
@@ -11,17 +16,16 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 from rich.console import Console
 
-from bench.cli import config
+from bench.cli import config, typed_argv
 from bench.cli import options as o
 from bench.errors import Interrupted, UserError, on_interrupt_signal, quiet_swallowed_interrupts
-from bench.gate.suites import SUITES
-from lockimpls.base import DEFAULT_RETRY_INTERVAL
-from workloads.harness.catalog import WORKLOADS
+from bench.matrix.request import MatrixRequest
+from bench.run.request import RunRequest
 
 try:  # typer >= 0.20 vendors click; older ones use the click package
     from typer._click import exceptions as click_exc
@@ -47,310 +51,76 @@ app.add_typer(infra_app, name="infra", short_help="Keep local servers up between
 baseline_app = typer.Typer(no_args_is_help=True, help="Committed baselines for bench gate.")
 app.add_typer(baseline_app, name="baseline", short_help="Committed baselines for bench gate.")
 
+check_options = o.check_options
 
-_env = o.env
-_opt = o.opt
-BACKENDS = o.BACKENDS
-_WORKLOAD_NAMES = ", ".join(WORKLOADS)
-_SUITE_NAMES = ", ".join(SUITES)
-_REPEATS = o.REPEATS
+
+def __getattr__(name: str) -> Any:
+    if name == "BACKENDS":  # the backends with an impl, for tests that list them
+        from lockimpls.registry import backends
+
+        return backends()
+    raise AttributeError(name)
 
 
 @app.command(short_help="Run lock impls against real servers; print the report's path.")
-def run(
-    ctx: typer.Context,
-    backend: o.Backend = [],  # noqa: B006
-    impl: o.Impl = [],  # noqa: B006
-    workload: Annotated[
-        list[str],
-        _opt(
-            "workload", f"workload: {_WORKLOAD_NAMES} (repeatable: one run, every workload)", metavar="NAME"
-        ),
-    ] = ["flash-sale"],  # noqa: B006
-    duration: o.Duration = 8.0,
-    users: Annotated[int, _opt("users", "simulated clients", metavar="N")] = 50,
-    spawn_rate: Annotated[
-        float | None, _opt("spawn_rate", "clients started per second (default: all in 1 s)", metavar="RATE")
-    ] = None,
-    processes: o.Processes = "auto",
-    trials: Annotated[int, _opt("trials", "repeat every case this many times, interleaved", metavar="N")] = 1,
-    items: Annotated[int, _opt("items", "flash-sale: items, one lock each", metavar="N")] = 1,
-    skew: Annotated[
-        float, _opt("skew", "flash-sale: Zipf exponent of item popularity (0 = uniform)", metavar="X")
-    ] = 1.0,
-    stock: Annotated[int, _opt("stock", "flash-sale: initial stock per item", metavar="N")] = 100_000,
-    max_qty: Annotated[int, _opt("max_qty", "flash-sale: a buyer wants 1..max-qty units", metavar="N")] = 3,
-    shared_keys: Annotated[
-        int,
-        _opt("shared_keys", "lock-pairs: 0 = each user its own lock; N = users share N locks", metavar="N"),
-    ] = 0,
-    cs: o.Cs = "1ms",
-    ttl: o.Ttl = 10.0,
-    retry_interval: o.RetryInterval = DEFAULT_RETRY_INTERVAL,
-    acquire_timeout: Annotated[
-        float, _opt("acquire_timeout", "seconds an acquire may wait before it fails", metavar="SECONDS")
-    ] = 5.0,
-    fencing: Annotated[
-        str,
-        _opt(
-            "fencing",
-            "off | observe (tokens; the resource counts stale writes) | enforce (it refuses them) | both",
-            metavar="MODE",
-        ),
-    ] = "off",
-    fault: Annotated[
-        str | None,
-        _opt(
-            "fault",
-            "server fault KIND[@held|@<s>s]: restart, failover, kill-member, kill-leader, or a network "
-            "partition (servers and clients on test hosts, needs root): partition-node, partition-leader, "
-            "partition-majority, partition-client",
-            metavar="FAULT",
-        ),
-    ] = None,
-    clock_skew: Annotated[
-        float, _opt("clock_skew", "seconds added to the clock of skewed clients", metavar="SECONDS")
-    ] = 0.0,
-    skewed_clients: Annotated[
-        float, _opt("skewed_clients", "fraction of clients whose clock is skewed", metavar="F")
-    ] = 0.0,
-    pause: Annotated[float, _opt("pause", "lease-expiry: seconds a holder pauses", metavar="SECONDS")] = 2.0,
-    pause_every: Annotated[
-        int, _opt("pause_every", "lease-expiry: pause at every n-th critical section", metavar="N")
-    ] = 20,
-    pause_kind: Annotated[
-        str, _opt("pause_kind", "lease-expiry: task (holder only) or world (whole process)", metavar="KIND")
-    ] = "task",
-    read_ratio: Annotated[
-        float, _opt("read_ratio", "read-mostly: fraction of operations that read", metavar="F")
-    ] = 0.9,
-    depth: Annotated[
-        int, _opt("depth", "reentrant: nested acquires inside the critical section", metavar="N")
-    ] = 3,
-    crash_after: Annotated[
-        int, _opt("crash_after", "crash: worker 0 dies at its n-th critical section", metavar="N")
-    ] = 20,
-    stuck_bound: Annotated[
-        float,
-        _opt(
-            "stuck_bound",
-            "crash: seconds without a grant after which a lock counts as stuck (when not given: 3x the "
-            "lock's own timeout, its lease, session timeout or connection, at least 3 s)",
-            metavar="SECONDS",
-        ),
-    ] = 5.0,
-    redis_url: o.RedisUrl = [],  # noqa: B006
-    pg_dsn: o.PgDsn = None,
-    zk_hosts: o.ZkHosts = None,
-    etcd_url: o.EtcdUrl = [],  # noqa: B006
-    memcached_url: o.MemcachedUrl = None,
-    resource_url: o.ResourceUrl = None,
-    results_dir: o.ResultsDir = Path("results"),
-    report: o.Report = True,
-    suite: Annotated[
-        str | None,
-        _opt("suite", f"a named option set: {_SUITE_NAMES}; flags you give still win", metavar="NAME"),
-    ] = None,
-    lock_params: o.LockParams = None,
-    slo_us: Annotated[
-        float | None,
-        _opt("slo_us", "draw an SLO line on the report's latency charts (microseconds)", metavar="US"),
-    ] = None,
-    master_bind: Annotated[
-        str | None,
-        _opt(
-            "master_bind",
-            "act as master for `bench worker`s on other hosts: listen on HOST[:PORT] (5557)",
-            metavar="HOST[:PORT]",
-        ),
-    ] = None,
-    expect_workers: Annotated[
-        int,
-        _opt(
-            "expect_workers",
-            "with --master-bind: Locust worker processes to wait for before each case",
-            metavar="N",
-        ),
-    ] = 0,
-    arrivals: Annotated[
-        str | None,
-        _opt(
-            "arrivals",
-            "open model: buyers arrive by constant:R, poisson:R or spike:PEAK@RAMP[:DECAY]",
-            metavar="SPEC",
-        ),
-    ] = None,
-    patience: Annotated[
-        float, _opt("patience", "open model: seconds a buyer waits for the lock after arriving", metavar="S")
-    ] = 2.0,
-    max_in_flight: Annotated[
-        int,
-        _opt(
-            "max_in_flight",
-            "open model: buyers inside at once (all processes); more are rejected",
-            metavar="N",
-        ),
-    ] = 50,
-    strikes: o.Strikes = 1,
-    evidence: o.Evidence = "standard",
-    test_hosts: Annotated[
-        int,
-        _opt(
-            "test_hosts",
-            "N worker hosts in network namespaces on this machine (+ master, lock and resource hosts)",
-            metavar="N",
-        ),
-    ] = 0,
-    recalibrate: Annotated[
-        bool,
-        _opt(
-            "recalibrate",
-            "measure every lock alone again instead of reusing a calibration kept by an earlier run of this "
-            "commit (~/.cache/lockbench/calibrations; a dirty checkout never reuses one)",
-        ),
-    ] = False,
-) -> None:
+@o.takes(*o.RUN)
+def run(ctx: typer.Context, **given: Any) -> None:
     """Run lock impls under a workload against real servers; print the report's path.
 
     A case whose verdict lacks evidence (acquisition errors dominate, too few acquisitions,
     a server died) is `unknown` with a reason, and the run exits 1 naming it.
     """
-    from bench.gate.suites import apply_suite
-    from bench.run.command import run_command
+    request = run_request(ctx)
+    from bench.run.command import run_command  # heavy: only once every option passed
 
-    # every option is checked before anything starts, naming where it came from
+    _mark_dead_runs(request.results_dir)
+    raise typer.Exit(run_command(request, console))
+
+
+def run_request(ctx: typer.Context) -> RunRequest:
+    """``bench run``'s request: every option checked, a suite applied, --lock-params against the impls."""
     sources = check_options(ctx, write_dirs=("results_dir",))
+    values = dict(ctx.params)
     # a workload's own defaults (long-cs: a 0.5 s lease ...) apply where the user set nothing:
     # on the command line, in the environment or in [tool.lockbench]
-    explicit = {
-        n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name != "DEFAULT"
-    }
-    if pause_kind not in ("task", "world"):
-        raise UserError(
-            f"--pause-kind must be task or world, got {pause_kind!r}{_from(sources, 'pause_kind')}"
-        )
-    if suite:
-        given = {n for n in ctx.params if _given(ctx, n)}
-        v = apply_suite(suite, ctx.params, given)
-        impl, workload, duration, users, trials, cs = (
-            v["impl"], v["workload"], v["duration"], v["users"], v["trials"], v["cs"]
-        )  # fmt: skip
-        explicit |= {k for k in v if v[k] != ctx.params.get(k)}  # the suite's values count as given
-        workload = [workload] if isinstance(workload, str) else workload
-    params = _checked_lock_params(backend, impl, lock_params, sources)
-    _mark_dead_runs(results_dir)
-    code = run_command(
-        backends=backend, impls=impl, workloads=workload, duration=duration, users=users,
-        spawn_rate=spawn_rate, processes=processes, trials=trials,
-        workload_options={
-            "items": items, "skew": skew, "stock": stock, "max_qty": max_qty, "cs": cs, "shared_keys": shared_keys,
-            "pause": pause, "pause_every": pause_every, "pause_kind": pause_kind, "crash_after": crash_after,
-            "stuck_bound": stuck_bound, "read_ratio": read_ratio, "depth": depth,
-        },
-        ttl=ttl, retry_interval=retry_interval, acquire_timeout=acquire_timeout, fencing=fencing,
-        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
-        resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
-        lock_params=params, suite=suite, slo_us=slo_us, fault=fault, clock_skew=clock_skew,
-        skewed_clients=skewed_clients, explicit=explicit,
-        master_bind=master_bind, expect_workers=expect_workers, test_hosts=test_hosts,
-        arrivals=arrivals, patience=patience, max_in_flight=max_in_flight,
-        strikes=strikes, evidence=evidence, recalibrate=recalibrate,
+    explicit = o.explicit(ctx)
+    if values.get("suite"):
+        from bench.gate.suites import apply_suite
+
+        suited = apply_suite(values["suite"], values, {n for n in ctx.params if o.given(ctx, n)})
+        explicit |= {k for k in suited if suited[k] != values.get(k)}  # the suite's values count as given
+        if isinstance(suited.get("workload"), str):
+            suited["workload"] = [suited["workload"]]
+        values = suited
+    lock_params = checked_lock_params(values["backend"], values["impl"], values.get("lock_params"), sources)
+    return RunRequest.from_options(
+        values, lock_params=lock_params, user_urls=o.user_urls(values), argv=tuple(typed_argv()),
+        explicit=frozenset(explicit), sources=sources,
     )  # fmt: skip
-    raise typer.Exit(code)
 
 
 @app.command("matrix", short_help="Every impl under every safety scenario: one folder, one report.")
-def matrix_cmd(
-    ctx: typer.Context,
-    backend: o.Backend = [],  # noqa: B006
-    impl: o.Impl = [],  # noqa: B006
-    scenario: Annotated[
-        list[str],
-        _opt(
-            "scenario",
-            f"only these scenarios (default: every one that applies; see bench list) ({_REPEATS})",
-            metavar="NAME",
-        ),
-    ] = [],  # noqa: B006
-    parallel: Annotated[
-        int | None,
-        _opt(
-            "parallel",
-            "lanes (cases sharing no server) run side by side (default: --lanes auto)",
-            metavar="N",
-        ),
-    ] = None,
-    lanes: Annotated[
-        str,
-        _opt(
-            "lanes",
-            "lanes side by side: auto (the cores spare now, one a lane, at most 4) or N",
-            metavar="auto|N",
-        ),
-    ] = "auto",
-    shard: Annotated[
-        str | None,
-        _opt(
-            "shard",
-            "run only slice I of N (whole lanes, the same slice on every machine); join with bench merge",
-            metavar="I/N",
-        ),
-    ] = None,
-    warm: Annotated[
-        bool, _opt("warm", "start each case's Locust from a warm, pre-imported process (--no-warm: cold)")
-    ] = True,
-    redis_url: o.RedisUrl = [],  # noqa: B006
-    pg_dsn: o.PgDsn = None,
-    zk_hosts: o.ZkHosts = None,
-    etcd_url: o.EtcdUrl = [],  # noqa: B006
-    memcached_url: o.MemcachedUrl = None,
-    resource_url: o.ResourceUrl = None,
-    results_dir: o.ResultsDir = Path("results"),
-    report: o.Report = True,
-    evidence: o.Evidence = "standard",
-    strikes: Annotated[
-        int | None,
-        _opt(
-            "strikes",
-            "strikes per cell (default: the evidence level's k); more than a case holds run as trials",
-            metavar="N",
-        ),
-    ] = None,
-) -> None:
+@o.takes(*o.MATRIX)
+def matrix_cmd(ctx: typer.Context, **given: Any) -> None:
     """Every impl under every safety scenario (faults fenced and unfenced), one folder, one report."""
-    from bench.matrix.command import matrix_command
+    sources = check_options(ctx, write_dirs=("results_dir",))
+    request = MatrixRequest.from_options(
+        ctx.params, user_urls=o.user_urls(ctx.params), argv=tuple(typed_argv()), sources=sources
+    )
+    from bench.matrix.command import matrix_command  # heavy: only once every option passed
 
-    check_options(ctx, write_dirs=("results_dir",))
-    _mark_dead_runs(results_dir)
-    from bench.matrix.shards import parse_shard
-
-    if lanes != "auto" and not lanes.isdigit():
-        raise UserError(f"bad --lanes {lanes!r}; give auto or a number of lanes, e.g. --lanes 2")
-    code = matrix_command(
-        backends=backend, impls=impl, scenarios=scenario, warm=warm,
-        parallel=parallel if parallel is not None else (None if lanes == "auto" else int(lanes)),
-        shard=parse_shard(shard),
-        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
-        resource_url=resource_url, results_dir=results_dir, render=report, argv=sys.argv, console=console,
-        evidence=evidence, strikes=strikes,
-    )  # fmt: skip
-    raise typer.Exit(code)
+    _mark_dead_runs(request.results_dir)
+    raise typer.Exit(matrix_command(request, console))
 
 
-def _lock_params(text: str | None, source: str = "") -> dict:
-    from bench import validate
-
-    return validate.parse_lock_params(text, source)
-
-
-def _checked_lock_params(
+def checked_lock_params(
     backend: list[str], impl: list[str], text: str | None, sources: dict[str, str]
-) -> dict:
+) -> dict[str, Any]:
     """``--lock-params`` checked against what the impls of the command declare (before anything starts)."""
     from bench import validate
-    from bench.run.command import plan_impls
+    from bench.run.impls import plan_impls
 
-    params = _lock_params(text, sources.get("lock_params", ""))
+    params = validate.parse_lock_params(text, sources.get("lock_params", ""))
     if params:
         planned = plan_impls(backend, impl)
         validate.check_lock_params(
@@ -367,37 +137,25 @@ def _mark_dead_runs(results_dir: Path) -> None:
         console.print(f"lockbench: {folder} was left running by a bench that is gone: marked interrupted")
 
 
-check_options = o.check_options
-_from = o.from_text
-_given = o.given
-
-
 @app.command("merge", short_help="Join the shards of one matrix (bench matrix --shard I/N) into one folder.")
-def merge_cmd(
-    shards: Annotated[
-        list[Path], typer.Argument(help="every shard's results folder, each once", metavar="DIR...")
-    ],
-    results_dir: o.ResultsDir = Path("results"),
-    report: o.Report = True,
-) -> None:
+@o.takes("arg.shards", "results_dir", "report")
+def merge_cmd(ctx: typer.Context, **given: Any) -> None:
     """Join the shard folders of one matrix into one matrix folder, one grid and one report.
 
     Refuses (exit 2, one line) shards of different commits, options or evidence levels, a shard
     missing or given twice, an unfinished or damaged shard. Exits 1 like bench matrix when a cell
     is undecided or contradicts the catalog.
     """
+    check_options(ctx, write_dirs=("results_dir",))
     from bench.matrix.merge import merge_command
 
-    raise typer.Exit(merge_command(list(shards), results_dir, console, render=report))
+    v = ctx.params
+    raise typer.Exit(merge_command(list(v["shards"]), v["results_dir"], console, render=v["report"]))
 
 
 @app.command("matrix-compare", short_help="Two matrices of one commit: the cells whose class differs.")
-def matrix_compare_cmd(
-    a: Annotated[Path, typer.Argument(help="a bench matrix results folder", metavar="A")],
-    b: Annotated[
-        Path, typer.Argument(help="another bench matrix folder of the same commit and selection", metavar="B")
-    ],
-) -> None:
+@o.takes("arg.a", "arg.b")
+def matrix_compare_cmd(ctx: typer.Context, **given: Any) -> None:
     """Did the matrix give the same answer twice? Lists every impl x scenario cell whose class
     (survived, thin, failed, stuck, unknown, not tested ...: the report's own cells) differs
     between A and B, with each side's class and reason.
@@ -409,168 +167,118 @@ def matrix_compare_cmd(
     """
     from bench.matrix.compare import compare_command
 
-    raise typer.Exit(compare_command(a, b, console))
+    raise typer.Exit(compare_command(ctx.params["a"], ctx.params["b"], console))
 
 
 @app.command(
     "explore", short_help="Random combined fault schedules from a seed; a failure shrunk and written."
 )
-def explore_cmd(
-    ctx: typer.Context,
-    backend: o.Backend = [],  # noqa: B006
-    impl: o.Impl = [],  # noqa: B006
-    seed: Annotated[
-        int, _opt("seed", "the seed of the schedules drawn (same seed, same schedules)", metavar="N")
-    ] = 0,
-    budget: Annotated[
-        str, _opt("budget", "time to explore, all impls together: 5m, 90s, 1h", metavar="DURATION")
-    ] = "5m",
-    faults: Annotated[
-        str,
-        _opt(
-            "faults",
-            "event kinds to draw, comma-separated (default: every kind that reaches the lock)",
-            metavar="KINDS",
-        ),
-    ] = "",
-    fencing: Annotated[bool, _opt("fencing", "the holders write with fencing tokens (enforced)")] = False,
-    plan: Annotated[
-        bool, _opt("plan", "print the schedules the search would try, in order, and run nothing")
-    ] = False,
-    redis_url: o.RedisUrl = [],  # noqa: B006
-    pg_dsn: o.PgDsn = None,
-    zk_hosts: o.ZkHosts = None,
-    etcd_url: o.EtcdUrl = [],  # noqa: B006
-    memcached_url: o.MemcachedUrl = None,
-    results_dir: o.ResultsDir = Path("results"),
-    report: o.Report = True,
-) -> None:
+@o.takes(
+    "backend", "impl", "seed", "budget", "faults", "explore.fencing", "plan", *o.SERVER_OPTIONS, "results_dir",
+    "report",
+)  # fmt: skip
+def explore_cmd(ctx: typer.Context, **given: Any) -> None:
     """Search for a short combination of faults that breaks a lock; shrink it; write it for bench replay.
 
     Exit 0: nothing found within the budget; 1: found (the schedule and its replay command printed).
     """
+    v = ctx.params
+    check_options(ctx, write_dirs=() if v["plan"] else ("results_dir",))
     from bench.explore.command import explore_command
 
-    check_options(ctx, write_dirs=() if plan else ("results_dir",))
-    if not plan:
-        _mark_dead_runs(results_dir)
+    if not v["plan"]:
+        _mark_dead_runs(v["results_dir"])
     code = explore_command(
-        impls=impl, backends=backend, seed=seed, budget=budget, plan=plan, fencing=fencing,
-        faults=[f.strip() for f in faults.split(",") if f.strip()], results_dir=results_dir,
-        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url), argv=sys.argv,
-        console=console, render=report,
+        impls=v["impl"], backends=v["backend"], seed=v["seed"], budget=v["budget"], plan=v["plan"],
+        fencing=v["fencing"], faults=[f.strip() for f in v["faults"].split(",") if f.strip()],
+        results_dir=v["results_dir"], user_urls=o.user_urls(v), argv=typed_argv(), console=console,
+        render=v["report"],
     )  # fmt: skip
     raise typer.Exit(code)
 
 
 @app.command("replay", short_help="Run a schedule written by bench explore; exit 1 when it fails again.")
-def replay_cmd(
-    ctx: typer.Context,
-    file: Annotated[
-        Path, typer.Argument(help="a schedule.json (or the explore folder holding it)", metavar="FILE")
-    ],
-    runs: Annotated[int, _opt("runs", "how many times to run it", metavar="N")] = 1,
-    redis_url: o.RedisUrl = [],  # noqa: B006
-    pg_dsn: o.PgDsn = None,
-    zk_hosts: o.ZkHosts = None,
-    etcd_url: o.EtcdUrl = [],  # noqa: B006
-    memcached_url: o.MemcachedUrl = None,
-    results_dir: o.ResultsDir = Path("results"),
-    report: Annotated[bool, _opt("report", "render report.html at the end")] = False,
-) -> None:
+@o.takes("arg.file", "runs", *o.SERVER_OPTIONS, "results_dir", "report", report=False)
+def replay_cmd(ctx: typer.Context, **given: Any) -> None:
     """Run exactly the schedule in FILE on fresh servers; exit 1 when the failure reproduces, 0 when not."""
+    v = ctx.params
+    check_options(ctx, write_dirs=("results_dir",))
     from bench.explore.command import replay_command
 
-    check_options(ctx, write_dirs=("results_dir",))
-    _mark_dead_runs(results_dir)
+    _mark_dead_runs(v["results_dir"])
     code = replay_command(
-        file=file, runs=runs, results_dir=results_dir, argv=sys.argv, console=console, render=report,
-        user_urls=o.user_urls(redis_url, pg_dsn, zk_hosts, etcd_url, memcached_url),
+        file=v["file"], runs=v["runs"], results_dir=v["results_dir"], argv=typed_argv(), console=console,
+        render=v["report"], user_urls=o.user_urls(v),
     )  # fmt: skip
     raise typer.Exit(code)
 
 
 @app.command("calibrate", short_help="Print backend floors and each impl's solo hold.")
-def calibrate_cmd(
-    ctx: typer.Context,
-    backend: o.Backend = [],  # noqa: B006
-    impl: o.Impl = [],  # noqa: B006
-    workload: Annotated[
-        str, typer.Option(envvar=_env("workload"), help="workload whose steps the solo client runs")
-    ] = "flash-sale",
-    duration: o.Duration = 3.0,
-    cs: o.Cs = "1ms",
-    ttl: o.Ttl = 10.0,
-    retry_interval: o.RetryInterval = DEFAULT_RETRY_INTERVAL,
-    lock_params: o.LockParams = None,
-) -> None:
+@o.takes(
+    "backend",
+    "impl",
+    "calibrate.workload",
+    "duration",
+    "cs",
+    "ttl",
+    "retry_interval",
+    "lock_params",
+    duration=3.0,
+)
+def calibrate_cmd(ctx: typer.Context, **given: Any) -> None:
     """Print each backend's floor (one round trip) and each impl's solo hold; keeps no results."""
+    v = ctx.params
+    sources = check_options(ctx)
+    params = checked_lock_params(v["backend"], v["impl"], v["lock_params"], sources)
     from rich.console import Console as RichConsole
 
     from bench.run.calibrate import calibrate_command
     from bench.run.case import RunSettings
-    from workloads.harness.distributions import SpecError, parse_distribution
 
-    sources = check_options(ctx)
-    try:
-        parse_distribution(cs)
-    except SpecError as exc:
-        raise UserError(f"--cs: {exc}") from None
-    params = _checked_lock_params(backend, impl, lock_params, sources)
     settings = RunSettings(
-        users=1, spawn_rate=1.0, duration=duration, processes=1, ttl=ttl, retry_interval=retry_interval,
-        lock_params=params,
-        workload_options={"items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3, "cs": cs, "shared_keys": 0,
+        users=1, spawn_rate=1.0, duration=v["duration"], processes=1, ttl=v["ttl"],
+        retry_interval=v["retry_interval"], lock_params=params,
+        workload_options={"items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3, "cs": v["cs"], "shared_keys": 0,
                           "read_ratio": 0.9, "depth": 3},
     )  # fmt: skip
     code = calibrate_command(
-        backends=backend, impls=impl, workload=workload, settings=settings, console=console,
+        backends=v["backend"], impls=v["impl"], workload=v["workload"], settings=settings, console=console,
         out=RichConsole(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 140),
     )  # fmt: skip
     raise typer.Exit(code)
 
 
 @app.command("report", short_help="Render report.html from results folders (no server).")
-def report_cmd(
-    ctx: typer.Context,
-    runs: Annotated[
-        list[Path], typer.Argument(help="run folder(s); the first is the baseline", metavar="RUN...")
-    ],
-    out: Annotated[
-        Path | None,
-        _opt(
-            "out",
-            "output HTML file (default: <run>/report.html; comparing runs: "
-            "<results>/comparisons/<a>__vs__<b>/report.html, never inside a run folder)",
-            metavar="FILE",
-            parser=o.file_path,
-        ),
-    ] = None,
-    slo_us: Annotated[
-        float | None, _opt("slo_us", "draw an SLO line on the latency spectrum (microseconds)", metavar="US")
-    ] = None,
-) -> None:
+@o.takes("arg.runs", "out", "slo_us")
+def report_cmd(ctx: typer.Context, **given: Any) -> None:
     """Render report.html from results folders alone (no server is contacted)."""
+    check_options(ctx)
+    runs, out = list(ctx.params["runs"]), ctx.params["out"]
     from bench.results.folder import mark_if_dead
-    from bench.results.matrices import sources_for_run
-    from dashboards import ReportInputError, ReportWriteError, render_report
-    from dashboards.load import load_run
     from dashboards.report import comparison_path
 
-    check_options(ctx)
     for run in runs:
         if mark_if_dead(run):  # run.json tells the truth before the report reads it
             console.print(f"lockbench: {run} was left running by a bench that is gone: marked interrupted")
     if out is not None:
         _refuse_folder_as_out(out)
-        _refuse_other_run_folder(out, list(runs))
+        _refuse_other_run_folder(out, runs)
     if out is None and any((Path(r) / "baseline.json").is_file() for r in runs):
         # never write into a (committed) baseline folder: reports of baselines go beside the comparisons
-        out = _baseline_report_path(list(runs), comparison_path)
+        out = _baseline_report_path(runs, comparison_path)
+    _render(runs, out, ctx.params["slo_us"])
+
+
+def _render(runs: list[Path], out: Path | None, slo_us: float | None) -> None:
+    """Render the report of ``runs``; a damaged input or an unwritable file is one line."""
+    from bench.results.matrices import sources_for_run
+    from dashboards import ReportInputError, ReportWriteError, render_report
+    from dashboards.load import load_run
+
     try:
         damaged = [d for r in runs for d in load_run(Path(r)).damaged]
         sources = sources_for_run(Path(runs[-1])) if len(runs) == 1 else []
-        path = render_report(list(runs), out=out, slo_us=slo_us, safety_sources=sources)
+        path = render_report(runs, out=out, slo_us=slo_us, safety_sources=sources)
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
     except ReportWriteError as exc:  # a full disk: name the file and the way back
@@ -584,6 +292,132 @@ def report_cmd(
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
     print(path)
+
+
+@app.command("gate", short_help="Compare two runs: exit 0 pass, 1 regression, 2 undecided.")
+@o.takes(
+    "arg.baseline", "arg.candidate", "rule", "json_out", "alpha", "allow_other_machine", "allow_param_diff"
+)
+def gate_cmd(ctx: typer.Context, **given: Any) -> None:
+    """Exit 0 pass, 1 regression, 2 unusable input, not comparable or not enough data to decide."""
+    check_options(ctx)
+    v = ctx.params
+    baseline, candidate = v["baseline"], v["candidate"]
+    _check_param_names(v["allow_param_diff"], baseline, candidate)
+    from bench.gate.compare import append_step_summary, run_gate, to_json, to_markdown
+
+    try:
+        result = run_gate(
+            baseline, candidate, v["rule"], alpha=v["alpha"], allow_other_machine=v["allow_other_machine"],
+            allow_param_diff=v["allow_param_diff"],
+        )  # fmt: skip
+    except UserError as exc:
+        if not str(exc).startswith("not comparable"):
+            raise
+        raise UserError(f"{exc}; a comparable candidate: {_comparable_command(baseline)}") from None
+    markdown = to_markdown(result)
+    print(to_json(result) if v["json_out"] else markdown, end="" if not v["json_out"] else "\n")
+    append_step_summary(markdown)
+    if result.exit_code == 2:
+        print(
+            "bench gate: NOT ENOUGH DATA to decide (exit 2): see the verdicts above; this is not a pass",
+            file=sys.stderr,
+        )
+    elif result.exit_code == 1:
+        print("bench gate: REGRESSION (exit 1)", file=sys.stderr)
+    raise typer.Exit(result.exit_code)
+
+
+@baseline_app.command("update", short_help="Copy a run's summary into a committable baseline.")
+@o.takes("arg.run", "name", "baseline.results_dir", "baselines_dir", "force")
+def baseline_update(ctx: typer.Context, **given: Any) -> None:
+    """Copy a run's summary (run.json, cases.csv, histograms) into a committable baseline folder."""
+    import json
+
+    check_options(ctx)
+    v = ctx.params
+    from bench.gate.baseline import folder_size, update_baseline
+
+    dest = update_baseline(v["run"], v["name"], v["baselines_dir"], v["results_dir"], force=v["force"])
+    source = json.loads((dest / "baseline.json").read_text())["source_run"]
+    console.print(f"lockbench: baseline {v['name']!r} from run {source}: {folder_size(dest):,} bytes")
+    print(dest)
+
+
+@app.command("worker", short_help="Serve a remote `bench run --master-bind` as Locust workers.")
+@o.takes("master", "worker.processes", "worker.name")
+def worker_cmd(ctx: typer.Context, **given: Any) -> None:
+    """Run Locust workers here for a `bench run` acting as master on another host, case after case."""
+    check_options(ctx)
+    v = ctx.params
+    from bench.run.worker import run_worker
+
+    raise typer.Exit(run_worker(v["master"], processes=v["processes"], name=v["name"], say=console.print))
+
+
+@app.command("list", short_help="List backends, impl ids, workloads and suites.")
+def list_cmd() -> None:
+    """List backends, impl ids, workloads and suites."""
+    from bench.gate.suites import SUITES
+    from bench.nemesis.scenarios import SCENARIOS
+    from lockimpls.registry import CANARIES, backends, ids_for_backend
+    from workloads.harness.catalog import WORKLOADS
+
+    for b in backends():
+        print(f"{b}: {' '.join(ids_for_backend(b))}")
+    print(f"workloads: {' '.join(WORKLOADS)}")
+    print(f"suites: {' '.join(SUITES)}")
+    print(f"matrix scenarios: {' '.join(SCENARIOS)}")
+    print(f"canaries (built to fail: the matrix's positive controls, never ranked): {' '.join(CANARIES)}")
+
+
+@app.command("history", short_help="Trends over every run with change points; --check for CI.")
+@o.takes("arg.roots", "history.out", "check", "history.rule", "min_runs", "max_pvalue", "min_magnitude")
+def history_cmd(ctx: typer.Context, **given: Any) -> None:
+    """Read every run folder, draw each series over commits with its change points (E-divisive)."""
+    check_options(ctx)
+    v = ctx.params
+    if v["out"] is not None:
+        _refuse_folder_as_out(v["out"])
+    from bench.history.command import history_command
+
+    raise typer.Exit(
+        history_command(
+            list(v["roots"] or [Path("results")]),
+            out=v["out"],
+            check=v["check"],
+            rules=v["rule"],
+            min_runs=v["min_runs"],
+            max_pvalue=v["max_pvalue"],
+            min_magnitude=v["min_magnitude"],
+        )  # fmt: skip
+    )
+
+
+@infra_app.command("up", short_help="Start servers that stay up until `bench infra down`.")
+@o.takes("arg.kinds", "nodes")
+def infra_up(ctx: typer.Context, **given: Any) -> None:
+    """Start servers that stay up until `bench infra down`; `bench run` reuses single servers."""
+    check_options(ctx)
+    from bench.cli.infra_cmd import up
+
+    up(ctx.params["kinds"], console, ctx.params["nodes"])
+
+
+@infra_app.command("status", short_help="Show servers started by `bench infra up`.")
+def infra_status() -> None:
+    """Show servers started by `bench infra up`."""
+    from bench.cli.infra_cmd import status
+
+    status()
+
+
+@infra_app.command("down", short_help="Stop every server started by `bench infra up`.")
+def infra_down() -> None:
+    """Stop every server started by `bench infra up`."""
+    from bench.cli.infra_cmd import down
+
+    down(console)
 
 
 def _refuse_folder_as_out(out: Path) -> None:
@@ -628,67 +462,6 @@ def _baseline_report_path(runs: list[Path], comparison_path) -> Path:
     return out
 
 
-@app.command("gate", short_help="Compare two runs: exit 0 pass, 1 regression, 2 undecided.")
-def gate_cmd(
-    ctx: typer.Context,
-    baseline: Annotated[
-        Path, typer.Argument(help="baseline run or results/baselines/<name> folder", metavar="BASELINE")
-    ],
-    candidate: Annotated[Path, typer.Argument(help="candidate run folder", metavar="CANDIDATE")],
-    rule: Annotated[
-        list[str],
-        _opt(
-            "rule",
-            "METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-10% "
-            f"acquire.p99:+20% violations:0; violations:0 always applies) ({_REPEATS})",
-            metavar="RULE",
-        ),
-    ] = [],  # noqa: B006
-    json_out: Annotated[bool, _opt("json", "print JSON instead of the Markdown table", "--json")] = False,
-    alpha: Annotated[
-        float, _opt("alpha", "significance level, Holm-corrected over all comparisons", metavar="P")
-    ] = 0.05,
-    allow_other_machine: Annotated[
-        bool,
-        _opt("allow_other_machine", "compare even when the machine classes differ (timings may not compare)"),
-    ] = False,
-    allow_param_diff: Annotated[
-        list[str],
-        _opt(
-            "allow_param_diff",
-            "compare although this run parameter differs, e.g. processes (without it, runs with "
-            f"different parameters are not comparable: exit 2) ({_REPEATS})",
-            metavar="NAME",
-        ),
-    ] = [],  # noqa: B006
-) -> None:
-    """Exit 0 pass, 1 regression, 2 unusable input, not comparable or not enough data to decide."""
-    from bench.gate.compare import append_step_summary, run_gate, to_json, to_markdown
-
-    check_options(ctx)
-    _check_param_names(allow_param_diff, baseline, candidate)
-    try:
-        result = run_gate(
-            baseline, candidate, rule, alpha=alpha, allow_other_machine=allow_other_machine,
-            allow_param_diff=allow_param_diff,
-        )  # fmt: skip
-    except UserError as exc:
-        if not str(exc).startswith("not comparable"):
-            raise
-        raise UserError(f"{exc}; a comparable candidate: {_comparable_command(baseline)}") from None
-    markdown = to_markdown(result)
-    print(to_json(result) if json_out else markdown, end="" if not json_out else "\n")
-    append_step_summary(markdown)
-    if result.exit_code == 2:
-        print(
-            "bench gate: NOT ENOUGH DATA to decide (exit 2): see the verdicts above; this is not a pass",
-            file=sys.stderr,
-        )
-    elif result.exit_code == 1:
-        print("bench gate: REGRESSION (exit 1)", file=sys.stderr)
-    raise typer.Exit(result.exit_code)
-
-
 def _run_params(folder: Path) -> dict | None:
     import json
 
@@ -726,157 +499,6 @@ def _comparable_command(baseline: Path) -> str:
     return f"the baseline's own command (run.json 'command' of {baseline}), then `bench gate {baseline} <its folder>`"
 
 
-@baseline_app.command("update", short_help="Copy a run's summary into a committable baseline.")
-def baseline_update(
-    ctx: typer.Context,
-    run: Annotated[
-        Path | None, typer.Argument(help="run folder (default: the newest finished run)", metavar="[RUN]")
-    ] = None,
-    name: Annotated[str, _opt("name", "baseline name: results/baselines/<name>", metavar="NAME")] = "ci",
-    results_dir: Annotated[Path, _opt("results_dir", "where run folders are", metavar="DIR")] = Path(
-        "results"
-    ),
-    baselines_dir: Annotated[
-        Path, _opt("baselines_dir", "where baselines go", metavar="DIR", parser=o.folder_path)
-    ] = Path("results/baselines"),
-    force: Annotated[
-        bool, _opt("force", "replace a baseline that git tracks (a committed one): say so on purpose")
-    ] = False,
-) -> None:
-    """Copy a run's summary (run.json, cases.csv, histograms) into a committable baseline folder."""
-    import json
-
-    from bench.gate.baseline import folder_size, update_baseline
-
-    check_options(ctx)
-    dest = update_baseline(run, name, baselines_dir, results_dir, force=force)
-    source = json.loads((dest / "baseline.json").read_text())["source_run"]
-    console.print(f"lockbench: baseline {name!r} from run {source}: {folder_size(dest):,} bytes")
-    print(dest)
-
-
-@app.command("worker", short_help="Serve a remote `bench run --master-bind` as Locust workers.")
-def worker_cmd(
-    ctx: typer.Context,
-    master: Annotated[
-        str, _opt("master", "HOST[:PORT] of the `bench run --master-bind` to serve", metavar="HOST[:PORT]")
-    ],
-    processes: o.WorkerProcesses = 1,
-    name: Annotated[
-        str | None, _opt("name", "this host's name in results (default: the hostname)", metavar="NAME")
-    ] = None,
-) -> None:
-    """Run Locust workers here for a `bench run` acting as master on another host, case after case."""
-    from bench.run.worker import run_worker
-
-    check_options(ctx)
-    raise typer.Exit(run_worker(master, processes=processes, name=name, say=console.print))
-
-
-@app.command("list", short_help="List backends, impl ids, workloads and suites.")
-def list_cmd() -> None:
-    """List backends, impl ids, workloads and suites."""
-    from lockimpls.registry import backends, ids_for_backend
-    from workloads.harness.catalog import WORKLOADS
-
-    for b in backends():
-        print(f"{b}: {' '.join(ids_for_backend(b))}")
-    print(f"workloads: {' '.join(WORKLOADS)}")
-    print(f"suites: {' '.join(SUITES)}")
-    from bench.nemesis.scenarios import SCENARIOS
-
-    print(f"matrix scenarios: {' '.join(SCENARIOS)}")
-    from lockimpls.registry import CANARIES
-
-    print(f"canaries (built to fail: the matrix's positive controls, never ranked): {' '.join(CANARIES)}")
-
-
-@app.command("history", short_help="Trends over every run with change points; --check for CI.")
-def history_cmd(
-    ctx: typer.Context,
-    roots: Annotated[
-        list[Path] | None,
-        typer.Argument(help="results directories or run folders (default: results)", metavar="ROOT"),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        _opt(
-            "out",
-            "output HTML file (default: <root>/history/index.html, never in a run folder)",
-            metavar="FILE",
-            parser=o.file_path,
-        ),
-    ] = None,
-    check: Annotated[
-        bool,
-        _opt("check", "exit 1 if a series' newest change point is a regression beyond its rule", "--check"),
-    ] = False,
-    rule: Annotated[
-        list[str],
-        _opt(
-            "rule", f"METRIC:THRESHOLD as for bench gate (default: its defaults) ({_REPEATS})", metavar="RULE"
-        ),
-    ] = [],  # noqa: B006
-    min_runs: Annotated[
-        int, _opt("min_runs", "runs a series needs before --check judges it", metavar="N")
-    ] = 20,
-    max_pvalue: Annotated[
-        float, _opt("max_pvalue", "a change point needs a t-test p-value below this", metavar="P")
-    ] = 0.001,
-    min_magnitude: Annotated[
-        float, _opt("min_magnitude", "a change point needs a relative step above this", metavar="FRACTION")
-    ] = 0.05,
-) -> None:
-    """Read every run folder, draw each series over commits with its change points (E-divisive)."""
-    from bench.history.command import history_command
-
-    check_options(ctx)
-    if out is not None:
-        _refuse_folder_as_out(out)
-    raise typer.Exit(
-        history_command(
-            list(roots or [Path("results")]),
-            out=out,
-            check=check,
-            rules=rule,
-            min_runs=min_runs,
-            max_pvalue=max_pvalue,
-            min_magnitude=min_magnitude,
-        )  # fmt: skip
-    )
-
-
-@infra_app.command("up", short_help="Start servers that stay up until `bench infra down`.")
-def infra_up(
-    ctx: typer.Context,
-    kinds: Annotated[list[str], typer.Argument(help="server kinds, e.g. redis", metavar="KIND...")],
-    nodes: Annotated[
-        int, _opt("nodes", "1, or 3: a ZooKeeper ensemble or etcd cluster on loopback", metavar="N")
-    ] = 1,
-) -> None:
-    """Start servers that stay up until `bench infra down`; `bench run` reuses single servers."""
-    from bench.cli.infra_cmd import up
-
-    check_options(ctx)
-    up(kinds, console, nodes)
-
-
-@infra_app.command("status", short_help="Show servers started by `bench infra up`.")
-def infra_status() -> None:
-    """Show servers started by `bench infra up`."""
-    from bench.cli.infra_cmd import status
-
-    status()
-
-
-@infra_app.command("down", short_help="Stop every server started by `bench infra up`.")
-def infra_down() -> None:
-    """Stop every server started by `bench infra up`."""
-    from bench.cli.infra_cmd import down
-
-    down(console)
-
-
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -886,7 +508,7 @@ def _usage_message(exc: click_exc.UsageError) -> str:
 
     Click names the option's environment variable whenever the option has one, even for a
     value typed on the command line; the source is ``(from LOCKBENCH_X)`` for a variable,
-    ``(from [tool.lockbench] ...)`` for pyproject.toml and nothing for a flag.
+    ``(from [tool.lockbench] x in FILE)`` for pyproject.toml and nothing for a flag.
     """
     import re
 
@@ -894,11 +516,9 @@ def _usage_message(exc: click_exc.UsageError) -> str:
     param = getattr(exc, "param", None)
     ctx = exc.ctx
     if param is not None and ctx is not None and param.name:
-        source = ctx.get_parameter_source(param.name)
-        if source is not None and source.name == "DEFAULT_MAP":
-            message += f" (from [tool.lockbench] in pyproject.toml: fix or remove {param.name.replace('_', '-')} there)"
-        elif source is not None and source.name == "ENVIRONMENT" and isinstance(param.envvar, str):
-            message += f" (from {param.envvar})"
+        source = o.source(ctx, param.name)
+        if source:
+            message += f" (from {source})"
     return message
 
 

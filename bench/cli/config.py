@@ -21,6 +21,14 @@ from bench.errors import UserError
 
 TABLE = "[tool.lockbench]"
 
+#: (command path, option) -> "[tool.lockbench] ttl in /path/pyproject.toml": where each default came from
+ORIGINS: dict[tuple[tuple[str, ...], str], str] = {}
+
+
+def origin(command: tuple[str, ...], name: str) -> str:
+    """The pyproject key (with its table and file) that set option ``name`` of ``command``."""
+    return ORIGINS.get((command, name), f"{TABLE} in pyproject.toml")
+
 
 def _pyproject(start: Path | None = None) -> Path:
     return (start or Path.cwd()) / "pyproject.toml"
@@ -44,6 +52,11 @@ def project_table(start: Path | None = None) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix it (Locust reads this file too)") from None
+    except RecursionError:
+        raise UserError(
+            f"{path}: nested too deeply to read (arrays or tables inside each other); fix it "
+            "(Locust reads this file too)"
+        ) from None
     tool = data.get("tool", {})
     if not isinstance(
         tool, dict
@@ -91,7 +104,9 @@ def _check_value(path: Path, where: str, key: str, value: Any, param: Any) -> No
             )
 
 
-def _check_table(path: Path, where: str, table: dict[str, Any], command: Any) -> dict[str, Any]:
+def _check_table(
+    path: Path, where: str, table: dict[str, Any], command: Any, names: tuple[str, ...] = ("run",)
+) -> dict[str, Any]:
     """The default_map of ``command`` from ``table``; UserError naming file and key when a key is wrong."""
     import difflib
 
@@ -102,7 +117,7 @@ def _check_table(path: Path, where: str, table: dict[str, Any], command: Any) ->
         key = raw_key.replace("-", "_")
         if isinstance(value, dict) and raw_key in subcommands:
             inner = f"{where[:-1]}.{raw_key}]"
-            out[raw_key] = _check_table(path, inner, value, subcommands[raw_key])
+            out[raw_key] = _check_table(path, inner, value, subcommands[raw_key], (*names, raw_key))
             continue
         param = options.get(key)
         if param is None:
@@ -118,6 +133,7 @@ def _check_table(path: Path, where: str, table: dict[str, Any], command: Any) ->
             value = value.split()  # workload = "flash-sale" is one value, like LOCKBENCH_WORKLOAD=flash-sale
         _check_value(path, where, raw_key, value, param)
         out[key] = value
+        ORIGINS[(names, key)] = f"{where} {raw_key} in {path}"
     return out
 
 
@@ -143,12 +159,14 @@ def default_map(root: Any | None = None, start: Path | None = None) -> dict[str,
         if name not in commands and name.replace("-", "_") in run_options:
             _check_value(path, TABLE, name, sub, run_options[name.replace("-", "_")])  # a table for a value
         if name not in commands:
-            close = [c for c in commands if c.startswith(name[:3])][:3]
+            import difflib
+
+            close = difflib.get_close_matches(name, list(commands), n=1, cutoff=0.6)
             hint = f"; did you mean [tool.lockbench.{close[0]}]?" if close else ""
             raise UserError(
                 f"{path}: {TABLE} has a table {name!r}, but bench has no command {name}{hint}; fix or remove it"
             )
-        out[name] = _check_table(path, f"[tool.lockbench.{name}]", sub, commands[name])
+        out[name] = _check_table(path, f"[tool.lockbench.{name}]", sub, commands[name], (name,))
     run = _check_table(path, TABLE, top, commands["run"]) if top else {}
     out.setdefault("run", {}).update(run)
     return out

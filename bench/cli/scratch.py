@@ -18,8 +18,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.results.folder import process_alive, process_start
-
 PREFIX = "lockbench-run-"
 OWNER_FILE = "owner"
 #: ``bench infra up`` keeps its servers' state here (infra/state.py), outside any scratch folder.
@@ -41,6 +39,8 @@ def _owner(folder: Path) -> tuple[int | None, int | None]:
 
 def remove_dead(base: Path) -> list[Path]:
     """Remove the scratch folders under ``base`` whose bench process is gone; the ones removed."""
+    from bench.results.proc import process_alive
+
     removed = []
     with contextlib.suppress(OSError):
         for folder in base.glob(f"{PREFIX}*"):
@@ -67,6 +67,8 @@ def enter() -> Callable[[], None]:
         # others may pass through (not list): PostgreSQL runs as its own OS user when bench is root
         # and must reach its data folder inside; every folder in here is made private by mkdtemp
         root.chmod(0o711)
+        from bench.results.proc import process_start
+
         start = process_start(os.getpid())
         (root / OWNER_FILE).write_text(
             f"{os.getpid()} {start}\n" if start is not None else f"{os.getpid()}\n"

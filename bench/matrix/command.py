@@ -32,6 +32,7 @@ from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
 from bench.matrix.lanes import _load_average, _Shared, busy_cores, cpu_ticks, run_lanes, strike_cycles
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
+from bench.matrix.request import MatrixRequest
 from bench.matrix.shards import Shard, auto_lanes, deal
 from bench.matrix.tables import markdown_table, print_summary, timing_summary, undecided
 from bench.measure.strikes import LEVELS, EvidenceTarget
@@ -39,64 +40,20 @@ from bench.nemesis.scenarios import USERS, scenarios_at
 from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
-from bench.run.command import _check_user_dsns, _refuse_before_start
+from bench.run.command import check_user_servers, plan_impls, refuse_before_start
+from bench.run.request import from_text
 from infra import install_all
 
 
-def matrix_command(
-    *,
-    backends: list[str],
-    impls: list[str],
-    scenarios: list[str],
-    parallel: int | None,
-    user_urls: dict[str, list[str]],
-    resource_url: str | None,
-    results_dir: Path,
-    warm: bool = True,
-    render: bool,
-    shard: Shard | None = None,
-    argv: list[str],
-    console: Console,
-    slo_us: float | None = None,
-    evidence: str = "standard",
-    strikes: int | None = None,
-) -> int:
+def matrix_command(request: MatrixRequest, console: Console) -> int:
     """Run the safety matrix; returns the exit code (0 every cell decided, 1 not, 130 interrupted).
 
-    ``evidence`` names the target a survived cell needs (bench/measure/strikes.py LEVELS);
-    ``strikes`` runs that many strikes per cell instead of the target's k.
+    ``request.evidence`` names the target a survived cell needs (bench/measure/strikes.py LEVELS);
+    ``request.strikes`` runs that many strikes per cell instead of the target's k.
     """
-    lanes_why = "given"
-    if parallel is None:
-        parallel, lanes_why = auto_lanes()
-    if parallel < 1:
-        raise UserError(f"--parallel must be at least 1, got {parallel}")
-    _check_user_dsns(user_urls)
-    if evidence not in LEVELS:
-        raise UserError(f"--evidence must be one of {', '.join(LEVELS)}, got {evidence!r}")
-    if resource_url:
-        parallel = 1  # every lane would share the user's resource server
-    plan = _Plan.make(backends, impls, scenarios, user_urls, LEVELS[evidence], strikes, shard, console)
-    # a server the user named that nobody answers at is bad input: one line and exit 2 before any case,
-    # never a lane lost after others ran (a lane's own servers that fail cost only its cases)
-    _refuse_before_start(list(dict.fromkeys(lane.backend for lane in plan.lanes)), user_urls, resource_url)
-    # what the lanes need, installed once before they start side by side (parallel apt-get races on dpkg)
-    install_all.ensure(lane.backend for lane in plan.lanes if not user_urls.get(lane.backend))
-    folder = RunFolder(
-        results_dir,
-        {
-            "kind": "matrix",
-            "started_at": datetime.now(UTC).isoformat(),
-            "command": redact_text(" ".join(["bench", *argv[1:]])),
-            "git_commit": meta.git_commit(),
-            "host": meta.host_info(),
-            "versions": {"libraries": meta.library_versions()},
-            "params": plan.params(evidence, parallel, lanes_why, warm),
-            "impls": plan.subjects,
-            "endpoints": {},
-            "report": "missing",  # until report.html is written (an interrupt while rendering leaves it so)
-        },
-    )
+    plan, parallel, lanes_why = _plan(request, console)
+    folder = _open_folder(request, plan, parallel, lanes_why)
+    shard = request.shard
     slice_ = f" (shard {shard.text}: {len(plan.cases)} of {len(plan.ids)} cases)" if shard is not None else ""
     try:  # a signal from here on finds run.json saying so, never 'running'
         console.print(
@@ -105,23 +62,75 @@ def matrix_command(
             markup=False,
         )
         shared = _Shared(folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases))
+    except KeyboardInterrupt:
+        folder.finish("incomplete")
+        raise Interrupted(
+            f"interrupted; nothing finished in {folder.path} (0 of {len(plan.cases)} cases); "
+            f"run the matrix again (the folder can be removed)"
+        ) from None
     except BaseException:
         folder.finish("incomplete")
         raise
-    status = _run(plan, folder, shared, parallel, user_urls, resource_url, warm)
+    status = _run(plan, folder, shared, parallel, request)
     if status == "incomplete":
         raise Interrupted(
             f"interrupted; finished cases in {folder.path} ({len(folder.rows)} of {len(plan.cases)} finished; "
             f"render them with: bench report {folder.path})"
         )
     try:
-        return _judge_whole(plan, folder, shared, console, render, slo_us)
+        return _judge_whole(plan, folder, shared, console, request.render, request.slo_us)
     except KeyboardInterrupt:
         # every case is in the folder and run.json says how the lanes ended; what is missing is the
         # judging of the whole (controls, matrix.md) and the report, which bench report makes
         raise Interrupted(
             f"interrupted; every case is in {folder.path} (report.html not written: run `bench report {folder.path}`)"
         ) from None
+
+
+def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str]:
+    """The plan, the lanes side by side and why; everything that can refuse the matrix, before it starts."""
+    parallel, lanes_why = request.parallel, "given"
+    if parallel is None:
+        parallel, lanes_why = auto_lanes()
+    if parallel < 1:
+        raise UserError(f"--lanes must be at least 1, got {parallel}{from_text(request.sources, 'lanes')}")
+    if request.evidence not in LEVELS:
+        raise UserError(
+            f"--evidence must be one of {', '.join(LEVELS)}, got {request.evidence!r}"
+            f"{from_text(request.sources, 'evidence')}"
+        )
+    user_urls = dict(request.user_urls)
+    check_user_servers(user_urls, plan_impls(request.backends, request.impls), request.impls)
+    if request.resource_url:
+        parallel = 1  # every lane would share the user's resource server
+    plan = _Plan.make(request, LEVELS[request.evidence], console)
+    # a server the user named that nobody answers at is bad input: one line and exit 2 before any case,
+    # never a lane lost after others ran (a lane's own servers that fail cost only its cases)
+    refuse_before_start(
+        list(dict.fromkeys(lane.backend for lane in plan.lanes)), user_urls, request.resource_url
+    )
+    # what the lanes need, installed once before they start side by side (parallel apt-get races on dpkg)
+    install_all.ensure(lane.backend for lane in plan.lanes if not user_urls.get(lane.backend))
+    return plan, parallel, lanes_why
+
+
+def _open_folder(request: MatrixRequest, plan: _Plan, parallel: int, lanes_why: str) -> RunFolder:
+    """The matrix's results folder, its run.json saying what was asked ('report': missing until written)."""
+    return RunFolder(
+        request.results_dir,
+        {
+            "kind": "matrix",
+            "started_at": datetime.now(UTC).isoformat(),
+            "command": redact_text(" ".join(["bench", *request.argv[1:]])),
+            "git_commit": meta.git_commit(),
+            "host": meta.host_info(),
+            "versions": {"libraries": meta.library_versions()},
+            "params": plan.params(request.evidence, parallel, lanes_why, request.warm),
+            "impls": plan.subjects,
+            "endpoints": {},
+            "report": "missing",  # until report.html is written (an interrupt while rendering leaves it so)
+        },
+    )
 
 
 @dataclass
@@ -146,11 +155,11 @@ class _Plan:
         return list(dict.fromkeys(c.impl for c in self.whole if c.role == "subject"))
 
     @classmethod
-    def make(
-        cls, backends: list[str], impls: list[str], scenarios: list[str], user_urls: dict[str, list[str]],
-        target: EvidenceTarget, strikes: int | None, shard: Shard | None, console: Console,
-    ) -> _Plan:  # fmt: skip
-        fixed = {b for b, urls in user_urls.items() if urls}
+    def make(cls, request: MatrixRequest, target: EvidenceTarget, console: Console) -> _Plan:
+        """The plan of ``request`` at evidence ``target`` (this shard's lanes, the whole plan's ids)."""
+        backends, impls, scenarios = list(request.backends), list(request.impls), list(request.scenarios)
+        strikes, shard = request.strikes, request.shard
+        fixed = {b for b, urls in request.user_urls.items() if urls}
         level = EvidenceTarget(strikes, target.acquisitions) if strikes else target
         not_run: list[dict[str, str]] = []
         cases, skipped = plan_matrix(
@@ -208,11 +217,9 @@ class _Plan:
         return out
 
 
-def _run(
-    plan: _Plan, folder: RunFolder, shared: _Shared, parallel: int, user_urls: dict[str, list[str]],
-    resource_url: str | None, warm: bool,
-) -> str:  # fmt: skip
+def _run(plan: _Plan, folder: RunFolder, shared: _Shared, parallel: int, request: MatrixRequest) -> str:
     """Run the lanes; the folder's status: complete, complete-with-failures, failed or incomplete."""
+    user_urls, resource_url, warm = dict(request.user_urls), request.resource_url, request.warm
     status = "complete"
     load_start = _load_average()
     ticks = cpu_ticks()

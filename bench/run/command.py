@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich import box
 from rich.console import Console
@@ -26,57 +27,21 @@ from bench.results.matrices import sources_for_run
 from bench.results.redact import redact_text
 from bench.run.calibration_cache import CalibrationCache, default_folder
 from bench.run.case import Case, RunSettings, ServerDied, with_calibration
+from bench.run.impls import plan_impls
 from bench.run.progress import LiveProgress
+from bench.run.request import RunRequest
 from bench.run.runner import endpoints_for_meta, run_plan
 from bench.run.testhost_stack import TestHostStack
 from bench.run.timing import RunTiming
 from bench.run.warm import WarmLocust
 from infra.stack import Stack
 from infra.testhosts import TestHostNet
-from lockimpls import registry
 from lockimpls.base import LockConfigError
 from workloads.harness.arrivals import parse_arrivals
 from workloads.harness.catalog import WORKLOADS, WorkloadInfo, open_model
 from workloads.harness.distributions import SpecError, parse_distribution
 
-
-def _impl_backend(impl_id: str, cls: type) -> str:
-    return getattr(cls, "backend", "") or impl_id.split(".", 1)[0]
-
-
-def plan_impls(backends: list[str], impls: list[str]) -> list[tuple[str, str, type]]:
-    """[(impl id, backend, class)] for the requested backends and impls, validated."""
-    if not backends and not impls:
-        raise UserError(f"say what to run: --backend {{{','.join(registry.backends())},all}} or --impl ID")
-    chosen: list[str] = []
-    valid_backends = registry.backends()
-    for b in backends:
-        if b == "all":
-            chosen += registry.known_ids()
-        elif b in valid_backends:
-            chosen += registry.ids_for_backend(b)
-        else:
-            raise UserError(f"unknown backend {b!r}; valid: {', '.join(valid_backends)}, all")
-    if impls and backends:
-        # --impl narrows the backends' list; an impl of another backend is added
-        narrowed = [i for i in chosen if i in impls]
-        chosen = narrowed + [i for i in impls if i not in narrowed]
-    elif impls:
-        chosen = list(impls)
-    out: list[tuple[str, str, type]] = []
-    for impl_id in dict.fromkeys(chosen):
-        if impl_id not in registry.known_ids(include_test=True) and ":" not in impl_id:
-            hint = validate.did_you_mean(impl_id, registry.known_ids(include_test=True), "`bench list`")
-            raise UserError(f"unknown impl {impl_id!r}{hint}; or give package.module:Class")
-        try:
-            cls = registry.resolve(impl_id)
-        except LockConfigError as exc:
-            raise UserError(str(exc)) from None
-        out.append((impl_id, _impl_backend(impl_id, cls), cls))
-    return out
-
-
-FENCING_CHOICES = ("off", "observe", "enforce", "both")
+FENCING_CHOICES = validate.FENCING_CHOICES
 
 #: Workloads whose fault takes down a whole Locust process: someone else must carry on.
 NEEDS_PROCESSES = ("crash", "lease-expiry")
@@ -112,19 +77,6 @@ def fencing_modes(fencing: str, cls: type, impl_id: str, console: Console, quiet
             console.print(f"lockbench: {impl_id} has no fencing tokens: it runs unfenced only")
         return ["off"]
     return modes
-
-
-def _check_user_dsns(user_urls: dict[str, list[str]]) -> None:
-    """A PostgreSQL DSN must log in, not just answer TCP: check it now, in one line."""
-    from lockimpls.base import BackendUnavailable
-
-    for dsn in user_urls.get("postgres") or []:
-        from lockimpls.pg_conn import check_dsn
-
-        try:
-            check_dsn(dsn)
-        except (BackendUnavailable, LockConfigError) as exc:
-            raise UserError(f"--pg-dsn: {exc}") from None
 
 
 #: user_urls key (a backend) -> the option that gave it, for validation messages
@@ -186,16 +138,12 @@ def _is_loopback(host: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def _check_master_mode(
-    master_bind: str | None,
-    expect_workers: int,
-    test_hosts: int,
-    processes: int | str,
-    user_urls: dict[str, list[str]],
-    resource_url: str | None,
-) -> tuple[str, int] | None:
+def _check_master_mode(request: RunRequest) -> tuple[str, int] | None:
     """Validate --master-bind / --expect-workers; returns the address to listen on."""
     from bench.run.worker import parse_host_port
+
+    master_bind, expect_workers, test_hosts = request.master_bind, request.expect_workers, request.test_hosts
+    processes, user_urls, resource_url = request.processes, request.user_urls, request.resource_url
 
     if test_hosts:
         if test_hosts < 1:
@@ -276,113 +224,145 @@ def plan_open_model(
     return infos
 
 
-def run_command(
-    *,
-    backends: list[str],
-    impls: list[str],
-    workloads: list[str],
-    duration: float,
-    users: int,
-    spawn_rate: float | None,
-    processes: int | str,
-    trials: int,
-    workload_options: dict[str, Any],
-    ttl: float,
-    retry_interval: float,
-    acquire_timeout: float,
-    fencing: str,
-    user_urls: dict[str, list[str]],
-    resource_url: str | None,
-    results_dir: Path,
-    render: bool,
-    argv: list[str],
-    console: Console,
-    lock_params: dict[str, Any] | None = None,
-    suite: str | None = None,
-    slo_us: float | None = None,
-    fault: str | None = None,
-    clock_skew: float = 0.0,
-    skewed_clients: float = 0.0,
-    explicit: set[str] | None = None,
-    master_bind: str | None = None,
-    expect_workers: int = 0,
-    test_hosts: int = 0,
-    arrivals: str | None = None,
-    patience: float = 2.0,
-    max_in_flight: int = 50,
-    strikes: int = 1,
-    evidence: str = "standard",
-    warm: bool | None = None,
-    recalibrate: bool = False,
-) -> int:
+@dataclass
+class RunPlan:
+    """A checked ``bench run``, ready to start: its cases, the backends they need and run.json's params.
+
+    Why a class: planning decides everything that can refuse the run (exit 2) before any
+    server starts; starting (:func:`_start`) only carries it out.
+    """
+
+    cases: list[Case]
+    needed: list[str]
+    settings: dict[str, RunSettings]
+    params: dict[str, Any]
+    impl_classes: dict[str, type]
+    all_impls: list[str]
+    partitioned: bool
+    bind: tuple[str, int] | None
+    stack_args: dict[str, Any] = field(default_factory=dict)
+
+
+def run_command(request: RunRequest, console: Console) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a case could not run, 130 interrupted).
 
-    ``explicit`` names the options the user set (flag, environment or config); every other
-    option takes each workload's own default (long-cs: a 0.5 s lease ...) where it has one.
-    ``warm`` (None: ``LOCKBENCH_WARM``, default on) starts local cases' Locust from a warm
-    process; runs with --master-bind, --test-hosts or a partition fault always start it cold.
+    Options the user did not set (``request.explicit``) take each workload's own default
+    (long-cs: a 0.5 s lease ...) where it has one. ``request.warm`` (None: ``LOCKBENCH_WARM``,
+    default on) starts local cases' Locust from a warm process; runs with --master-bind,
+    --test-hosts or a partition fault always start it cold.
     """
-    if evidence not in LEVELS:
-        raise UserError(f"--evidence must be one of {', '.join(LEVELS)}, got {evidence!r}")
-    warm = _use_warm(warm)
-    workloads = list(dict.fromkeys(workloads or ["flash-sale"]))
+    plan = plan_run(request, console)
+    return _start(plan, request, console)
+
+
+def plan_run(request: RunRequest, console: Console) -> RunPlan:
+    """Everything that can refuse the run, in the order a user fixes it; nothing is started."""
+    workloads = _check_request(request)
+    infos = plan_open_model(
+        workloads, request.arrivals, request.patience, request.max_in_flight, set(request.explicit)
+    )
+    plans = _plan_workloads(request, workloads, infos, console)
+    fault_spec = parse_fault(request.fault) if request.fault else None
+    partitioned = fault_spec is not None and fault_spec.is_partition
+    if partitioned:
+        _plan_partition(request, fault_spec.kind, plans, console)
+    bind = _check_master_mode(request)
+    planned = plan_impls(request.backends, request.impls)
+    check_user_servers(request.user_urls, planned, request.impls)
+    if fault_spec is not None:
+        for impl_id, backend, _ in planned:
+            if not fault_spec.applies_to(backend):
+                raise UserError(f"--fault {fault_spec.kind} does not apply to {impl_id} ({backend})")
+    runnable = _runnable(workloads, infos, planned, console)
+    settings = _settings(request, plans, bind)
+    impl_classes = {impl_id: cls for impl_id, _, cls in planned}
+    cases = _cases(request, infos, plans, runnable, settings, impl_classes, bind, console)
+    needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
+    if not request.test_hosts:  # test hosts reach their servers from their own network
+        refuse_before_start(needed, request.user_urls, request.resource_url)
+    servers_needed: dict[str, int] = {}
+    for _, backend, cls in planned:
+        servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
+    stack_args = {
+        "backends": needed, "user_urls": dict(request.user_urls), "resource_url": request.resource_url,
+        "servers_per_backend": servers_needed,
+        "topology": {b: fault_spec.topology(b) for b in needed} if fault_spec else {},
+    }  # fmt: skip
+    return RunPlan(
+        cases, needed, settings, _params(request, workloads, plans, settings, bind), impl_classes,
+        list(dict.fromkeys(i for w in workloads for i, _ in runnable[w])), partitioned, bind, stack_args,
+    )  # fmt: skip
+
+
+def _check_request(request: RunRequest) -> list[str]:
+    """The checks that do not depend on the plan (the CLI made them too; other callers may not); the workloads."""
+    if request.evidence not in LEVELS:
+        raise UserError(
+            f"--evidence must be one of {', '.join(LEVELS)}, got {request.evidence!r}{request.source('evidence')}"
+        )
+    workloads = list(dict.fromkeys(request.workloads or ["flash-sale"]))
     for workload in workloads:
         if workload not in WORKLOADS:
-            raise UserError(
-                f"unknown workload {workload!r}{validate.did_you_mean(workload, WORKLOADS, '`bench list`')}"
-            )
-    validate.check_numbers(
-        {"trials": trials, "retry_interval": retry_interval, "acquire_timeout": acquire_timeout,
-         "spawn_rate": spawn_rate, "clock_skew": clock_skew, "skewed_clients": skewed_clients, "slo_us": slo_us}
-    )  # fmt: skip
-    validate.check_urls({_URL_OPTIONS.get(b, b): urls for b, urls in user_urls.items()})
-    validate.check_urls({"resource_url": resource_url})
-    infos = plan_open_model(workloads, arrivals, patience, max_in_flight, explicit or set())
-    if arrivals is not None:
-        workload_options = {**workload_options, "arrivals": arrivals, "patience": patience,
-                            "max_in_flight": max_in_flight}  # fmt: skip
-    base = {"ttl": ttl, "cs": workload_options["cs"], "fencing": fencing, "duration": duration, "users": users,
-            "processes": processes}  # fmt: skip
+            hint = validate.did_you_mean(workload, WORKLOADS, "`bench list`")
+            raise UserError(f"unknown workload {workload!r}{hint}{request.source('workload')}")
+    r = request
+    numbers = {"trials": r.trials, "retry_interval": r.retry_interval, "acquire_timeout": r.acquire_timeout,
+               "spawn_rate": r.spawn_rate, "clock_skew": r.clock_skew, "skewed_clients": r.skewed_clients,
+               "slo_us": r.slo_us}  # fmt: skip
+    validate.check_numbers(numbers, r.sources)
+    validate.check_urls({_URL_OPTIONS.get(b, b): urls for b, urls in r.user_urls.items()}, r.sources)
+    validate.check_urls({"resource_url": r.resource_url}, r.sources)
+    return workloads
+
+
+def _plan_workloads(
+    request: RunRequest, workloads: list[str], infos: dict[str, WorkloadInfo], console: Console
+) -> dict[str, dict[str, Any]]:
+    """Each workload's effective values (its own defaults where the user set nothing)."""
+    options = dict(request.workload_options)
+    if request.arrivals is not None:
+        options |= {"arrivals": request.arrivals, "patience": request.patience,
+                    "max_in_flight": request.max_in_flight}  # fmt: skip
+    base = {"ttl": request.ttl, "cs": options.get("cs", "1ms"), "fencing": request.fencing,
+            "duration": request.duration, "users": request.users, "processes": request.processes}  # fmt: skip
+    explicit = set(request.explicit)
     plans = {
-        w: _plan_workload(
-            infos[w], _per_workload(infos[w], explicit or set(), base), workload_options, console
-        )
+        w: _plan_workload(infos[w], _per_workload(infos[w], explicit, base), options, console)
         for w in workloads
     }
     if "crash" in plans:  # --strikes N kills N workers, one after another: N + 1 processes
-        plan = plans["crash"]
-        gap = grants_between(LEVELS[evidence], strikes)
+        plan, strikes = plans["crash"], request.strikes
+        gap = grants_between(LEVELS[request.evidence], strikes)
         plan["workload_options"] = {**plan["workload_options"], "crashes": strikes, "crash_gap": gap}
         if plan["processes"] < strikes + 1:
             console.print(
                 f"lockbench: crash with --strikes {strikes} kills {strikes} workers: using --processes {strikes + 1}"
             )
             plan["processes"] = strikes + 1
-    fault_spec = parse_fault(fault) if fault else None
-    partitioned = fault_spec is not None and fault_spec.is_partition
-    if partitioned and (test_hosts or master_bind):
-        raise UserError(
-            f"--fault {fault_spec.kind} places its own client hosts: drop --test-hosts / --master-bind"
-        )
-    if partitioned:
-        if any(user_urls.values()) or resource_url:
-            raise UserError(
-                f"--fault {fault_spec.kind} starts its own servers on test hosts: drop the server URLs"
-            )
-        for w, p in plans.items():
-            if p["processes"] < 2:
-                console.print(f"lockbench: {fault_spec.kind} cuts one client host off: using --processes 2")
-                plans[w] = {**p, "processes": 2}
-    bind = _check_master_mode(master_bind, expect_workers, test_hosts, processes, user_urls, resource_url)
-    planned = plan_impls(backends, impls)
-    _check_user_dsns(user_urls)
-    if fault_spec is not None:
-        for impl_id, backend, _ in planned:
-            if not fault_spec.applies_to(backend):
-                raise UserError(f"--fault {fault_spec.kind} does not apply to {impl_id} ({backend})")
-    servers_needed: dict[str, int] = {}
-    for _, backend, cls in planned:
-        servers_needed[backend] = max(servers_needed.get(backend, 1), int(getattr(cls, "servers", 1)))
+    return plans
+
+
+def _plan_partition(
+    request: RunRequest, kind: str, plans: dict[str, dict[str, Any]], console: Console
+) -> None:
+    """A partition fault places its own hosts and servers: refuse what clashes, give it two processes."""
+    if request.test_hosts or request.master_bind:
+        raise UserError(f"--fault {kind} places its own client hosts: drop --test-hosts / --master-bind")
+    if any(request.user_urls.values()) or request.resource_url:
+        raise UserError(f"--fault {kind} starts its own servers on test hosts: drop the server URLs")
+    for w, p in plans.items():
+        if p["processes"] < 2:
+            console.print(f"lockbench: {kind} cuts one client host off: using --processes 2")
+            plans[w] = {**p, "processes": 2}
+
+
+def _runnable(
+    workloads: list[str],
+    infos: dict[str, WorkloadInfo],
+    planned: list[tuple[str, str, type]],
+    console: Console,
+) -> dict[str, list[tuple[str, str]]]:
+    """workload -> the (impl, backend) pairs that declare what it needs; refused when none can run."""
     runnable: dict[str, list[tuple[str, str]]] = {}
     for workload in workloads:
         info = infos[workload]
@@ -396,115 +376,181 @@ def run_command(
             runnable[workload].append((impl_id, backend))
     if not any(runnable.values()):
         raise UserError(f"no impl of those can run workload {', '.join(workloads)}")
+    return runnable
 
+
+def _settings(
+    request: RunRequest, plans: dict[str, dict[str, Any]], bind: tuple[str, int] | None
+) -> dict[str, RunSettings]:
+    """Each workload's RunSettings: what every case of it hands to Locust and the lock."""
+    r, target = request, LEVELS[request.evidence]
     settings = {
         w: RunSettings(
             # the open model runs one scheduler user per process, all started at once
-            users=p["processes"] if arrivals else p["users"],
-            spawn_rate=100.0 * p["processes"] if arrivals else spawn_rate or float(p["users"]),
+            users=p["processes"] if r.arrivals else p["users"],
+            spawn_rate=100.0 * p["processes"] if r.arrivals else r.spawn_rate or float(p["users"]),
             duration=p["duration"],
             processes=p["processes"],
             ttl=p["ttl"],
-            retry_interval=retry_interval,
-            acquire_timeout=acquire_timeout,
-            clock_skew=clock_skew,
-            skewed_clients=skewed_clients,
+            retry_interval=r.retry_interval,
+            acquire_timeout=r.acquire_timeout,
+            clock_skew=r.clock_skew,
+            skewed_clients=r.skewed_clients,
             workload_options=p["workload_options"],
-            lock_params=dict(lock_params or {}),
+            lock_params=dict(r.lock_params),
             master_bind=bind,
-            expect_workers=expect_workers,
-            strikes=strikes,
-            grants_between=grants_between(LEVELS[evidence], strikes),
-            evidence=LEVELS[evidence],
+            expect_workers=r.expect_workers,
+            strikes=r.strikes,
+            grants_between=grants_between(target, r.strikes),
+            evidence=target,
         )  # fmt: skip
         for w, p in plans.items()
     }
     if bind is not None:
         for s in settings.values():
             s.processes = 1  # the workers are remote; their own --processes says how many
-    first = plans[workloads[0]]
+    return settings
+
+
+def _params(
+    request: RunRequest, workloads: list[str], plans: dict[str, dict[str, Any]],
+    settings: dict[str, RunSettings], bind: tuple[str, int] | None,
+) -> dict[str, Any]:  # fmt: skip
+    """run.json ``params``: the first workload's values, and every workload's where they differ."""
+    r, first = request, plans[workloads[0]]
     params = {
         "workload": ",".join(workloads), "duration_s": first["duration"], "users": first["users"],
-        "spawn_rate": settings[workloads[0]].spawn_rate, "processes": first["processes"], "trials": trials,
-        "ttl_s": first["ttl"], "retry_interval_s": retry_interval, "acquire_timeout_s": acquire_timeout,
-        "fencing": first["fencing"], "fault": fault or "", "strikes": strikes, "evidence": evidence,
-        "clock_skew_s": clock_skew,
-        "skewed_clients": skewed_clients, **first["workload_options"],
-        **({"lock_params": lock_params} if lock_params else {}), **({"suite": suite} if suite else {}),
-        **({"master_bind": master_bind, "expect_workers": expect_workers} if bind else {}),
-        **({"test_hosts": test_hosts} if test_hosts else {}),
+        "spawn_rate": settings[workloads[0]].spawn_rate, "processes": first["processes"], "trials": r.trials,
+        "ttl_s": first["ttl"], "retry_interval_s": r.retry_interval, "acquire_timeout_s": r.acquire_timeout,
+        "fencing": first["fencing"], "fault": r.fault or "", "strikes": r.strikes, "evidence": r.evidence,
+        "clock_skew_s": r.clock_skew, "skewed_clients": r.skewed_clients, **first["workload_options"],
+        **({"lock_params": dict(r.lock_params)} if r.lock_params else {}),
+        **({"suite": r.suite} if r.suite else {}),
+        **({"master_bind": r.master_bind, "expect_workers": r.expect_workers} if bind else {}),
+        **({"test_hosts": r.test_hosts} if r.test_hosts else {}),
     }  # fmt: skip
     if len(workloads) > 1:
         params["per_workload"] = {
             w: {k: p[k] for k in ("duration", "users", "processes", "ttl", "cs", "fencing")}
             for w, p in plans.items()
         }
-    impl_classes = {impl_id: cls for impl_id, _, cls in planned}
+    return params
+
+
+def _cases(
+    request: RunRequest, infos: dict[str, WorkloadInfo], plans: dict[str, dict[str, Any]],
+    runnable: dict[str, list[tuple[str, str]]], settings: dict[str, RunSettings], impl_classes: dict[str, type],
+    bind: tuple[str, int] | None, console: Console,
+) -> list[Case]:  # fmt: skip
+    """Every case of the run, interleaved by trial, with its recovery bound and, locally, its calibration."""
+    trials = request.trials
+    fault_spec = parse_fault(request.fault) if request.fault else None
     cases = [
         Case(impl=impl_id, backend=backend, workload=infos[w], trial=t, params={"trials": trials},
              fencing=mode, fault=fault_spec, settings=settings[w])
         for t in range(trials)
-        for w in workloads
+        for w in plans
         for impl_id, backend in runnable[w]
         for mode in fencing_modes(plans[w]["fencing"], impl_classes[impl_id], impl_id, console, quiet=t > 0)
     ]  # fmt: skip
-    keep_bound = "stuck_bound" in (explicit or set())
+    keep_bound = "stuck_bound" in request.explicit
     cases = [with_recovery_bound(c, impl_classes[c.impl], keep_bound) for c in cases]
-    if bind is None and not test_hosts:
+    if bind is None and not request.test_hosts:
         # each impl's solo hold, measured next to its cases (local runs: remote workers serve
         # only the cases they were started for)
         cases = with_calibration(cases)
-    needed = list(dict.fromkeys(backend for w in workloads for _, backend in runnable[w]))
-    if not test_hosts:  # test hosts reach their servers from their own network
-        _refuse_before_start(needed, user_urls, resource_url)
-    all_impls = list(dict.fromkeys(i for w in workloads for i, _ in runnable[w]))
-    started = datetime.now(UTC).isoformat()
-    topology = {b: fault_spec.topology(b) for b in needed} if fault_spec else {}
-    stack_args: dict[str, Any] = {"backends": needed, "user_urls": user_urls, "resource_url": resource_url,
-                                  "servers_per_backend": servers_needed, "topology": topology}  # fmt: skip
-    hosted = TestHostStack(test_hosts, **stack_args) if test_hosts else None
+    return cases
+
+
+def _start(plan: RunPlan, request: RunRequest, console: Console) -> int:
+    """Servers up, the cases run, the folder written and the report rendered: the run itself."""
+    hosted = TestHostStack(request.test_hosts, **plan.stack_args) if request.test_hosts else None
 
     @contextlib.contextmanager
     def open_stack() -> Iterator[Any]:
         with (
-            on_test_hosts(partitioned) as net,
-            hosted if hosted is not None else Stack(**stack_args, hosts=net) as stack,
+            on_test_hosts(plan.partitioned) as net,
+            hosted if hosted is not None else Stack(**plan.stack_args, hosts=net) as stack,
         ):
             if hosted is not None:
-                for s in settings.values():
-                    s.master_bind, s.expect_workers, s.processes = hosted.master_bind, test_hosts, 1
+                for s in plan.settings.values():
+                    s.master_bind, s.expect_workers, s.processes = hosted.master_bind, request.test_hosts, 1
             yield stack
 
     # warm: local cases only (remote workers and test hosts start their own Locust)
+    local = plan.bind is None and not request.test_hosts and not plan.partitioned
     run = _Execution(
-        cases,
-        console,
-        warm=warm and bind is None and not test_hosts and not partitioned,
-        recalibrate=recalibrate,
+        plan.cases, console, warm=_use_warm(request.warm) and local, recalibrate=request.recalibrate
     )
+    classes = plan.impl_classes
+    meta_fields = {
+        "started_at": datetime.now(UTC).isoformat(), "command": redact_text(" ".join(["bench", *request.argv[1:]])),
+        "git_commit": meta.git_commit(), "host": meta.host_info(), "params": plan.params, "impls": plan.all_impls,
+        # what each lock promises, for readers that may not import it (the timeline's lease marks)
+        "impl_capabilities": {
+            i: {"ttl": classes[i].capabilities.ttl, "fencing": classes[i].capabilities.fencing}
+            for i in plan.all_impls if i in classes
+        },
+    }  # fmt: skip
     try:
         return run.execute(
-            needed, open_stack=open_stack,
+            plan.needed, open_stack=open_stack,
             extra_meta=lambda: {"test_hosts": hosted.roles()} if hosted is not None else {},
-            meta_fields={
-                "started_at": started, "command": redact_text(" ".join(["bench", *argv[1:]])),
-                "git_commit": meta.git_commit(), "host": meta.host_info(), "params": params, "impls": all_impls,
-                # what each lock promises, for readers that may not import it (the timeline's lease marks)
-                "impl_capabilities": {
-                    i: {"ttl": impl_classes[i].capabilities.ttl, "fencing": impl_classes[i].capabilities.fencing}
-                    for i in all_impls if i in impl_classes
-                },
-            },
-            results_dir=results_dir, render=render, slo_us=slo_us,
+            meta_fields=meta_fields, output=(request.results_dir, request.render, request.slo_us),
         )  # fmt: skip
     except KeyboardInterrupt:
         raise Interrupted(run.interrupted_message()) from None
 
 
-def _refuse_before_start(
-    needed: list[str], user_urls: dict[str, list[str]], resource_url: str | None
+def _distinct_servers(urls: list[str]) -> set[tuple[str, int | None]]:
+    """(host, port) of each server URL: two databases of one Redis are one server."""
+    out = set()
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            out.add(((parts.hostname or parts.path or url).lower(), parts.port))
+        except ValueError:
+            out.add((url, None))
+    return out
+
+
+def check_user_servers(
+    user_urls: Mapping[str, list[str]], planned: list[tuple[str, str, type]], named: Sequence[str] = ()
 ) -> None:
-    """An unknown backend or a server URL nobody answers at is refused before any server or warm Locust starts."""
+    """The servers a user gave can carry the locks: enough distinct ones, and a PostgreSQL that logs in.
+
+    A RedLock given one Redis five times has one point of failure, not five: refused, in one
+    line, before anything starts (a majority of one server is no quorum). So is one named
+    with ``--impl`` (``named``) and given fewer servers than it needs; ``--backend redis
+    --redis-url URL`` alone still runs every Redis lock on that one server, as it always did.
+    """
+    for impl_id, backend, cls in planned:
+        urls, needs = list(user_urls.get(backend) or []), int(getattr(cls, "servers", 1))
+        distinct = _distinct_servers(urls)
+        short = needs > 1 and len(distinct) < needs
+        if urls and short and (len(urls) > 1 or impl_id in named):
+            option = validate.flag(_URL_OPTIONS.get(backend, backend))
+            raise UserError(
+                f"{option}: {impl_id} needs {needs} independent servers, got {len(urls)} URL(s) naming "
+                f"{len(distinct)} distinct server(s); give {needs} URLs of different servers (host:port), "
+                f"or leave {option} out and bench starts them"
+            )
+    from lockimpls.base import BackendUnavailable
+
+    for dsn in user_urls.get("postgres") or []:
+        from lockimpls.pg_conn import check_dsn
+
+        try:
+            check_dsn(dsn)
+        except (BackendUnavailable, LockConfigError) as exc:
+            raise UserError(f"--pg-dsn: {exc}") from None
+
+
+def refuse_before_start(
+    needed: list[str], user_urls: Mapping[str, list[str]], resource_url: str | None
+) -> None:
+    """An unknown backend, a server URL nobody answers at, or a Redis that refuses its password is
+    refused before any server or warm Locust starts."""
     from infra import catalog
     from infra.stack import probe
 
@@ -516,8 +562,38 @@ def _refuse_before_start(
     for backend in needed:
         for url in user_urls.get(backend) or []:
             probe(url)  # InfraError: one line naming the URL without its password
+            if backend == "redis":
+                _check_redis_login(url, "--redis-url")
     if resource_url:
         probe(resource_url)
+        _check_redis_login(resource_url, "--resource-url")
+
+
+def _check_redis_login(url: str, option: str) -> None:
+    """A Redis that answers must also accept the URL's password (or need none): AUTH now, not in a case."""
+    if not url.lower().startswith(("redis://", "rediss://", "unix://")):
+        return  # a sentinel URL names no data server to log in to
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except redis.AuthenticationError as exc:
+        raise UserError(
+            f"{option} {redact_text(url)}: the server refused the login ({exc}); give its password in the "
+            f"URL (redis://:PASSWORD@host:port), best through {validate.env_name(option)}"
+        ) from None
+    except redis.ResponseError as exc:
+        if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+            raise UserError(
+                f"{option} {redact_text(url)}: the server needs a password ({exc}); give it in the URL "
+                f"(redis://:PASSWORD@host:port), best through {validate.env_name(option)}"
+            ) from None
+    except redis.RedisError:
+        return  # reachable (probe) but not answering like Redis: the run's own start says more
 
 
 def _use_warm(warm: bool | None) -> bool:
@@ -641,10 +717,13 @@ class _Execution:
         open_stack: Callable[[], contextlib.AbstractContextManager[Any]],
         extra_meta: Callable[[], dict[str, Any]],
         meta_fields: dict[str, Any],
-        results_dir: Path,
-        render: bool,
-        slo_us: float | None,
+        output: tuple[Path, bool, float | None],
     ) -> int:
+        """Servers up, every case run into a new folder, then :meth:`finish`; the exit code.
+
+        ``output`` is (results folder, render the report, SLO line of the report).
+        """
+        results_dir, render, slo_us = output
         console = self.console
         timing = self.timing
         timing.phases["bench_start"] = time.monotonic() - timing.t0
@@ -689,6 +768,13 @@ class _Execution:
             folder.finish(status)
             stopping = time.monotonic()
         timing.phases["server_stop"] += time.monotonic() - stopping  # servers and the warm Locust down
+        return self.finish(folder, status, failures, render, slo_us)
+
+    def finish(
+        self, folder: RunFolder, status: str, failures: list[str], render: bool, slo_us: float | None
+    ) -> int:
+        """Summary, report and the closing lines once every case is in ``folder``; the exit code."""
+        console, timing = self.console, self.timing
         self.stage = "rendering"  # every case is in the folder; what is left is the summary and report
         rendering = time.monotonic()
         _write_trial_summaries(folder, console)
@@ -715,6 +801,11 @@ class _Execution:
             print(folder.path)
             return 1
         print(report_path if render and folder.rows else folder.path)
+        return self.closing(folder, status, failures)
+
+    def closing(self, folder: RunFolder, status: str, failures: list[str]) -> int:
+        """The lines after the report's path: cases without a verdict, short strikes, broken locks, timing."""
+        console, timing = self.console, self.timing
         lacking = evidence.lacking(folder.rows)
         if lacking:
             first = lacking[0]
