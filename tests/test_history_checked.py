@@ -27,7 +27,7 @@ from bench.history.command import page_data
 from bench.history.read import read_runs
 from bench.history.series import build_series, order_runs
 from tests.helpers import bench_in_process
-from tests.test_damaged_results import _hist, _undecodable, clean_run  # noqa: F401  (a real run: the fixture)
+from tests.test_damaged_results import _hist, _remove, _undecodable, clean_run  # noqa: F401  (a real run: the fixture)
 from tests.test_history import make_history
 
 
@@ -41,7 +41,21 @@ def _age(root: Path, seconds: float = 600.0) -> None:
 
 @pytest.fixture
 def checks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The folders the results reader checked (bench history's read_meta), in order."""
+    """The folders whose tables were checked (bench history's check_tables), in order."""
+    seen: list[Path] = []
+    real: Callable = history_read.check_tables
+
+    def counting(paths: list[Path]):  # type: ignore[no-untyped-def]
+        seen.extend(paths)
+        return real(paths)
+
+    monkeypatch.setattr(history_read, "check_tables", counting)
+    return seen
+
+
+@pytest.fixture
+def wholes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The folders checked whole by the results reader (every file: bench history's read_meta), in order."""
     seen: list[Path] = []
     real: Callable = history_read.read_meta
 
@@ -83,7 +97,9 @@ def test_kept_verdicts_draw_the_same_page_as_checking_every_folder(
 ) -> None:
     root = tmp_path / "results"
     _first, second, _third, damaged = _copies(clean_run, root, 4)
-    _hist(_undecodable)(damaged)  # a histogram no figure draws: still skipped, as before
+    _hist(_undecodable)(
+        damaged
+    )  # the newest run is checked whole: a histogram no figure draws, still skipped
     _age(root)
     cache = root / "history" / CACHE_NAME
 
@@ -99,7 +115,7 @@ def test_kept_verdicts_draw_the_same_page_as_checking_every_folder(
     assert checks == []
 
     # a folder damaged after its verdict was kept is checked again and skipped, as without the cache
-    _hist(_undecodable)(second)
+    _remove("hist/{case}.json")(second)
     _age(second)
     checks.clear()
     now = _figures(root, cache, tmp_path)

@@ -1,14 +1,10 @@
-"""The one results reader's verdict on each run folder, kept between runs of ``bench history``.
+"""The results reader's verdict on each run folder, kept between runs of ``bench history``.
 
-``bench history`` checks every folder with ``resultsio.read_results`` before drawing it (the
-gate's and the report's reader: pandera over the case table, parquet against csv cell by
-cell, every histogram decoded, every history file opened): about 0.1 s for a folder of a
-10-lock default run, so minutes for 1,000 folders, on every run of the command. Yet the
-figures come from cases.parquet alone (one DuckDB scan for all folders, bench/history/read.py):
-no figure of the page reads a histogram (a point is the median over trials of the
-percentiles ``bench run`` wrote into cases.parquet), so none is decoded or merged for one.
-The check only decides whether a folder is drawn or skipped as damaged, and a folder whose
-files have not changed gets the same verdict. So the verdict is kept in
+``bench history`` checks every folder before drawing it: its tables (run.json, cases.parquet,
+the files each row rests on: bench/history/read.py), and the newest run of each impl whole
+(``resultsio.read_results``: the case table validated alone, parquet against csv, every
+histogram decoded, every history file opened: about 0.1 s a folder). A folder whose files
+have not changed gets the same verdict, so the verdict, with how deep the check went, is kept in
 ``<results>/history/.checked.json``, keyed by
 
 * the folder (its resolved path) and the name, size and mtime (ns) of every file the reader
@@ -36,6 +32,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -46,9 +43,11 @@ from resultsio import parse_json
 #: The cache file, inside the history folder (which no run-folder scan reads).
 CACHE_NAME = ".checked.json"
 #: Bump when what an entry holds changes.
-FORMAT = 1
+FORMAT = 2
 #: A file changed less than this before the check leaves the verdict unkept (timestamps are coarse).
 RACY_NS = 2_000_000_000
+#: How deep a kept verdict went: the tables (run.json, cases.parquet, files present) or every file.
+TABLES, WHOLE = "tables", "whole"
 _LIBRARIES = ("pandera", "pandas", "pyarrow", "pydantic-core", "hdrhistogram", "numpy")
 
 
@@ -133,6 +132,21 @@ def _value(path: Path, entry: dict[str, Any]) -> RunInfo | Skipped:
     )
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A folder looked up without a kept verdict: its signature then, and when the check began.
+
+    Why kept: the verdict is kept only if the files were settled before the check and did
+    not change while it ran (the same signature after it).
+    """
+
+    path: Path
+    key: str
+    sig: str
+    newest: int
+    started: int
+
+
 class CheckedFolders:
     """Verdicts of the results reader on run folders, reused while a folder's files are unchanged.
 
@@ -161,23 +175,55 @@ class CheckedFolders:
 
     def read(self, path: Path, check: Callable[[Path], RunInfo | Skipped]) -> RunInfo | Skipped:
         """``check(path)``, or its kept verdict when the folder's files and the reader are unchanged."""
+        kept, pending = self.lookup(path)
+        if kept is not None:
+            return kept
+        info = check(path)
+        self.keep(pending, info)
+        return info
+
+    def lookup(self, path: Path) -> tuple[RunInfo | Skipped | None, Pending | None]:
+        """The kept verdict on ``path``, or None and what :meth:`keep` needs once the folder is checked.
+
+        Why apart from the check: ``bench history`` checks every folder without a kept verdict
+        in one batch (bench/history/read.py), then keeps each verdict.
+        """
         if self.file is None:
-            return check(path)
+            return None, None
         key = str(path.resolve())
         self.seen.add(key)
         sig, newest = signature(path)
         entry = self.entries.get(key)
         if isinstance(entry, dict) and entry.get("sig") == sig:
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                return _value(path, entry)
-        started = time.time_ns()
-        info = check(path)
-        if newest < started - RACY_NS and signature(path)[0] == sig:  # settled and unchanged while checked
-            self.entries[key] = {"sig": sig, **_entry(info)}
+                return _value(path, entry), None
+        return None, Pending(path, key, sig, newest, time.time_ns())
+
+    def keep(self, pending: Pending | None, info: RunInfo | Skipped, depth: str = TABLES) -> None:
+        """Keep the verdict of a folder :meth:`lookup` found no kept verdict for, if its files settled.
+
+        ``depth``: :data:`TABLES` (its run.json and case table checked) or :data:`WHOLE` (every file).
+        """
+        if pending is None:
+            return
+        if pending.newest < pending.started - RACY_NS and signature(pending.path)[0] == pending.sig:
+            # settled before the check, and unchanged while it ran
+            self.entries[pending.key] = {"sig": pending.sig, "depth": depth, **_entry(info)}
             self.changed = True
-        elif self.entries.pop(key, None) is not None:
+        elif self.entries.pop(pending.key, None) is not None:
             self.changed = True
-        return info
+
+    def checked_whole(self, path: Path) -> bool:
+        """Whether the kept verdict on ``path`` came from the check of every file (not the tables only)."""
+        entry = self.entries.get(str(path.resolve()))
+        return isinstance(entry, dict) and entry.get("depth") == WHOLE
+
+    def recheck(self, path: Path) -> Pending | None:
+        """What :meth:`keep` needs for a folder checked again, deeper, though a verdict was kept."""
+        if self.file is None:
+            return None
+        sig, newest = signature(path)
+        return Pending(path, str(path.resolve()), sig, newest, time.time_ns())
 
     def save(self) -> None:
         """Write the verdicts (this time's folders, and others' that still exist) atomically; errors ignored."""
