@@ -348,7 +348,8 @@ def _one_of(name: str, value: Any, choices: Iterable[str], source: str, listing:
     if value in choices:
         return
     hint = did_you_mean(str(value), choices, listing) if listing else f"; valid: {', '.join(choices)}"
-    raise UserError(f"unknown {flag(name)[2:]} {value!r}{hint}{_from(source)}")
+    noun = flag(name)[2:].replace("-", " ")
+    raise UserError(f"{flag(name)}: unknown {noun} {value!r}{hint}{_from(source)}")
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -247,14 +247,14 @@ PYPROJECT_CASES: list[tuple[str, list[str], str]] = [
     ("[tool.lockbench]\nnonexistent = 1\n", RUN, "has a key 'nonexistent'"),
     ("[tool.lockbench]\nuser = 5\n", RUN, "did you mean users"),
     ("[tool.lockbench]\nlock_params = {a = 1}\n", RUN, "lock_params = {'a': 1} must be a string"),
-    ("[tool.lockbench]\nttl = nan\n", RUN, "(from [tool.lockbench] in pyproject.toml)"),
+    ("[tool.lockbench]\nttl = nan\n", RUN, "(from [tool.lockbench] ttl in "),
     ("[tool.lockbench]\nbackend = 3\n", RUN, "backend = 3 must be a string or a list of them"),
     ("[tool.lockbench\nusers = 3\n", RUN, "not valid TOML"),
     ("[tool.lockbench.matrx]\nparallel = 2\n", M, "did you mean [tool.lockbench.matrix]"),
     ('[tool.lockbench.matrix]\nparallel = "2"\n', M, "parallel = '2' must be a whole number"),
     ("[tool.lockbench.matrix]\nparallel = 99\n", M, "--parallel"),
-    ("[tool.lockbench.calibrate]\nttl = -1\n", C, "(from [tool.lockbench] in pyproject.toml)"),
-    ("[tool.lockbench.gate]\nalpha = 2\n", ["gate", "a", "b"], "(from [tool.lockbench] in pyproject.toml)"),
+    ("[tool.lockbench.calibrate]\nttl = -1\n", C, "(from [tool.lockbench.calibrate] ttl in "),
+    ("[tool.lockbench.gate]\nalpha = 2\n", ["gate", "a", "b"], "(from [tool.lockbench.gate] alpha in "),
     (
         "[tool.lockbench.baseline.update]\nforce = 1\n",
         ["baseline", "update", "x"],
@@ -368,7 +368,7 @@ def test_pyproject_value_is_named_as_such(isolated: dict, capsys: pytest.Capture
     assert "env var" not in err
     (isolated["tmp"] / "pyproject.toml").write_text("[tool.lockbench]\nttl = nan\n")
     code, out, err = _main([*RUN], capsys)
-    assert_refused(code, out, err, "(from [tool.lockbench] in pyproject.toml)")
+    assert_refused(code, out, err, "(from [tool.lockbench] ttl in ")
     assert isolated["started"] == []
 
 

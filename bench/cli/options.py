@@ -63,6 +63,8 @@ class Spec:
     parser: Callable[[Any], Any] | None = None
     argument: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the variable's name when it is not the option's (``--json`` is LOCKBENCH_JSON)
+    envvar: str | None = None
 
     def annotation(self) -> Any:
         if self.argument:
@@ -70,7 +72,11 @@ class Spec:
         else:
             text = validate.help_for(self.name, self.help) if self.name in validate.RANGES else self.help
             info = typer.Option(
-                *self.decls, help=text, envvar=env(self.name), metavar=self.metavar, parser=self.parser
+                *self.decls,
+                help=text,
+                envvar=env(self.envvar or self.name),
+                metavar=self.metavar,
+                parser=self.parser,
             )
         return Annotated[self.type, info]
 
@@ -231,7 +237,7 @@ def _declarations() -> dict[str, Spec]:
         s("rule", list[str], [],
           "METRIC:THRESHOLD, e.g. acquire.p99:+10% (repeatable; default: throughput:-10% "
           f"acquire.p99:+20% violations:0; violations:0 always applies) ({REPEATS})", "RULE"),
-        s("json_out", bool, False, "print JSON instead of the Markdown table", decls=("--json",)),
+        s("json_out", bool, False, "print JSON instead of the Markdown table", decls=("--json",), envvar="json"),
         s("alpha", float, 0.05, "significance level, Holm-corrected over all comparisons", "P"),
         s("allow_other_machine", bool, False,
           "compare even when the machine classes differ (timings may not compare)"),
