@@ -57,12 +57,14 @@ def bound_of(rows: pd.DataFrame) -> tuple[bool | None, str]:
     Three states: a group is "no" only when every trial was measured and none was bound; one
     trial without the figures makes the group's answer unknown, never "no".
     """
-    flags = [flag(r, "generator_bound") for r in rows.to_dict("records")]
+    # two columns, once: every column of every row as a dict cost most of a matrix's fidelity table
+    recs = rows[[c for c in ("generator_bound", "generator_bound_reason") if c in rows.columns]].to_dict(
+        "records"
+    )
+    flags = [flag(r, "generator_bound") for r in recs]
     reasons = [
         (f, t.strip())
-        for f, t in zip(
-            flags, (text(r, "generator_bound_reason") for r in rows.to_dict("records")), strict=True
-        )
+        for f, t in zip(flags, (text(r, "generator_bound_reason") for r in recs), strict=True)
         if t and t.strip()
     ]
     if any(f is True for f in flags):
