@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from workloads.checks.common import CheckResult, Status
+from workloads.checks.common import CheckResult
 
 
 def indeterminate_purchases(history: pd.DataFrame | None) -> dict[str, tuple[int, int | None]]:
@@ -48,11 +48,19 @@ def check_stock(
     """The resource invariant of flash-sale: units ordered = units taken from stock <= initial.
 
     ``oversold_units`` are units ordered beyond the initial stock; ``lost_updates`` are
-    units the order ledger and the stock disagree on (two writers read the same stock and
-    one write was lost, or the reverse). Stock taken without an order is excused up to the
-    units of that item's ``indeterminate`` purchases (cut off between writing the stock and
-    appending the order: an unknown outcome, not a lost update); each of them wanted at
-    most ``max_qty`` units when the history does not say how many.
+    units ordered but never taken from the stock: two holders read the same stock and one
+    write was lost.
+
+    The reverse, stock taken without an order, is no lock's doing. Every sale writes the
+    stock as a value it read minus its own quantity, then appends its order; whatever the
+    holders' interleaving, the stock can lose decrements but never gain units no order
+    accounts for, except those of a sale that wrote the stock and then stopped: the item's
+    ``indeterminate`` purchases (cut off between the two writes; each wanted at most
+    ``max_qty`` units when the history does not say how many). Beyond those, the ledger lost
+    orders or the stock was reset while the case ran: the harness's fault, so the check says
+    ``unknown`` (the case decides nothing) rather than blaming the lock. Seen once, on a
+    machine with a CPU burner beside a ``--suite ci`` run: 61 orders missing from the
+    ledger of ``redis.set-nx-px-lua``, which was drawn red before this rule.
     """
     items = (final_state or {}).get("items") or {}
     indeterminate = indeterminate or {}
@@ -65,9 +73,7 @@ def check_stock(
             "no final state of the resource",
         )
     max_qty = int((final_state or {}).get("max_qty") or 0)
-    oversold = 0
-    lost = 0
-    excused = 0
+    oversold = lost = excused = unexplained = 0
     bad: list[str] = []
     for name, it in items.items():
         initial, stock, units = int(it["initial"]), int(it["stock"]), int(it["orders_units"])
@@ -76,22 +82,33 @@ def check_stock(
         n_open, open_units = indeterminate.get(name, (0, 0))
         allowance = open_units if open_units is not None else n_open * max_qty
         excuse = min(max(taken_not_ordered, 0), allowance)
-        lu = abs(taken_not_ordered) - excuse
+        lu = max(0, -taken_not_ordered)
+        gap = max(0, taken_not_ordered) - excuse
         oversold += o
         lost += lu
         excused += excuse
-        if o or lu:
+        unexplained += gap
+        if o or lu or gap:
             bad.append(f"{name}: initial {initial}, stock {stock}, ordered {units}")
-    status: Status = "invalid" if oversold or lost else "valid"
     counters = {"oversold_units": oversold, "lost_updates": lost, "indeterminate_purchases": n_indeterminate}
     cut = (
         f"; {n_indeterminate} purchases cut off mid critical section (indeterminate) explain {excused} units"
         if n_indeterminate
         else ""
     )
-    if bad:
-        more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+    if oversold or lost:
         detail = f"oversold {oversold} units, {lost} units lost; " + "; ".join(bad[:3]) + more + cut
-    else:
-        detail = f"{len(items)} items, ledger and stock agree, nothing oversold" + cut
-    return CheckResult("stock", status, counters, detail)
+        return CheckResult("stock", "invalid", counters, detail)
+    if unexplained:
+        detail = (
+            f"{unexplained} units taken from stock with no order and no purchase left open to explain "
+            "them, which no interleaving of holders produces: the ledger lost orders or the stock was "
+            "reset during the case (a harness fault; this case decides nothing); "
+            + "; ".join(bad[:3])
+            + more
+            + cut
+        )
+        return CheckResult("stock", "unknown", counters, detail)
+    detail = f"{len(items)} items, ledger and stock agree, nothing oversold" + cut
+    return CheckResult("stock", "valid", counters, detail)
