@@ -19,7 +19,11 @@ defaults: about 35 minutes on 2 cores (40 runs). The runs are listed in OUT/runs
 Output: a Markdown summary on stdout and in OUT/gate_truth.md, verdicts in
 OUT/gate_truth.json.
 
-Run: ``.venv/bin/python benchmarks/gate_truth.py [--pairs 10] [--out results/gate-truth]``.
+``--burners N`` runs N CPU burners (a busy loop each) beside every run, as a busy CI runner
+would have them: the load average before and after each run is recorded (runs.json ``loads``)
+and summarised. On 2 cores one burner beside the run brings the load average to about 2.
+
+Run: ``.venv/bin/python benchmarks/gate_truth.py [--pairs 10] [--burners 1] [--out results/gate-truth]``.
 """
 
 from __future__ import annotations
@@ -41,9 +45,22 @@ sys.path.insert(0, str(ROOT))
 from bench.gate.compare import run_gate  # noqa: E402
 from bench.gate.rules import DEFAULT_RULES  # noqa: E402
 
+#: (load average 1-min before, after) of every run, in order (runs.json ``loads``)
+LOADS: list[tuple[float, float]] = []
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def burners(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that keep a core busy each until killed (a loaded CI runner)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
 
 def bench_run(out: Path, *args: str) -> Path:
     """One real ``bench run --suite ci ARGS``; returns its results folder."""
+    before = _load()
     cmd = [
         sys.executable,
         "-m",
@@ -57,6 +74,7 @@ def bench_run(out: Path, *args: str) -> Path:
         *args,
     ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    LOADS.append((before, _load()))
     if r.returncode != 0:
         raise SystemExit(f"bench run failed ({r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
     return Path(r.stdout.strip().splitlines()[-1])
@@ -149,6 +167,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--slowdown", type=float, default=0.20)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gate-truth")
+    parser.add_argument("--burners", type=int, default=0, help="CPU burners beside every run")
     parser.add_argument("--skip-aa", action="store_true")
     parser.add_argument("--skip-slowdown", action="store_true")
     parser.add_argument(
@@ -164,11 +183,22 @@ def main() -> int:
     if args.regate:
         runs = json.loads((args.out / "runs.json").read_text())
     else:
-        runs = measure(args)
+        burning = burners(args.burners)
+        try:
+            if burning:
+                time.sleep(30)  # let the load average (a 1-minute mean) climb to what the burners make
+            runs = measure(args)
+        finally:
+            for proc in burning:
+                proc.kill()
         runs["measure_s"] = round(time.monotonic() - started)
+        runs["burners"] = args.burners
+        runs["loads"] = LOADS
         (args.out / "runs.json").write_text(json.dumps(runs, indent=2))
     report = judge(args.out, runs, rules)
     report["measure_s"] = runs.get("measure_s")
+    report["burners"] = runs.get("burners", 0)
+    report["loads"] = runs.get("loads", [])
     (args.out / "gate_truth.json").write_text(json.dumps(report, indent=2, default=str))
     summary = summarize(report)
     (args.out / "gate_truth.md").write_text(summary)
@@ -182,6 +212,13 @@ def _count(rows: list[dict], verdict: str) -> int:
 
 def summarize(report: dict) -> str:
     lines = [f"Rules: {', '.join(report['rules'])} (runs measured in {report.get('measure_s')} s)", ""]
+    loads = [x for pair in report.get("loads") or [] for x in pair]
+    if loads:
+        lines.insert(
+            1,
+            f"Load average (1 min) before/after each run: {min(loads):.2f} to {max(loads):.2f}, median "
+            f"{statistics.median(loads):.2f}, with {report.get('burners', 0)} CPU burner(s) beside the runs.",
+        )
     if report["aa"]:
         aa = report["aa"]
         lines.append(
