@@ -236,7 +236,7 @@ def check_tables(paths: list[Path]) -> tuple[dict[Path, RunInfo | Skipped], pd.D
         else:
             metas[path] = meta
     files = {str(path / "cases.parquet"): path for path in metas}
-    cases, bad = _read_parquet(list(files))
+    cases, bad = _read_parquet(list(files)) if files else (pd.DataFrame(), [])
     for name, why in bad:
         path = files[name]
         meta = metas.pop(path)
