@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
@@ -80,19 +81,23 @@ SERVER_FIXTURES = {
 }  # fmt: skip
 
 
-#: Modules holding the longest tests (scripts/test --durations=15, 2026-12-01: 25-82 s each). They
-#: go first, each kept whole (module fixtures start once), so that with several pytest workers
-#: no long test starts last and stretches the run's tail.
-LONG_FIRST = (
-    "test_matrix.py", "test_run_timing.py", "test_faults.py", "test_gate.py", "test_zookeeper_locks.py",
-    "test_earned_green.py", "test_fencing_order.py", "test_read_mostly.py", "test_e2e.py",
-    "test_partitions.py", "test_damaged_results.py",
-)  # fmt: skip
+#: Per test module, its longest test and its total in seconds, from a whole run of the suite
+#: (LOCKBENCH_RECORD_DURATIONS, tests/progress_plugin.py). The modules with the longest tests go
+#: first, each kept whole (module fixtures start once), so that with several pytest workers no
+#: long test starts last and stretches the run's tail; a module not in it goes after them.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def _longest_first() -> dict[str, float]:
+    try:
+        return {name: float(entry["max_s"]) for name, entry in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") or SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: modules stay whole
+    longest = _longest_first()
+    items.sort(key=lambda item: -longest.get(item.path.name, 0.0))  # stable: modules stay whole

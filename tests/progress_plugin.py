@@ -5,12 +5,19 @@ pytest-xdist shows dots only, so a 7-minute suite and a stuck one look alike. Th
 last test of a module reports: how many modules and tests are done, the time so far, and an
 estimate of the time left from the tests' own pace (tests done / elapsed). ``--durations=15``
 in scripts/test names the slowest tests at the end.
+
+With ``LOCKBENCH_RECORD_DURATIONS=FILE`` it also writes, per test module, its longest test and
+its total (seconds, setup + call + teardown) as JSON: tests/durations.json is made this way, and
+conftest.py starts the modules with the longest tests first from it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +46,7 @@ class ModuleProgress:
         self.finished_modules: set[str] = set()
         self.collected = False
         self.started = time.monotonic()
+        self.seconds: defaultdict[str, float] = defaultdict(float)  # per test id, every phase
 
     def _set_totals(self, nodeids: list[str]) -> None:
         if self.collected:  # every xdist worker collects the same ids
@@ -55,7 +63,20 @@ class ModuleProgress:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self._set_totals(list(ids))
 
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        out = os.environ.get("LOCKBENCH_RECORD_DURATIONS")
+        if not out or not self.seconds:
+            return
+        modules: dict[str, dict[str, float]] = {}
+        for nodeid, seconds in self.seconds.items():
+            entry = modules.setdefault(Path(_module(nodeid)).name, {"max_s": 0.0, "total_s": 0.0})
+            entry["max_s"] = round(max(entry["max_s"], seconds), 1)
+            entry["total_s"] = round(entry["total_s"] + seconds, 1)
+        ordered = dict(sorted(modules.items(), key=lambda kv: -kv[1]["max_s"]))
+        Path(out).write_text(json.dumps(ordered, indent=1) + "\n")
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] += report.duration
         if report.when != "teardown" or not self.collected:
             return
         module = _module(report.nodeid)
