@@ -337,6 +337,9 @@ def check_results_dir(path: Path | str, source: str = "") -> None:
         ) from None
 
 
+#: ``--evidence`` levels, by name: bench/measure/strikes.py ``LEVELS`` holds what each means
+#: (tests/test_request_shape.py keeps the two equal); named here so a refusal imports no pandas
+EVIDENCE_LEVELS = ("quick", "standard", "thorough")
 #: ``--fencing`` of bench run
 FENCING_CHOICES = ("off", "observe", "enforce", "both")
 PAUSE_KINDS = ("task", "world")
@@ -394,6 +397,8 @@ def check_names(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
             raise UserError(f"{exc}{_from(src('shard', ''))}") from None
     if values.get("fault") is not None:
         _check_fault_time(values, sources)
+    if values.get("evidence") is not None:
+        _one_of("evidence", values["evidence"], EVIDENCE_LEVELS, src("evidence", ""))
 
 
 def _check_plugin(impl: str, source: str) -> None:
@@ -428,15 +433,11 @@ def _check_fault_time(values: Mapping[str, Any], sources: Mapping[str, str]) -> 
 
 
 def check_heavy_names(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
-    """The names whose registries import the nemesis and the measures (pandas): evidence, fault, scenario.
+    """The names whose registries import the nemesis (pandas, redis): fault kinds and scenarios.
 
     Checked after :func:`check_names`, still before anything starts, naming the source.
     """
     src = sources.get
-    if values.get("evidence") is not None:
-        from bench.measure.strikes import LEVELS
-
-        _one_of("evidence", values["evidence"], LEVELS, src("evidence", ""))
     if values.get("fault") is not None:
         from bench.nemesis.faults import KINDS
 

@@ -109,13 +109,14 @@ def test_a_password_given_as_a_flag_is_not_in_the_running_bench_cmdline(
     assert PASSWORD not in err.read_text()
 
 
-def test_an_interrupted_matrix_names_its_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_matrix_names_its_folder(tmp_path: Path, sig: int) -> None:
     proc, err = _start(["matrix", "--impl", "redis.set-nx-px", "--evidence", "quick", "--lanes", "1", "--no-warm",
                         "--results-dir", str(tmp_path / "r")], tmp_path)  # fmt: skip
     try:
         _wait_for(err, "results in", proc)
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -125,3 +126,4 @@ def test_an_interrupted_matrix_names_its_folder(tmp_path: Path) -> None:
     last = [ln for ln in err.read_text().splitlines() if ln.strip()][-1]
     assert proc.returncode == 130, err.read_text()
     assert str(folders[0]) in last and "bench report" in last, last
+    assert '"status": "incomplete"' in (folders[0] / "run.json").read_text().replace('":"', '": "')

@@ -82,3 +82,10 @@ def test_nothing_below_the_cli_takes_more_than_about_8_parameters() -> None:
             if count > 8:
                 wide.append((path, f.name, count))
     assert wide == [], wide
+
+
+def test_the_evidence_levels_checked_are_the_levels_measured() -> None:
+    from bench import validate
+    from bench.measure.strikes import LEVELS
+
+    assert tuple(LEVELS) == validate.EVIDENCE_LEVELS
