@@ -214,8 +214,69 @@ def holds(history: pd.DataFrame) -> pd.DataFrame:
     client_codes, lock_codes = client_codes[order], lock_codes[order]
     acq = (ev["op"].to_numpy(dtype=object) == "acquire")[order]
     tokens = ev["token"].array[order]
-    n = len(t)
+    a_idx, r_idx, closed, depth = _pair_by_nesting(pair, acq)
+    end = np.where(closed, t[r_idx], history_end)
+    rel_seq = pd.array(seq[r_idx], dtype="Int64")
+    rel_seq[~closed] = pd.NA
+    out = pd.DataFrame(
+        {
+            "client": pd.array(np.asarray(clients, dtype=object)[client_codes[a_idx]], dtype="string"),
+            "lock": pd.array(np.asarray(locks, dtype=object)[lock_codes[a_idx]], dtype="string"),
+            "start_ns": t[a_idx],
+            "end_ns": np.maximum(end, t[a_idx]),
+            "token": pd.array(tokens[a_idx], dtype="Int64"),
+            "open": ~closed,
+            "depth": depth[a_idx],
+            "acquire_seq": seq[a_idx],
+            "release_seq": rel_seq,
+        }
+    )
+    return _end_open_holds(out, history, history_end)
 
+
+def _end_open_holds(out: pd.DataFrame, history: pd.DataFrame, history_end: int) -> pd.DataFrame:
+    """Where each open hold ends: its process's death, else as far as its process was seen.
+
+    ``seen_ns``: how long the hold is known to have lasted; ``open_ended``: a lost worker's
+    hold, known only while its process kept recording (it may have lasted to ``end_ns``).
+    """
+    out["seen_ns"] = out["end_ns"].to_numpy(dtype=np.int64)
+    out["open_ended"] = False
+    is_open = out["open"].to_numpy(dtype=bool)
+    died = process_deaths(history)
+    cut = np.zeros(len(out), dtype=bool)
+    if not died.empty and is_open.any():
+        # a dead process holds nothing, whatever the lock server still believes
+        death = process_of(out["client"]).map(died)
+        cut = is_open & death.notna().to_numpy(dtype=bool)
+        if cut.any():
+            ends = np.maximum(out.loc[cut, "start_ns"].to_numpy(), death[cut].astype("int64").to_numpy())
+            out.loc[cut, "end_ns"] = ends
+            out.loc[cut, "seen_ns"] = ends
+    lost = is_open & ~cut
+    if lost.any():
+        # known to hold only while its process kept recording; a lost worker's hold is open-ended
+        real = history["error"].isna() | ~history["error"].fillna("").str.startswith(UNFINISHED)
+        mine = history.loc[(real & (history["client"] != "bench")).to_numpy(dtype=bool), ["client", "t_ns"]]
+        last = mine.assign(proc=process_of(mine["client"])).groupby("proc")["t_ns"].max()
+        seen = process_of(out.loc[lost, "client"]).map(last).fillna(history_end).astype("int64").to_numpy()
+        seen = np.maximum(seen, out.loc[lost, "start_ns"].to_numpy())
+        out.loc[lost, "seen_ns"] = seen
+        out.loc[lost, "open_ended"] = seen < out.loc[lost, "end_ns"].to_numpy()
+    return out.sort_values(["lock", "start_ns", "client"], kind="stable").reset_index(drop=True)
+
+
+def _pair_by_nesting(
+    pair: np.ndarray, acq: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Match each acquire to the release that closes it, per (client, lock), by nesting.
+
+    ``pair``: the (client, lock) id of each event, rows sorted by it then by seq and time;
+    ``acq``: True for ``acquire ok``, False for ``release invoke``. Returns, per acquire, its
+    row, the row of its release (meaningful only where ``closed``), ``closed`` and the depth
+    of every row (index by the acquire's row for the hold's depth).
+    """
+    n = len(pair)
     first = _group_starts(pair)
     gid = np.cumsum(first) - 1  # dense (client, lock) id, ascending along the rows
     # Depth after each event: a running sum of +1 (acquire ok) / -1 (release invoke) per
@@ -246,47 +307,7 @@ def holds(history: pd.DataFrame) -> pd.DataFrame:
     closed = closes[a_pos]
     a_idx = idx[a_pos]
     r_idx = idx[np.minimum(a_pos + 1, len(idx) - 1)]
-
-    end = np.where(closed, t[r_idx], history_end)
-    rel_seq = pd.array(seq[r_idx], dtype="Int64")
-    rel_seq[~closed] = pd.NA
-    out = pd.DataFrame(
-        {
-            "client": pd.array(np.asarray(clients, dtype=object)[client_codes[a_idx]], dtype="string"),
-            "lock": pd.array(np.asarray(locks, dtype=object)[lock_codes[a_idx]], dtype="string"),
-            "start_ns": t[a_idx],
-            "end_ns": np.maximum(end, t[a_idx]),
-            "token": pd.array(tokens[a_idx], dtype="Int64"),
-            "open": ~closed,
-            "depth": depth[a_idx],
-            "acquire_seq": seq[a_idx],
-            "release_seq": rel_seq,
-        }
-    )
-    out["seen_ns"] = out["end_ns"].to_numpy(dtype=np.int64)
-    out["open_ended"] = False
-    is_open = out["open"].to_numpy(dtype=bool)
-    died = process_deaths(history)
-    cut = np.zeros(len(out), dtype=bool)
-    if not died.empty and is_open.any():
-        # a dead process holds nothing, whatever the lock server still believes
-        death = process_of(out["client"]).map(died)
-        cut = is_open & death.notna().to_numpy(dtype=bool)
-        if cut.any():
-            ends = np.maximum(out.loc[cut, "start_ns"].to_numpy(), death[cut].astype("int64").to_numpy())
-            out.loc[cut, "end_ns"] = ends
-            out.loc[cut, "seen_ns"] = ends
-    lost = is_open & ~cut
-    if lost.any():
-        # known to hold only while its process kept recording; a lost worker's hold is open-ended
-        real = history["error"].isna() | ~history["error"].fillna("").str.startswith(UNFINISHED)
-        mine = history.loc[(real & (history["client"] != "bench")).to_numpy(dtype=bool), ["client", "t_ns"]]
-        last = mine.assign(proc=process_of(mine["client"])).groupby("proc")["t_ns"].max()
-        seen = process_of(out.loc[lost, "client"]).map(last).fillna(history_end).astype("int64").to_numpy()
-        seen = np.maximum(seen, out.loc[lost, "start_ns"].to_numpy())
-        out.loc[lost, "seen_ns"] = seen
-        out.loc[lost, "open_ended"] = seen < out.loc[lost, "end_ns"].to_numpy()
-    return out.sort_values(["lock", "start_ns", "client"], kind="stable").reset_index(drop=True)
+    return a_idx, r_idx, closed, depth
 
 
 def crash_deaths(history: pd.DataFrame) -> pd.DataFrame:
