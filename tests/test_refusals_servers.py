@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra.redis_server import RedisServer
-from tests.helpers import MARK_ENV, PROJECT, bench
+from tests.helpers import MARK_ENV, PROJECT, bench, marked_processes
 
 NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
 PASSWORD = "s3cret-h1"
@@ -103,6 +103,8 @@ def test_a_password_given_as_a_flag_is_not_in_the_running_bench_cmdline(
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         assert "bench" in cmdline and "run" in cmdline  # the same process, after bench started itself again
         assert PASSWORD not in cmdline and "--redis-url" not in cmdline, cmdline
+        everyone = marked_processes(["h1-refusals"])  # bench, its servers and Locust processes
+        assert everyone and not [c for *_, c in everyone if PASSWORD in c], everyone
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)

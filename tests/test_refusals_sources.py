@@ -52,6 +52,8 @@ def test_a_bad_ttl_names_each_source(tmp_path: Path) -> None:
         ("run", "LOCKBENCH_FENCING", "always"),
         ("run", "LOCKBENCH_PAUSE_KIND", "nap"),
         ("run", "LOCKBENCH_PROCESSES", "many"),
+        ("run", "LOCKBENCH_FAULT", "kill-leader"),  # a real kind, refused while planning: still named
+        ("run", "LOCKBENCH_EXPECT_WORKERS", "2"),
         ("matrix", "LOCKBENCH_SCENARIO", "nope"),
         ("matrix", "LOCKBENCH_SHARD", "5/4"),
         ("matrix", "LOCKBENCH_LANES", "x"),

@@ -41,7 +41,7 @@ from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
 from bench.run.command import check_user_servers, plan_impls, refuse_before_start
-from bench.run.request import from_text
+from bench.run.request import from_text, with_source
 from infra import install_all
 
 
@@ -51,7 +51,10 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
     ``request.evidence`` names the target a survived cell needs (bench/measure/strikes.py LEVELS);
     ``request.strikes`` runs that many strikes per cell instead of the target's k.
     """
-    plan, parallel, lanes_why = _plan(request, console)
+    try:
+        plan, parallel, lanes_why = _plan(request, console)
+    except UserError as exc:  # name where the refused value came from (flag, variable, pyproject)
+        raise UserError(with_source(str(exc), request.sources)) from None
     folder = _open_folder(request, plan, parallel, lanes_why)
     shard = request.shard
     slice_ = f" (shard {shard.text}: {len(plan.cases)} of {len(plan.ids)} cases)" if shard is not None else ""

@@ -29,7 +29,7 @@ from bench.run.calibration_cache import CalibrationCache, default_folder
 from bench.run.case import Case, RunSettings, ServerDied, with_calibration
 from bench.run.impls import plan_impls
 from bench.run.progress import LiveProgress
-from bench.run.request import RunRequest
+from bench.run.request import RunRequest, with_source
 from bench.run.runner import endpoints_for_meta, run_plan
 from bench.run.testhost_stack import TestHostStack
 from bench.run.timing import RunTiming
@@ -251,7 +251,10 @@ def run_command(request: RunRequest, console: Console) -> int:
     default on) starts local cases' Locust from a warm process; runs with --master-bind,
     --test-hosts or a partition fault always start it cold.
     """
-    plan = plan_run(request, console)
+    try:
+        plan = plan_run(request, console)
+    except UserError as exc:  # name where the refused value came from (flag, variable, pyproject)
+        raise UserError(with_source(str(exc), request.sources)) from None
     return _start(plan, request, console)
 
 

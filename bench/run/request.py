@@ -89,3 +89,17 @@ class RunRequest:
     def source(self, name: str) -> str:
         """`` (from LOCKBENCH_X)`` for an error about option ``name``; "" for a flag or a default."""
         return from_text(self.sources, name)
+
+
+def with_source(message: str, sources: Mapping[str, str]) -> str:
+    """``message`` ending with where its first ``--flag``'s value came from, unless it says so already.
+
+    Checks below the CLI name the option they refuse (``--fault restart does not apply to
+    ...``); the request knows whether that value was a flag, a variable or a pyproject key.
+    """
+    import re
+
+    m = re.search(r"--([a-z][a-z-]*)", message)
+    if m is None or "(from " in message:
+        return message
+    return message + from_text(sources, m.group(1).replace("-", "_"))
