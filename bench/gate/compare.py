@@ -264,20 +264,6 @@ def evaluate(
     """
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be between 0 and 1, got {alpha:g}")
-    b_class, c_class = base.machine_class, cand.machine_class
-    if not allow_other_machine:
-        if b_class is None or c_class is None:
-            which = "baseline" if b_class is None else "candidate"
-            raise UserError(
-                f"the {which} records no machine class; re-create it with bench baseline update, "
-                "or pass --allow-other-machine"
-            )
-        if b_class != c_class:
-            raise UserError(
-                f"baseline {base.path} was recorded on machine class {b_class}, the candidate on {c_class}: "
-                "timings do not compare across machines (make a baseline on this machine class with "
-                "bench baseline update, or pass --allow-other-machine)"
-            )
     result = GateResult(
         baseline=_describe(base),
         candidate=_describe(cand),
@@ -285,12 +271,54 @@ def evaluate(
         alpha=alpha,
         comparisons=0,
     )
-    if allow_other_machine and b_class != c_class:
-        result.warnings.append(
-            f"machine classes differ ({b_class} vs {c_class}); allowed by --allow-other-machine"
+    _check_machines(base, cand, allow_other_machine, result)
+    _check_params(base, cand, allow_param_diff, result)
+    b_groups, c_groups = base.groups(), cand.groups()
+    perf: list[Row] = []
+    for group, c_rows in c_groups.items():
+        b_rows = b_groups.get(group)
+        result.rows.append(
+            _safety_row(group, _first(c_rows, "impl", group), _first(c_rows, "workload", ""), b_rows, c_rows)
         )
+        for row in _rule_rows(group, b_rows, c_rows, rules):
+            result.rows.append(row)
+            if b_rows is not None:
+                perf.append(row)
+    for group, b_rows in b_groups.items():
+        if group not in c_groups:
+            result.rows.append(_missing_row(group, b_rows))
+    _judge_performance(perf, {r.text: r for r in rules}, alpha)
+    result.comparisons = len(perf)
+    return result
+
+
+def _check_machines(base: Side, cand: Side, allow_other_machine: bool, result: GateResult) -> None:
+    """Timings compare on one machine class only (UserError otherwise, unless allowed: a warning)."""
+    b_class, c_class = base.machine_class, cand.machine_class
+    if allow_other_machine:
+        if b_class != c_class:
+            result.warnings.append(
+                f"machine classes differ ({b_class} vs {c_class}); allowed by --allow-other-machine"
+            )
+        return
+    if b_class is None or c_class is None:
+        which = "baseline" if b_class is None else "candidate"
+        raise UserError(
+            f"the {which} records no machine class; re-create it with bench baseline update, "
+            "or pass --allow-other-machine"
+        )
+    if b_class != c_class:
+        raise UserError(
+            f"baseline {base.path} was recorded on machine class {b_class}, the candidate on {c_class}: "
+            "timings do not compare across machines (make a baseline on this machine class with "
+            "bench baseline update, or pass --allow-other-machine)"
+        )
+
+
+def _check_params(base: Side, cand: Side, allowed: set[str] | frozenset[str], result: GateResult) -> None:
+    """Runs of different parameters do not compare (UserError), except in the parameters allowed."""
     differ = _param_differences(base, cand)
-    refused = {k: v for k, v in differ.items() if k not in allow_param_diff}
+    refused = {k: v for k, v in differ.items() if k not in allowed}
     if refused:
         shown = "; ".join(f"{k}: {v}" for k, v in list(refused.items())[:4])
         more = f" (+{len(refused) - 4} more)" if len(refused) > 4 else ""
@@ -305,51 +333,37 @@ def evaluate(
             f"run parameters differ (baseline vs candidate), allowed by --allow-param-diff: {listed}"
         )
 
-    b_groups, c_groups = base.groups(), cand.groups()
-    perf: list[Row] = []
-    for group, c_rows in c_groups.items():
-        impl, workload = _first(c_rows, "impl", group), _first(c_rows, "workload", "")
-        b_rows = b_groups.get(group)
-        result.rows.append(_safety_row(group, impl, workload, b_rows, c_rows))
-        for rule in rules:
-            if rule.info.optional and not _has_column(c_rows, b_rows, rule.info.column):
-                continue  # an open-model metric on a closed-loop case: nothing to judge
-            row = Row(group, impl, workload, rule.metric, rule.text, None, None, 0, 0,
-                      relative=rule.relative, unit="%" if rule.relative else rule.info.unit)  # fmt: skip
-            cv = _values(c_rows, rule.info.column)
-            row.candidate, row.n_candidate, row.candidate_trials = _median(cv), len(cv), cv
-            if b_rows is None:
-                row.verdict, row.note = "new (no baseline)", "not in the baseline: nothing to compare"
-                result.rows.append(row)
-                continue
+
+def _rule_rows(group: str, b_rows: Any, c_rows: Any, rules: list[Rule]) -> list[Row]:
+    """One performance row per rule for a case group (``new (no baseline)`` when the baseline lacks it)."""
+    impl, workload = _first(c_rows, "impl", group), _first(c_rows, "workload", "")
+    rows: list[Row] = []
+    for rule in rules:
+        if rule.info.optional and not _has_column(c_rows, b_rows, rule.info.column):
+            continue  # an open-model metric on a closed-loop case: nothing to judge
+        row = Row(group, impl, workload, rule.metric, rule.text, None, None, 0, 0,
+                  relative=rule.relative, unit="%" if rule.relative else rule.info.unit)  # fmt: skip
+        cv = _values(c_rows, rule.info.column)
+        row.candidate, row.n_candidate, row.candidate_trials = _median(cv), len(cv), cv
+        if b_rows is None:
+            row.verdict, row.note = "new (no baseline)", "not in the baseline: nothing to compare"
+        else:
             bv = _values(b_rows, rule.info.column)
             row.baseline, row.n_baseline, row.baseline_trials = _median(bv), len(bv), bv
             row.generator_bound = "; ".join(
                 n for n in (_bound_note("baseline", b_rows), _bound_note("candidate", c_rows)) if n
             )
-            perf.append(row)
-            result.rows.append(row)
-    for group, b_rows in b_groups.items():
-        if group not in c_groups:
-            result.rows.append(
-                Row(
-                    group,
-                    _first(b_rows, "impl", group),
-                    _first(b_rows, "workload", ""),
-                    "(case)",
-                    "",
-                    None,
-                    None,
-                    len(b_rows),
-                    0,
-                    verdict="missing in candidate",
-                    outcome=INSUFFICIENT,
-                    note="in the baseline but not in the candidate (failed or not run)",
-                )  # fmt: skip
-            )
-    _judge_performance(perf, {r.text: r for r in rules}, alpha)
-    result.comparisons = len(perf)
-    return result
+        rows.append(row)
+    return rows
+
+
+def _missing_row(group: str, b_rows: Any) -> Row:
+    """A case group of the baseline the candidate lacks: not enough data, never a pass."""
+    return Row(
+        group, _first(b_rows, "impl", group), _first(b_rows, "workload", ""), "(case)", "", None, None,
+        len(b_rows), 0, verdict="missing in candidate", outcome=INSUFFICIENT,
+        note="in the baseline but not in the candidate (failed or not run)",
+    )  # fmt: skip
 
 
 def _judge_performance(rows: list[Row], rules: dict[str, Rule], alpha: float) -> None:
