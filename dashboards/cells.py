@@ -166,33 +166,43 @@ def distinct_strikes(rows: list[Row]) -> int:
     return alone + sum(by_group.values())
 
 
-def cell_for(rows: list[Row]) -> GridCell:
-    """The cell of one impl x scenario from its cases (plain dicts of cases.csv)."""
-    target_k, target_n = _target(rows)
-    fault_scenario = target_k is not None
-    struck = [r for r in rows if _int(r, "strikes") > 0] if fault_scenario else rows
-    k = distinct_strikes(struck) if fault_scenario else 0
-    n = (
-        sum(_int(r, "acquisitions_after_strike") for r in struck)
-        if fault_scenario
-        else sum(_int(r, "acquisitions") for r in rows)
-    )
-    reasons = sorted({t for t in (text(r, "verdict_reason") for r in rows) if t})
-    contradicts = any(flag(r, "contradicts_catalog") is True for r in rows)
+@dataclass(frozen=True)
+class _Evidence:
+    """What one impl x scenario's cases add up to, before any class is decided: strikes, grants, hover text.
+
+    Why a record: each of cell_for's decisions (failed, stuck, undecided, earned) reads the same counts.
+    """
+
+    fault_scenario: bool
+    target_k: int | None
+    target_n: int
+    struck: list[Row]
+    k: int
+    n: int
+    missed: int
+    control: str
+    contradicts: bool
+    hover: str
+
+    @property
+    def text(self) -> str:
+        return f"k={self.k} n={self.n:,}" if self.fault_scenario else f"n={self.n:,}"
+
+
+def _hover(
+    rows: list[Row], fault_scenario: bool, k: int, n: int, missed: int, control: str, target: str
+) -> str:
+    """The cell's tooltip: its cases, the evidence and its bound, misses, target, control, counters, reasons."""
+    bound = ""
+    if fault_scenario and k:
+        bound = f"; 95%: per-strike failure < {3 / k:.2g}" + (f", per-grant race < {3 / n:.2g}" if n else "")
     counters = []
     for column in COUNTED:
         total = sum(_int(r, column) for r in rows)
         if total:
             counters.append(f"{column} {total:,}")
-    missed = sum(_int(r, "strikes_missed") for r in rows)
-    bound = ""
-    if fault_scenario and k:
-        bound = f"; 95%: per-strike failure < {3 / k:.2g}" + (f", per-grant race < {3 / n:.2g}" if n else "")
-    target = (
-        f"target k >= {target_k}" + (f", n >= {target_n:,}" if target_n else "") if fault_scenario else ""
-    )
     expected = {t for t in (text(r, "expected_outcome") for r in rows) if t}
-    control = control_of(rows)
+    reasons = sorted({t for t in (text(r, "verdict_reason") for r in rows) if t})
     hover_parts = [
         f"{len(rows)} case{'s' if len(rows) != 1 else ''}: " + ", ".join(str(r.get("case")) for r in rows),
         f"k={k} strikes that hit, n={n:,} grants after them{bound}"
@@ -208,67 +218,131 @@ def cell_for(rows: list[Row]) -> GridCell:
         *counters,
         *reasons,
     ]
-    hover = "; ".join(p for p in hover_parts if p)
-    evidence = f"k={k} n={n:,}" if fault_scenario else f"n={n:,}"
+    return "; ".join(p for p in hover_parts if p)
+
+
+def _evidence(rows: list[Row]) -> _Evidence:
+    """Strikes that hit (k) and grants after them (n), or acquisitions (n) without a fault; the tooltip."""
+    target_k, target_n = _target(rows)
+    fault_scenario = target_k is not None
+    struck = [r for r in rows if _int(r, "strikes") > 0] if fault_scenario else rows
+    k = distinct_strikes(struck) if fault_scenario else 0
+    n = (
+        sum(_int(r, "acquisitions_after_strike") for r in struck)
+        if fault_scenario
+        else sum(_int(r, "acquisitions") for r in rows)
+    )
+    missed = sum(_int(r, "strikes_missed") for r in rows)
+    target = (
+        f"target k >= {target_k}" + (f", n >= {target_n:,}" if target_n else "") if fault_scenario else ""
+    )
+    control = control_of(rows)
+    contradicts = any(flag(r, "contradicts_catalog") is True for r in rows)
+    hover = _hover(rows, fault_scenario, k, n, missed, control, target)
+    return _Evidence(fault_scenario, target_k, target_n, struck, k, n, missed, control, contradicts, hover)
+
+
+def _failed_cell(rows: list[Row], ev: _Evidence) -> GridCell | None:
+    """Red (or amber where fencing saved the data) for an invalid case; unknown when a stall could explain it."""
     failed = [r for r in rows if text(r, "verdict") == "invalid"]
     # a failure a stall of the load generator could explain decides nothing: neither red nor green
     stalled = [r for r in failed if text(r, "stall_reason")]
     failed = [r for r in failed if not text(r, "stall_reason")]
     if stalled and not failed:
         return GridCell(
-            "unknown", "stalled", f"{evidence}; undecided: the generator stalled",
-            f"{hover}; {text(stalled[0], 'stall_reason')}", k, n, contradicts, link=anchor(str(stalled[0].get("case"))),
+            "unknown", "stalled", f"{ev.text}; undecided: the generator stalled",
+            f"{ev.hover}; {text(stalled[0], 'stall_reason')}", ev.k, ev.n, ev.contradicts,
+            link=anchor(str(stalled[0].get("case"))),
         )  # fmt: skip
-    if failed:
-        # amber only where fencing (enforce) ran, refused a stale write and kept the data right
-        if fencing_saved(rows):
-            detail = evidence
-            cls, word = "warn", CLASSES["warn"][0]
-        else:
-            survived = all(flag(r, "data_safe") is True for r in failed)
-            cls, word = "bad", CLASSES["bad"][0]
-            detail = "the data happened to survive (no fencing)" if survived else evidence
-        return GridCell(cls, word, detail, hover, k, n, contradicts, link=anchor(str(failed[0].get("case"))))
-    if any(_stuck(r) for r in rows):
-        bound_s = max((num(r, "stuck_bound_s") or 0 for r in rows), default=0)
-        never = sum(_int(r, "unrecovered_strikes") for r in rows)
-        detail = f"none in {bound_s:g} s" if bound_s else evidence
-        if never:
-            within = max((num(r, "recovery_bound_s") or 0 for r in rows), default=0)
-            detail = f"never granted again after {never} strike{'s' if never != 1 else ''}" + (
-                f" (waited {within:g} s, 3x its own timeout)" if within else ""
-            )
-        return GridCell("stuck", "stuck", detail, hover, k, n, contradicts)
+    if not failed:
+        return None
+    # amber only where fencing (enforce) ran, refused a stale write and kept the data right
+    if fencing_saved(rows):
+        detail = ev.text
+        cls, word = "warn", CLASSES["warn"][0]
+    else:
+        survived = all(flag(r, "data_safe") is True for r in failed)
+        cls, word = "bad", CLASSES["bad"][0]
+        detail = "the data happened to survive (no fencing)" if survived else ev.text
+    return GridCell(
+        cls, word, detail, ev.hover, ev.k, ev.n, ev.contradicts, link=anchor(str(failed[0].get("case")))
+    )
+
+
+def _stuck_cell(rows: list[Row], ev: _Evidence) -> GridCell | None:
+    """Stuck when no acquisition was possible for longer than the bound after a strike."""
+    if not any(_stuck(r) for r in rows):
+        return None
+    bound_s = max((num(r, "stuck_bound_s") or 0 for r in rows), default=0)
+    never = sum(_int(r, "unrecovered_strikes") for r in rows)
+    detail = f"none in {bound_s:g} s" if bound_s else ev.text
+    if never:
+        within = max((num(r, "recovery_bound_s") or 0 for r in rows), default=0)
+        detail = f"never granted again after {never} strike{'s' if never != 1 else ''}" + (
+            f" (waited {within:g} s, 3x its own timeout)" if within else ""
+        )
+    return GridCell("stuck", "stuck", detail, ev.hover, ev.k, ev.n, ev.contradicts)
+
+
+def _undecided_cell(rows: list[Row], ev: _Evidence) -> GridCell | None:
+    """Unknown (damaged data, no verdict), or not tested (no strike hit, the fault cannot reach it, no control)."""
     # a case resting on damaged data (resultsio: verdict unknown, reason "damaged: ...") is unknown whatever struck
     damaged = any((text(r, "verdict_reason") or "").startswith(DAMAGED) for r in rows)
     if damaged or any(
-        text(r, "verdict") == "unknown" and (_int(r, "strikes") or not fault_scenario or _lost_case(r))
+        text(r, "verdict") == "unknown" and (_int(r, "strikes") or not ev.fault_scenario or _lost_case(r))
         for r in rows
     ):
-        return GridCell(
-            "unknown", UNKNOWN_DAMAGED if damaged else "unknown", evidence, hover, k, n, contradicts
-        )
-    if fault_scenario and not struck:
+        word = UNKNOWN_DAMAGED if damaged else "unknown"
+        return GridCell("unknown", word, ev.text, ev.hover, ev.k, ev.n, ev.contradicts)
+    if ev.fault_scenario and not ev.struck:
         if any((text(r, "verdict_reason") or "").startswith("n/a: ") for r in rows):
-            return GridCell("nottested", "n/a", "the fault cannot reach this lock", hover, 0, 0, contradicts)
-        word = "did not strike" if not missed else "missed"
-        return GridCell("nottested", word, "not tested", hover, 0, 0, contradicts)
-    in_matrix = any(text(r, "matrix_scenario") for r in rows)
-    if in_matrix and fault_scenario and (not control or control.startswith("not run")):
+            return GridCell(
+                "nottested", "n/a", "the fault cannot reach this lock", ev.hover, 0, 0, ev.contradicts
+            )
+        word = "did not strike" if not ev.missed else "missed"
+        return GridCell("nottested", word, "not tested", ev.hover, 0, 0, ev.contradicts)
+    control = ev.control
+    if (
+        any(text(r, "matrix_scenario") for r in rows)
+        and ev.fault_scenario
+        and (not control or control.startswith("not run"))
+    ):
         # a green needs a control beside it, under the same strikes, that failed as it must
         why = f"control {control}" if control else "no control ran beside it"
-        return GridCell("nottested", "unproven: no control", why, hover, k, n, contradicts)
+        return GridCell("nottested", "unproven: no control", why, ev.hover, ev.k, ev.n, ev.contradicts)
     if control and not control.startswith("failed"):
         word = "did not bite" if control.startswith("survived") else "unproven"
-        return GridCell("nottested", word, f"control {control}", hover, k, n, contradicts)
+        return GridCell("nottested", word, f"control {control}", ev.hover, ev.k, ev.n, ev.contradicts)
+    return None
+
+
+def _held_cell(rows: list[Row], ev: _Evidence) -> GridCell:
+    """Held: the matrix's fault-free baseline, or green once the evidence reaches its target (thin below it)."""
     recovery = _recovery(rows)
-    if in_matrix and not fault_scenario:
+    if any(text(r, "matrix_scenario") for r in rows) and not ev.fault_scenario:
         # the matrix's fault-free row shows exclusion under contention, never safety under a fault
-        return GridCell("baseline", CLASSES["baseline"][0], f"{evidence}; held", hover, 0, n, contradicts)
-    earned = (k >= (target_k or 0) and n >= target_n) if fault_scenario else n >= max(target_n, 1)
+        return GridCell(
+            "baseline", CLASSES["baseline"][0], f"{ev.text}; held", ev.hover, 0, ev.n, ev.contradicts
+        )
+    if ev.fault_scenario:
+        earned = ev.k >= (ev.target_k or 0) and ev.n >= ev.target_n
+    else:
+        earned = ev.n >= max(ev.target_n, 1)
     cls = "good" if earned else "thin"
-    detail = evidence + (f"; {recovery}" if recovery else "")
-    return GridCell(cls, CLASSES[cls][0], detail, hover, k, n, contradicts)
+    detail = ev.text + (f"; {recovery}" if recovery else "")
+    return GridCell(cls, CLASSES[cls][0], detail, ev.hover, ev.k, ev.n, ev.contradicts)
+
+
+def cell_for(rows: list[Row]) -> GridCell:
+    """The cell of one impl x scenario from its cases (plain dicts of cases.csv).
+
+    Decided in this order: a failure (or a stall that explains one), a stuck lock, what
+    leaves it undecided (damage, no strike, no control), else held.
+    """
+    ev = _evidence(rows)
+    return (
+        _failed_cell(rows, ev) or _stuck_cell(rows, ev) or _undecided_cell(rows, ev) or _held_cell(rows, ev)
+    )
 
 
 def control_of(rows: list[Row]) -> str:

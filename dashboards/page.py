@@ -373,23 +373,14 @@ def _figure(fig: go.Figure | dict, title: str, caption: str, plot_title: str) ->
     return f'<h2>{e(title)}</h2>{fragment}<p class="caption">{e(caption)}</p>'
 
 
-def build_page(
-    runs: list[RunData], slo_us: float | None, safety_sources: list[dict[str, Any]] | None = None
-) -> str:
-    """The full HTML document: ``runs[-1]`` in detail, compared against ``runs[0]`` when there are several.
-
-    ``safety_sources``: the matrix folders bench chose for the locks' safety (bench/results/matrices.py).
-    """
-    run = runs[-1]
-    sources = load_sources(safety_sources)
-    labels = case_labels(run.cases)
-    rlabels = run_labels(runs)
-    glabels = group_labels(runs)
+def _comparison_figures(
+    runs: list[RunData], glabels: dict[str, str], rlabels: list[str], slo_us: float | None
+) -> tuple[str, str, str]:
+    """Throughput, the latency spectrum and handoff/utilization: every run shown, the first the baseline."""
     several = len(runs) > 1
     slo = f" Dashed red line: SLO {duration_us(slo_us)}." if slo_us is not None else ""
     across = " Every run is shown; the first is the baseline." if several else ""
-    last = f" Last run ({e(run.run_id)}) only." if several else ""
-    figures = [
+    return (
         _figure(
             throughput_figure(runs, glabels, rlabels),
             "Throughput per impl x scenario",
@@ -414,6 +405,26 @@ def build_page(
             "acquire latency, invoke->ok, HDR histogram, milliseconds, recorded by lockbench clients",
         ),
         _figure(
+            handoff_utilization_figure(runs, glabels, rlabels),
+            "Handoff gap and utilization per impl",
+            "Handoff gap: from one holder's release ok to the next holder's acquire ok on the same lock "
+            "(milliseconds, p50 and p99 over the case); utilization: fraction of the steady-state window "
+            "during which the lock was held. From cases.csv (handoff_p50_us, handoff_p99_us, "
+            "utilization, computed by bench from the history). Bar: median over trials; whiskers: min "
+            "and max trial." + across,
+            "handoff gap p50/p99 (ms) and utilization, median over trials (cases.csv, computed by bench)",
+        ),
+    )
+
+
+def _last_run_figures(
+    run: RunData, several: bool, glabels: dict[str, str], slo_us: float | None
+) -> tuple[str, str]:
+    """Acquire latency and acquisitions over time, and fairness: the last run only (from its history files)."""
+    slo = f" Dashed red line: SLO {duration_us(slo_us)}." if slo_us is not None else ""
+    last = f" Last run ({e(run.run_id)}) only." if several else ""
+    return (
+        _figure(
             over_time_figure(run, glabels, slo_us),
             "Acquire latency and acquisitions over time",
             "Per 1-second bucket (by completion time, since the case's own first acquire; each bucket a flat "
@@ -434,16 +445,6 @@ def build_page(
             "shaded: fault windows",
         ),
         _figure(
-            handoff_utilization_figure(runs, glabels, rlabels),
-            "Handoff gap and utilization per impl",
-            "Handoff gap: from one holder's release ok to the next holder's acquire ok on the same lock "
-            "(milliseconds, p50 and p99 over the case); utilization: fraction of the steady-state window "
-            "during which the lock was held. From cases.csv (handoff_p50_us, handoff_p99_us, "
-            "utilization, computed by bench from the history). Bar: median over trials; whiskers: min "
-            "and max trial." + across,
-            "handoff gap p50/p99 (ms) and utilization, median over trials (cases.csv, computed by bench)",
-        ),
-        _figure(
             fairness_figure(run, glabels),
             "Fairness: acquisitions per client",
             "Successful acquires per client divided by the fair share (the mean over the clients), clients "
@@ -455,7 +456,16 @@ def build_page(
             "cases.csv." + last,
             "successful acquires per client / fair share, sorted, log, from history/*.parquet",
         ),
-    ]
+    )
+
+
+def _sections(
+    runs: list[RunData], rlabels: list[str], glabels: dict[str, str], figures: list[str], sources: Any
+) -> list[str]:
+    """The page's sections in reading order: banners, the answers (safety, decision, why red), then the figures."""
+    run = runs[-1]
+    several = len(runs) > 1
+    labels = case_labels(run.cases)
     differences = param_differences([r.meta for r in runs]) if several else []
     sections = [
         '<div class="banner error" id="js-error-banner" hidden></div>',
@@ -484,15 +494,41 @@ def build_page(
     if several:
         sections.append(metadata_diff_section(runs, rlabels))
     sections.append(metadata_section(run))
+    return sections
+
+
+def _notes_section(runs: list[RunData]) -> str:
+    """Every run's notes, the generator-bound cases first; "" when there are none."""
+    run = runs[-1]
     notes = [n for r in runs for n in r.notes]
-    bound = [str(r["case"]) for r in run.cases.to_dict("records") if flag(r, "generator_bound") is True]
+    narrow = run.cases[[c for c in ("case", "generator_bound") if c in run.cases.columns]]
+    bound = [str(r["case"]) for r in narrow.to_dict("records") if flag(r, "generator_bound") is True]
     if bound:
         notes.insert(0, f"load generator was the limit (generator-bound) in {len(bound)} case(s): "
                      f"{', '.join(bound)}; their throughput is a lower bound and their latencies an upper "
                      "bound (reasons in the fidelity table)")  # fmt: skip
     if notes:
         items = "".join(f"<li>{e(n)}</li>" for n in dict.fromkeys(notes))
-        sections.append(f'<h2>Notes</h2><ul class="notes" id="notes">{items}</ul>')
+        return f'<h2>Notes</h2><ul class="notes" id="notes">{items}</ul>'
+    return ""
+
+
+def build_page(
+    runs: list[RunData], slo_us: float | None, safety_sources: list[dict[str, Any]] | None = None
+) -> str:
+    """The full HTML document: ``runs[-1]`` in detail, compared against ``runs[0]`` when there are several.
+
+    ``safety_sources``: the matrix folders bench chose for the locks' safety (bench/results/matrices.py).
+    """
+    run = runs[-1]
+    several = len(runs) > 1
+    rlabels = run_labels(runs)
+    glabels = group_labels(runs)
+    throughput, spectrum, handoff = _comparison_figures(runs, glabels, rlabels, slo_us)
+    over_time, fairness = _last_run_figures(run, several, glabels, slo_us)
+    figures = [throughput, spectrum, over_time, handoff, fairness]
+    sections = _sections(runs, rlabels, glabels, figures, load_sources(safety_sources))
+    sections.append(_notes_section(runs))
     title = f"lockbench report: {run.run_id}" + (f" vs baseline {runs[0].run_id}" if several else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -349,35 +349,53 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:g} s"
 
 
-def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) -> dict[str, Any]:
-    """One violation's figure (plotly JSON: data, layout) and its one-line caption in plain words."""
-    lo, hi = _window(v)
-    lo = max(lo, ctx.t0_ns)
-    near = _rows(history, lo, hi)
-    a, b = v.first, v.second
-    lanes = list(dict.fromkeys([a.client, b.client]))
-    busy = near[(near["client"] != "bench") & (near["lock"] == a.lock)]["client"].astype(str).value_counts()
-    # other clients that held the lock in the window (waiting ones add lanes, not evidence)
-    nearby = holds.around(a.lock, lo, hi)
-    holders = {h.client for h in nearby}
-    others = sorted((c for c in busy.index if c not in lanes and c in holders), key=lambda c: -busy[c])
-    lanes += others[: MAX_LANES - len(lanes)]
-    labels = {}
-    for c in lanes:
-        late = ctx.late(c)
-        extra = f" (loop late {late:.0%})" if late is not None and late == late else ""
-        labels[c] = html.escape(f"client {c}{extra}")
-    y = [labels[c] for c in lanes]
-    lane_of = {c: i for i, c in enumerate(lanes)}
-    colour = {c: COLOURS[min(i, len(COLOURS) - 1)] for i, c in enumerate(lanes)}
-    traces: list[dict[str, Any]] = []
-    shapes: list[dict[str, Any]] = []
-    notes: list[dict[str, Any]] = []
+class _Drawing:
+    """One violation's figure as it is drawn: its lanes (clients), the window, and the traces, shapes and notes so far.
 
-    def bar(name: str, rows: list[tuple[str, float, float, str]], width: float, fill: str | None) -> None:
+    Why a class: each part of the figure (attempts and holds, grants, writes, lease ends, the
+    strike) reads the same lanes and window and adds to the same three lists; each is a method
+    named for what it draws.
+    """
+
+    def __init__(self, history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) -> None:
+        lo, hi = _window(v)
+        self.lo, self.hi = max(lo, ctx.t0_ns), hi
+        self.v, self.ctx = v, ctx
+        self.near = _rows(history, self.lo, self.hi)
+        a, b = v.first, v.second
+        near = self.near
+        lanes = list(dict.fromkeys([a.client, b.client]))
+        busy = (
+            near[(near["client"] != "bench") & (near["lock"] == a.lock)]["client"].astype(str).value_counts()
+        )
+        # other clients that held the lock in the window (waiting ones add lanes, not evidence)
+        nearby = holds.around(a.lock, self.lo, self.hi)
+        holders = {h.client for h in nearby}
+        others = sorted((c for c in busy.index if c not in lanes and c in holders), key=lambda c: -busy[c])
+        lanes += others[: MAX_LANES - len(lanes)]
+        self.lanes = lanes
+        self.labels: dict[str, str] = {}
+        for c in lanes:
+            late = ctx.late(c)
+            extra = f" (loop late {late:.0%})" if late is not None and late == late else ""
+            self.labels[c] = html.escape(f"client {c}{extra}")
+        self.y = [self.labels[c] for c in lanes]
+        self.lane_of = {c: i for i, c in enumerate(lanes)}
+        self.colour = {c: COLOURS[min(i, len(COLOURS) - 1)] for i, c in enumerate(lanes)}
+        self.in_lanes = [h for h in nearby if h.client in self.lane_of]
+        # runs closer than a pixel merge into one bar (RESOLUTION)
+        self.res = max((self.hi - self.lo) // RESOLUTION, 1)
+        self.traces: list[dict[str, Any]] = []
+        self.shapes: list[dict[str, Any]] = []
+        self.notes: list[dict[str, Any]] = []
+
+    def bar(
+        self, name: str, rows: list[tuple[str, float, float, str]], width: float, fill: str | None
+    ) -> None:
         if not rows:
             return
-        traces.append(
+        ctx, labels, colour = self.ctx, self.labels, self.colour
+        self.traces.append(
             {
                 "type": "bar", "orientation": "h", "name": name, "width": width, "showlegend": True,
                 "y": [labels[c] for c, _, _, _ in rows], "base": [ctx.s(s) for _, s, _, _ in rows],
@@ -387,42 +405,51 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
             }
         )  # fmt: skip
 
-    # acquire attempts, holds, releases; runs closer than a pixel merge into one bar (RESOLUTION)
-    res = max((hi - lo) // RESOLUTION, 1)
-    attempts = []
-    for r in _pairs(near, "acquire"):
-        if r.client in lane_of and r.start_ns is not None:
-            end = r.end_ns if r.end_ns is not None else hi
-            outcome = r.type or "no answer in the window"
-            attempts.append((r.client, r.start_ns, end, html.escape(f"{r.client}: acquire -> {outcome}")))
-    bar("acquire attempt", merge_bars(attempts, res, ctx, "acquire attempts"), 0.2, "#d8dde3")
-    in_lanes = [h for h in nearby if h.client in lane_of]
-    for who, name in (
-        (a.client, f"hold: client {a.client}"),
-        (b.client, f"hold: client {b.client}"),
-        (None, "hold: others"),
-    ):
-        mine = [h for h in in_lanes if (h.client == who if who else h.client not in (a.client, b.client))]
-        held = [(h.client, max(h.start_ns, lo), min(h.end_ns, hi), html.escape(
-                f"{h.client} held {h.lock} from {ctx.s(h.start_ns):.3f} s to "
-                f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}")) for h in mine]  # fmt: skip
-        # the violation's own holds stay whole; other holds of the lane closer than a pixel merge
-        own = [r for r, h in zip(held, mine, strict=True) if h in (a, b)]
-        rest = [r for r, h in zip(held, mine, strict=True) if h not in (a, b)]
-        bar(html.escape(name), own + merge_bars(rest, res, ctx, "holds", same_text=False), 0.55, None)
-    releases = [
-        (r.client, r.start_ns, r.end_ns if r.end_ns is not None else r.start_ns, html.escape(f"{r.client}: release"))
-        for r in _pairs(near, "release") if r.client in lane_of and r.start_ns is not None
-    ]  # fmt: skip
-    bar("release", merge_bars(releases, res, ctx, "releases"), 0.2, "#334155")
+    def attempts_holds_releases(self) -> None:
+        """Acquire attempts, holds (the violation's two whole, others merged below a pixel), releases."""
+        near, hi, lane_of, res, ctx = self.near, self.hi, self.lane_of, self.res, self.ctx
+        a, b = self.v.first, self.v.second
+        attempts = []
+        for r in _pairs(near, "acquire"):
+            if r.client in lane_of and r.start_ns is not None:
+                end = r.end_ns if r.end_ns is not None else hi
+                outcome = r.type or "no answer in the window"
+                attempts.append((r.client, r.start_ns, end, html.escape(f"{r.client}: acquire -> {outcome}")))
+        self.bar("acquire attempt", merge_bars(attempts, res, ctx, "acquire attempts"), 0.2, "#d8dde3")
+        for who, name in (
+            (a.client, f"hold: client {a.client}"),
+            (b.client, f"hold: client {b.client}"),
+            (None, "hold: others"),
+        ):
+            mine = [
+                h for h in self.in_lanes if (h.client == who if who else h.client not in (a.client, b.client))
+            ]
+            held = [(h.client, max(h.start_ns, self.lo), min(h.end_ns, hi), html.escape(
+                    f"{h.client} held {h.lock} from {ctx.s(h.start_ns):.3f} s to "
+                    f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}")) for h in mine]  # fmt: skip
+            # the violation's own holds stay whole; other holds of the lane closer than a pixel merge
+            own = [r for r, h in zip(held, mine, strict=True) if h in (a, b)]
+            rest = [r for r, h in zip(held, mine, strict=True) if h not in (a, b)]
+            self.bar(
+                html.escape(name), own + merge_bars(rest, res, ctx, "holds", same_text=False), 0.55, None
+            )
+        releases = [
+            (r.client, r.start_ns, r.end_ns if r.end_ns is not None else r.start_ns, html.escape(f"{r.client}: release"))
+            for r in _pairs(near, "release") if r.client in lane_of and r.start_ns is not None
+        ]  # fmt: skip
+        self.bar("release", merge_bars(releases, res, ctx, "releases"), 0.2, "#334155")
 
-    # grants with their tokens, the clock bound as an error bar; the violation's two always drawn,
-    # the others closer than a pixel in one lane as one marker that says how many
-    grants, many = _thin_grants([h for h in in_lanes if h.start_ns >= lo], (a, b), res)
-    if grants:
+    def grants(self) -> None:
+        """Grants with their tokens, the clock bound as an error bar; the violation's two always drawn,
+        the others closer than a pixel in one lane as one marker that says how many."""
+        ctx, labels = self.ctx, self.labels
+        a, b = self.v.first, self.v.second
+        grants, many = _thin_grants([h for h in self.in_lanes if h.start_ns >= self.lo], (a, b), self.res)
+        if not grants:
+            return
         errs = [ctx.bound(h.client) for h in grants]
         unknown = any(b_ is None for b_ in errs)
-        traces.append(
+        self.traces.append(
             {
                 "type": "scatter", "mode": "markers+text", "name": "grant (token)",
                 "x": [ctx.s(h.start_ns) for h in grants], "y": [labels[h.client] for h in grants],
@@ -443,57 +470,65 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
             }
         )  # fmt: skip
 
-    # the resource's writes: accepted (purchase ok) and refused (stale)
-    buys = near[(near["op"] == "purchase") & near["type"].isin(["ok", "fail"]) & near["client"].isin(lanes)]
-    for kind, sel, symbol, col in (
-        ("write accepted", buys["type"] == "ok", "circle", "#15803d"),
-        (
-            "write refused (stale token)",
-            (buys["type"] == "fail") & (buys["error"] == "stale"),
-            "x",
-            "#b91c1c",
-        ),
-    ):
-        rows = buys[sel.to_numpy(dtype=bool)]
-        if rows.empty:
-            continue
-        points = merge_points(rows, res)
-        traces.append(
-            {
-                "type": "scatter", "mode": "markers", "name": kind,
-                "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
-                "marker": {"symbol": symbol, "size": 9, "color": col},
-                "hovertext": [html.escape(f"{c}: {kind} at {ctx.s(t):.4f} s" if n == 1 else
-                                          f"{c}: {n} x {kind}, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s")
-                              for c, t, t1, n in points],
-                "hoverinfo": "text",
-            }
-        )  # fmt: skip
-    wit = near[(near["op"] == "witness") & (near["type"] == "ok") & near["client"].isin(lanes)]
-    wit = wit[wit["value"].fillna(0) > 1]
-    if not wit.empty:
-        points = merge_points(wit, res)
-        traces.append(
-            {
-                "type": "scatter", "mode": "markers", "name": "witness saw another inside",
-                "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
-                "marker": {"symbol": "diamond", "size": 10, "color": "#7e22ce"},
-                "hovertext": [f"witness {int(x)} inside" if n == 1 else
-                              f"{n} witness reads saw another inside, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s (up to {int(x)})"
-                              for (_, t, t1, n), x in zip(points, _max_per(wit, points), strict=True)],
-                "hoverinfo": "text",
-            }
-        )  # fmt: skip
+    def writes(self) -> None:
+        """The resource's writes, accepted (purchase ok) and refused (stale), and witness reads that saw another inside."""
+        near, lanes, labels, ctx, res = self.near, self.lanes, self.labels, self.ctx, self.res
+        buys = near[
+            (near["op"] == "purchase") & near["type"].isin(["ok", "fail"]) & near["client"].isin(lanes)
+        ]
+        for kind, sel, symbol, col in (
+            ("write accepted", buys["type"] == "ok", "circle", "#15803d"),
+            (
+                "write refused (stale token)",
+                (buys["type"] == "fail") & (buys["error"] == "stale"),
+                "x",
+                "#b91c1c",
+            ),
+        ):
+            rows = buys[sel.to_numpy(dtype=bool)]
+            if rows.empty:
+                continue
+            points = merge_points(rows, res)
+            self.traces.append(
+                {
+                    "type": "scatter", "mode": "markers", "name": kind,
+                    "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
+                    "marker": {"symbol": symbol, "size": 9, "color": col},
+                    "hovertext": [html.escape(f"{c}: {kind} at {ctx.s(t):.4f} s" if n == 1 else
+                                              f"{c}: {n} x {kind}, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s")
+                                  for c, t, t1, n in points],
+                    "hoverinfo": "text",
+                }
+            )  # fmt: skip
+        wit = near[(near["op"] == "witness") & (near["type"] == "ok") & near["client"].isin(lanes)]
+        wit = wit[wit["value"].fillna(0) > 1]
+        if not wit.empty:
+            points = merge_points(wit, res)
+            self.traces.append(
+                {
+                    "type": "scatter", "mode": "markers", "name": "witness saw another inside",
+                    "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
+                    "marker": {"symbol": "diamond", "size": 10, "color": "#7e22ce"},
+                    "hovertext": [f"witness {int(x)} inside" if n == 1 else
+                                  f"{n} witness reads saw another inside, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s (up to {int(x)})"
+                                  for (_, t, t1, n), x in zip(points, _max_per(wit, points), strict=True)],
+                    "hoverinfo": "text",
+                }
+            )  # fmt: skip
 
-    # where each hold's lease or session ended: a lease at grant + TTL; a session TTL after its
-    # client stalled (a pause of its own, or a fault window inside the hold), else not at all
-    lease_end: dict[str, int] = {}
-    word = ctx.kind if ctx.kind == "session" or ctx.leased else "TTL"
-    if ctx.ttl_s:
+    def lease_ends(self) -> dict[str, int]:
+        """Where each hold's lease or session ended: a lease at grant + TTL; a session TTL after its
+        client stalled (a pause of its own, or a fault window inside the hold), else not at all."""
+        ctx, lo, hi, labels = self.ctx, self.lo, self.hi, self.labels
+        a = self.v.first
+        lease_end: dict[str, int] = {}
+        word = ctx.kind if ctx.kind == "session" or ctx.leased else "TTL"
+        if not ctx.ttl_s:
+            return lease_end
         ttl_ns = int(ctx.ttl_s * 1e9)
-        pauses = _pairs(near, "pause") if ctx.kind != "lease" else []
+        pauses = _pairs(self.near, "pause") if ctx.kind != "lease" else []
         ends = []
-        for h in in_lanes:
+        for h in self.in_lanes:
             if ctx.kind == "lease":
                 ends.append((h, h.start_ns + ttl_ns))
                 continue
@@ -506,10 +541,10 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
         for h, t in ends:
             lease_end.setdefault(h.client, t)
         if a.client in lease_end:
-            notes.append({"x": ctx.s(lease_end[a.client]), "y": labels[a.client], "yshift": -22, "showarrow": False,
-                          "text": f"{word} ends", "font": {"size": 11, "color": "#a16207"}})  # fmt: skip
+            self.notes.append({"x": ctx.s(lease_end[a.client]), "y": labels[a.client], "yshift": -22,
+                               "showarrow": False, "text": f"{word} ends", "font": {"size": 11, "color": "#a16207"}})  # fmt: skip
         if ends:
-            traces.append(
+            self.traces.append(
                 {
                     "type": "scatter", "mode": "markers", "name": f"{word} ends ({ctx.ttl_s:g} s)",
                     "x": [ctx.s(t) for _, t in ends], "y": [labels[h.client] for h, _ in ends],
@@ -518,63 +553,86 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
                                   for h, t in ends], "hoverinfo": "text",
                 }
             )  # fmt: skip
+        return lease_end
 
-    # the strike: server faults, pauses, deaths
-    strike_text = ""
-    for r in ctx.strikes:
-        s0 = r.start_ns if r.start_ns is not None else lo
-        s1 = r.end_ns if r.end_ns is not None else hi
-        if s1 < lo or s0 > hi:
-            continue
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": ctx.s(max(s0, lo)), "x1": ctx.s(min(s1, hi)),
-                       "y0": 0, "y1": 1, "fillcolor": "#f59e0b", "opacity": 0.18, "line": {"width": 0}, "layer": "below"})  # fmt: skip
-        notes.append({"x": ctx.s(max(s0, lo)), "y": 1, "yref": "paper", "xanchor": "left", "showarrow": False,
-                      "text": html.escape(f"fault: {r.lock}"), "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
-        if not strike_text:
-            strike_text = f"the strike ({r.lock}) ran {ctx.s(s0):.3f}-{ctx.s(s1):.3f} s"
-            back = [t for t in ctx.service_ns if t >= s1]
-            if back:
-                strike_text += f", the service answered again at {ctx.s(min(back)):.3f} s"
-    for t in ctx.service_ns:
-        if lo <= t <= hi:
-            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": ctx.s(t), "x1": ctx.s(t), "y0": 0,
-                           "y1": 1, "line": {"color": "#92400e", "dash": "dot", "width": 1.5}})  # fmt: skip
-            notes.append({"x": ctx.s(t), "y": 0, "yref": "paper", "showarrow": False, "yshift": -12,
-                          "text": "service back", "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
-    paused: dict[str, tuple[float, float]] = {}
-    for r in _pairs(near, "pause"):
-        c = r.client
-        if c not in lane_of or r.start_ns is None:
-            continue
-        p1 = r.end_ns if r.end_ns is not None else hi
-        paused.setdefault(c, (r.start_ns, p1))
-        i = lane_of[c]
-        shapes.append({"type": "rect", "xref": "x", "yref": "y", "x0": ctx.s(r.start_ns), "x1": ctx.s(p1),
-                       "y0": i - 0.42, "y1": i + 0.42, "fillcolor": "#f59e0b", "opacity": 0.35,
-                       "line": {"width": 1, "color": "#b45309", "dash": "dot"}, "layer": "below"})  # fmt: skip
-        notes.append({"x": ctx.s(r.start_ns), "y": y[i], "xanchor": "left", "yshift": 16, "showarrow": False,
-                      "text": "paused", "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
-    for proc, t in ctx.deaths.items():
-        if lo <= t <= hi and any(_process(c) == proc for c in lanes):
-            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": ctx.s(t), "x1": ctx.s(t), "y0": 0,
-                           "y1": 1, "line": {"color": "#111", "dash": "dashdot", "width": 1.5}})  # fmt: skip
-            notes.append({"x": ctx.s(t), "y": 0, "yref": "paper", "showarrow": False, "yshift": -12,
-                          "text": html.escape(f"process {proc} killed"), "font": {"size": 11}})  # fmt: skip
+    def strike(self) -> str:
+        """The strike's server fault windows and where the service answered again; its words for the caption."""
+        ctx, lo, hi = self.ctx, self.lo, self.hi
+        strike_text = ""
+        for r in ctx.strikes:
+            s0 = r.start_ns if r.start_ns is not None else lo
+            s1 = r.end_ns if r.end_ns is not None else hi
+            if s1 < lo or s0 > hi:
+                continue
+            self.shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": ctx.s(max(s0, lo)),
+                                "x1": ctx.s(min(s1, hi)), "y0": 0, "y1": 1, "fillcolor": "#f59e0b", "opacity": 0.18,
+                                "line": {"width": 0}, "layer": "below"})  # fmt: skip
+            self.notes.append({"x": ctx.s(max(s0, lo)), "y": 1, "yref": "paper", "xanchor": "left", "showarrow": False,
+                               "text": html.escape(f"fault: {r.lock}"), "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
+            if not strike_text:
+                strike_text = f"the strike ({r.lock}) ran {ctx.s(s0):.3f}-{ctx.s(s1):.3f} s"
+                back = [t for t in ctx.service_ns if t >= s1]
+                if back:
+                    strike_text += f", the service answered again at {ctx.s(min(back)):.3f} s"
+        for t in ctx.service_ns:
+            if lo <= t <= hi:
+                self.shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": ctx.s(t), "x1": ctx.s(t),
+                                    "y0": 0, "y1": 1, "line": {"color": "#92400e", "dash": "dot", "width": 1.5}})  # fmt: skip
+                self.notes.append({"x": ctx.s(t), "y": 0, "yref": "paper", "showarrow": False, "yshift": -12,
+                                   "text": "service back", "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
+        return strike_text
 
-    caption = _caption(v, ctx, near, lease_end, paused, strike_text)
-    layout = {
-        "height": 150 + 62 * len(lanes),
-        "margin": {"l": 10, "r": 20, "t": 80, "b": 50},
-        "barmode": "overlay",
-        "xaxis": {"title": {"text": "seconds since the case's first event"}, "range": [ctx.s(lo), ctx.s(hi)],
-                  "zeroline": False},
-        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": y, "autorange": "reversed",
-                  "automargin": True},
-        "shapes": shapes, "annotations": notes,
-        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
-        "hovermode": "closest",
-    }  # fmt: skip
-    return {"data": traces, "layout": layout, "caption": caption}
+    def pauses_and_deaths(self) -> dict[str, tuple[float, float]]:
+        """Holders paused (shaded in their lane) and processes killed (a dash-dot line); the pauses by client."""
+        ctx, hi = self.ctx, self.hi
+        paused: dict[str, tuple[float, float]] = {}
+        for r in _pairs(self.near, "pause"):
+            c = r.client
+            if c not in self.lane_of or r.start_ns is None:
+                continue
+            p1 = r.end_ns if r.end_ns is not None else hi
+            paused.setdefault(c, (r.start_ns, p1))
+            i = self.lane_of[c]
+            self.shapes.append({"type": "rect", "xref": "x", "yref": "y", "x0": ctx.s(r.start_ns), "x1": ctx.s(p1),
+                                "y0": i - 0.42, "y1": i + 0.42, "fillcolor": "#f59e0b", "opacity": 0.35,
+                                "line": {"width": 1, "color": "#b45309", "dash": "dot"}, "layer": "below"})  # fmt: skip
+            self.notes.append({"x": ctx.s(r.start_ns), "y": self.y[i], "xanchor": "left", "yshift": 16,
+                               "showarrow": False, "text": "paused", "font": {"size": 11, "color": "#92400e"}})  # fmt: skip
+        for proc, t in ctx.deaths.items():
+            if self.lo <= t <= hi and any(_process(c) == proc for c in self.lanes):
+                self.shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": ctx.s(t), "x1": ctx.s(t),
+                                    "y0": 0, "y1": 1, "line": {"color": "#111", "dash": "dashdot", "width": 1.5}})  # fmt: skip
+                self.notes.append({"x": ctx.s(t), "y": 0, "yref": "paper", "showarrow": False, "yshift": -12,
+                                   "text": html.escape(f"process {proc} killed"), "font": {"size": 11}})  # fmt: skip
+        return paused
+
+    def layout(self) -> dict[str, Any]:
+        ctx = self.ctx
+        return {
+            "height": 150 + 62 * len(self.lanes),
+            "margin": {"l": 10, "r": 20, "t": 80, "b": 50},
+            "barmode": "overlay",
+            "xaxis": {"title": {"text": "seconds since the case's first event"},
+                      "range": [ctx.s(self.lo), ctx.s(self.hi)], "zeroline": False},
+            "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": self.y, "autorange": "reversed",
+                      "automargin": True},
+            "shapes": self.shapes, "annotations": self.notes,
+            "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
+            "hovermode": "closest",
+        }  # fmt: skip
+
+
+def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) -> dict[str, Any]:
+    """One violation's figure (plotly JSON: data, layout) and its one-line caption in plain words."""
+    drawing = _Drawing(history, v, ctx, holds)
+    drawing.attempts_holds_releases()
+    drawing.grants()
+    drawing.writes()
+    lease_end = drawing.lease_ends()
+    strike_text = drawing.strike()
+    paused = drawing.pauses_and_deaths()
+    caption = _caption(v, ctx, drawing.near, lease_end, paused, strike_text)
+    return {"data": drawing.traces, "layout": drawing.layout(), "caption": caption}
 
 
 def _caption(
