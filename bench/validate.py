@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -352,56 +352,59 @@ def _one_of(name: str, value: Any, choices: Iterable[str], source: str, listing:
         return
     hint = did_you_mean(str(value), choices, listing) if listing else f"; valid: {', '.join(choices)}"
     noun = flag(name)[2:].replace("-", " ")
-    raise UserError(f"{flag(name)}: unknown {noun} {value!r}{hint}{_from(source)}")
+    raise UserError(f"unknown {noun} {value!r} ({flag(name)}){hint}{_from(source)}")
 
 
 def _as_list(value: Any) -> list[Any]:
     return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
 
 
-def check_names(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
-    """Names a user gives (backend, impl, workload, suite, fencing ...), checked with light registries only.
+#: where a refusal of a name points for the whole list (the rest list the valid names inline)
+_LISTINGS = {"impl": "`bench list`", "workload": "`bench list`", "scenario": "`bench list`",
+             "fault": "`bench run --help`"}  # fmt: skip
 
-    Everything here imports no pandas, Locust or driver, so a refusal is quick; the names
-    that need the heavy registries are :func:`check_heavy_names`.
+
+@dataclass(frozen=True)
+class Catalog:
+    """The names an option accepts, read on demand (``names``), and how to read a value's name.
+
+    Why callables: the CLI hands the catalogs in lightest first, and a refusal is decided
+    before the heavy ones (the fault kinds and scenarios import the nemesis) are read.
     """
-    from lockimpls import registry
-    from workloads.harness.catalog import WORKLOADS
 
-    src = sources.get
-    for b in _as_list(values.get("backend")):
-        _one_of("backend", b, [*registry.backends(), "all"], src("backend", ""))
-    known = registry.known_ids(include_test=True)
-    for impl in _as_list(values.get("impl")):
-        if ":" in impl:
-            _check_plugin(impl, src("impl", ""))
-        else:
-            _one_of("impl", impl, known, src("impl", ""), "`bench list`")
-    if isinstance(values.get("workload"), list | tuple | str):  # bench run: a list; calibrate: one
-        for w in _as_list(values["workload"]):
-            _one_of("workload", w, WORKLOADS, src("workload", ""), "`bench list`")
-    if values.get("suite") is not None:
-        from bench.gate.suites import SUITES
+    names: Callable[[], Iterable[str]]
+    #: the part of a value that is the name (``restart@3s`` -> ``restart``)
+    name_of: Callable[[str], str] = str
+    #: values this catalog does not judge (``package.module:Class`` impls are imported instead)
+    skip: Callable[[str], bool] = lambda value: False
 
-        _one_of("suite", values["suite"], SUITES, src("suite", ""))
-    if isinstance(values.get("fencing"), str):  # bench explore's --fencing is a switch
-        _one_of("fencing", values["fencing"], FENCING_CHOICES, src("fencing", ""))
-    if values.get("pause_kind") is not None:
-        _one_of("pause_kind", values["pause_kind"], PAUSE_KINDS, src("pause_kind", ""))
-    if values.get("shard") is not None:
-        from bench.matrix.shards import parse_shard
 
-        try:
-            parse_shard(values["shard"])
-        except UserError as exc:
-            raise UserError(f"{exc}{_from(src('shard', ''))}") from None
+def check_names(
+    values: Mapping[str, Any], sources: Mapping[str, str], catalogs: Mapping[str, Catalog]
+) -> None:
+    """Every name a user gave (backend, impl, workload, suite, fault, scenario ...) against its catalog.
+
+    The catalogs come from the caller (the CLI, which may import every room); they are read
+    in the order given, so the light ones refuse before a heavy one is imported.
+    """
     if values.get("fault") is not None:
         _check_fault_time(values, sources)
-    if values.get("evidence") is not None:
-        _one_of("evidence", values["evidence"], EVIDENCE_LEVELS, src("evidence", ""))
+    for name, catalog in catalogs.items():
+        if name == "fencing" and not isinstance(values.get(name), str):
+            continue  # bench explore's --fencing is a switch
+        for value in _as_list(values.get(name)):
+            if catalog.skip(str(value)):
+                continue
+            _one_of(
+                name,
+                catalog.name_of(str(value)),
+                catalog.names(),
+                sources.get(name, ""),
+                _LISTINGS.get(name, ""),
+            )
 
 
-def _check_plugin(impl: str, source: str) -> None:
+def check_plugin(impl: str, source: str) -> None:
     """``package.module:Class`` imports and is a lock (a plug-in raising anything is one line)."""
     from lockimpls import registry
     from lockimpls.base import LockConfigError
@@ -432,33 +435,15 @@ def _check_fault_time(values: Mapping[str, Any], sources: Mapping[str, str]) -> 
         )
 
 
-def check_heavy_names(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
-    """The names whose registries import the nemesis (pandas, redis): fault kinds and scenarios.
-
-    Checked after :func:`check_names`, still before anything starts, naming the source.
-    """
-    src = sources.get
-    if values.get("fault") is not None:
-        from bench.nemesis.faults import KINDS
-
-        kind = str(values["fault"]).strip().partition("@")[0]
-        if kind not in KINDS:
-            hint = did_you_mean(kind, KINDS, "`bench run --help`")
-            raise UserError(
-                f"bad --fault {values['fault']!r}: no fault kind {kind!r}{hint}{_from(src('fault', ''))}"
-            )
-    if values.get("scenario"):
-        from bench.nemesis.scenarios import SCENARIOS
-
-        for name in values["scenario"]:
-            _one_of("scenario", name, SCENARIOS, src("scenario", ""), "`bench list`")
-
-
-def check_options(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
-    """Every option of one command: numbers, URLs, specs, names; the quick checks first."""
+def check_options(
+    values: Mapping[str, Any], sources: Mapping[str, str], catalogs: Mapping[str, Catalog] | None = None
+) -> None:
+    """Every option of one command: numbers, URLs, specs, then names; the quick checks first."""
     check_all(values, sources)
-    check_names(values, sources)
-    check_heavy_names(values, sources)
+    check_names(values, sources, catalogs or {})
+    for impl in _as_list(values.get("impl")):
+        if ":" in str(impl):
+            check_plugin(str(impl), sources.get("impl", ""))
 
 
 def env_name(option: str) -> str:

@@ -65,8 +65,9 @@ def test_bench_run_marks_dead_runs_in_its_results_dir_before_starting(tmp_path: 
     run = write_run(results, "old", {"redis.x": {"throughput_acq_s": noisy(1000)}})
     meta = {**json.loads((run / "run.json").read_text()), "status": "running", "pid": _dead_pid()}
     (run / "run.json").write_text(json.dumps(meta))
-    # a bad --users stops the run after the folder check, before any server
-    r = cli("run", "--impl", "redis.set-nx-px-lua", "--results-dir", results, "--fencing", "nope",
+    # a server nobody answers at stops the run after the folder check, before any server starts
+    # (a bad option value is refused earlier still, before the results folder is read)
+    r = cli("run", "--impl", "redis.set-nx-px-lua", "--results-dir", results, "--redis-url", "redis://127.0.0.1:1/0",
             env={"LOCKBENCH_FORBID_SERVERS": "1"})  # fmt: skip
     assert r.returncode == 2
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"

@@ -367,6 +367,33 @@ def explicit(ctx: typer.Context) -> set[str]:
     }
 
 
+def catalogs() -> dict[str, validate.Catalog]:
+    """The names each option accepts, lightest first: a refusal reads no heavier catalog than it needs."""
+    from lockimpls import registry
+
+    def names(module: str, attr: str) -> Callable[[], list[str]]:
+        def read() -> list[str]:
+            import importlib
+
+            return list(getattr(importlib.import_module(module), attr))
+
+        return read
+
+    c = validate.Catalog
+    return {
+        "backend": c(lambda: [*registry.backends(), "all"]),
+        "impl": c(lambda: registry.known_ids(include_test=True), skip=lambda v: ":" in v),
+        "workload": c(names("workloads.harness.catalog", "WORKLOADS")),
+        "suite": c(names("bench.gate.suites", "SUITES")),
+        "fencing": c(lambda: validate.FENCING_CHOICES),
+        "pause_kind": c(lambda: validate.PAUSE_KINDS),
+        "evidence": c(lambda: validate.EVIDENCE_LEVELS),
+        # the heavy ones last: they import the nemesis
+        "fault": c(names("bench.nemesis.faults", "KINDS"), name_of=lambda v: v.strip().partition("@")[0]),
+        "scenario": c(names("bench.nemesis.scenarios", "SCENARIOS")),
+    }
+
+
 def check_options(ctx: typer.Context, write_dirs: tuple[str, ...] = ()) -> dict[str, str]:
     """Validate every option of a command (bench/validate.py); returns where each value came from.
 
@@ -375,7 +402,14 @@ def check_options(ctx: typer.Context, write_dirs: tuple[str, ...] = ()) -> dict[
     """
     found = sources(ctx)
     refuse_empty(ctx, found)
-    validate.check_options(ctx.params, found)
+    validate.check_options(ctx.params, found, catalogs())
+    if ctx.params.get("shard") is not None:
+        from bench.matrix.shards import parse_shard
+
+        try:
+            parse_shard(ctx.params["shard"])
+        except UserError as exc:
+            raise UserError(f"{exc}{validate.from_text(found.get('shard', ''))}") from None
     for name in write_dirs:
         if ctx.params.get(name) is not None:
             validate.check_results_dir(ctx.params[name], found.get(name, ""))
