@@ -64,9 +64,9 @@ def group_labels(runs: list[RunData]) -> dict[str, str]:
     return labels
 
 
-def _group_verdict(rows: pd.DataFrame) -> tuple[str, str, int]:
-    """(css class, text, violation count) for the trials of one group."""
-    recs = rows.to_dict("records")
+def _group_verdict(rows: pd.DataFrame | list[dict[str, Any]]) -> tuple[str, str, int]:
+    """(css class, text, violation count) for the trials of one group (a frame, or its rows as dicts)."""
+    recs = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else rows
     verdicts = [(text(r, "verdict") or "unknown") for r in recs]
     classes = [verdict_class(v) for v in verdicts]
     violations = 0
@@ -119,7 +119,7 @@ def verdict_matrix_section(runs: list[RunData], rlabels: list[str], glabels: dic
             if trials is None:
                 cells += f'<td class="na" data-col="{e(label)}">not run</td>'
                 continue
-            cls, shown, violations = _group_verdict(trials)
+            cls, shown, violations = _group_verdict(run.rows(trials))
             extra = f", {violations:,} violation(s)" if violations else ""
             cells += (
                 f'<td class="{cls}" data-col="{e(label)}">{e(shown)}'
@@ -161,7 +161,9 @@ def _bound_reason(rows: pd.DataFrame, column: str) -> str:
     if not column.startswith(GENERATOR_SENSITIVE) or "generator_bound" not in rows.columns:
         return ""
     unmeasured = ""
-    for r in rows.to_dict("records"):
+    for r in rows[
+        ["generator_bound", *(["generator_bound_reason"] if "generator_bound_reason" in rows else [])]
+    ].to_dict("records"):
         state = flag(r, "generator_bound")
         if state is True:
             return (text(r, "generator_bound_reason") or "").strip() or "reason not recorded"
@@ -218,8 +220,8 @@ def deltas_section(
                 )
                 continue
             compared = [c for c in COMPARED if baseline.values(group, c[0]) or other.values(group, c[0])]
-            bcls, btext, bviol = _group_verdict(b)
-            ocls, otext, oviol = _group_verdict(o)
+            bcls, btext, bviol = _group_verdict(baseline.rows(b))
+            ocls, otext, oviol = _group_verdict(other.rows(o))
             rows.append(
                 f'<tr data-row="{e(group)}"><td rowspan={len(compared) + 1}>{e(glabels[group])}</td>'
                 f'<td>verdict (violations)</td><td class="{bcls}">{e(btext)} ({bviol:,})</td>'
@@ -280,7 +282,7 @@ def fairness_table(runs: list[RunData], rlabels: list[str], glabels: dict[str, s
 def _commands_per_acquire(run: RunData, rows: pd.DataFrame) -> dict[str, float]:
     totals: dict[str, float] = {}
     acquisitions = 0.0
-    for row in rows.to_dict("records"):
+    for row in run.rows(rows):
         commands = run.extra(str(row["case"])).get("server_commands")
         got = num(row, "acquisitions")
         if not isinstance(commands, dict) or not got:

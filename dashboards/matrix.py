@@ -168,7 +168,7 @@ def matrix_cells(run: RunData) -> tuple[list[str], list[tuple[str, list[str]]], 
         return [], [], {}
     impl_key = cases["impl"].astype("string") if "impl" in cases.columns else cases["case"].astype("string")
     impl_key = impl_key.fillna(cases["case"].astype("string"))
-    scenario_key = pd.Series([scenario_of(r) for r in cases.to_dict("records")], index=cases.index)
+    scenario_key = pd.Series([scenario_of(r) for r in run.rows(cases)], index=cases.index)
     present = set(scenario_key)
     groups = {(str(i), str(s)): rows for (i, s), rows in cases.groupby([impl_key, scenario_key], sort=False)}
     impls = list(dict.fromkeys(i for i, _ in groups))
@@ -192,7 +192,7 @@ def matrix_cells(run: RunData) -> tuple[list[str], list[tuple[str, list[str]]], 
             for impl in impls:
                 if (impl, scenario) in placed:
                     rows, note = placed[(impl, scenario)]
-                    html_cells[(impl, scenario)] = summarize(rows, note).html(scenario)
+                    html_cells[(impl, scenario)] = summarize(run.rows(rows), note).html(scenario)
                 elif (impl, scenario) in tokenless:
                     html_cells[(impl, scenario)] = (
                         f'<td class="mcell na" data-col="{e(scenario)}">no fencing tokens</td>'

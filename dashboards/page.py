@@ -265,7 +265,7 @@ def verdict_section(run: RunData) -> str:
     cases = run.cases
     if "workload" in cases.columns or "scenario" in cases.columns:
         # fenced and unfenced runs of a workload are different rows: their counters must not add up
-        cases = cases.assign(scenario=[scenario_of(r) for r in cases.to_dict("records")])
+        cases = cases.assign(scenario=[scenario_of(r) for r in run.rows(cases)])
     keys = [c for c in ("impl", "scenario") if c in cases.columns] or ["case"]
     counters = VIOLATIONS + WARNINGS
     head = "".join(f"<th>{e(k)}</th>" for k in keys) + "<th>cases</th>"
@@ -276,7 +276,7 @@ def verdict_section(run: RunData) -> str:
         key_text = ["n/a" if pd.isna(k) else str(k) for k in key]
         cells = "".join(f'<td class="key">{e(k)}</td>' for k in key_text)
         cells += f'<td class="num">{len(group)}</td>'
-        recs = group.to_dict("records")  # once per row: each conversion costs as much as the whole row
+        recs = run.rows(group)  # run.cases' rows: only the scenario column differs, and it is not read here
         for col in counters:
             values = [v for v in (num(r, col) for r in recs) if v is not None]
             total = sum(values) if values else None
