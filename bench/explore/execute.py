@@ -34,6 +34,7 @@ import pandas as pd
 from bench.explore.draw import TTL_S, Reach
 from bench.explore.schedule import HOLDER_KINDS, TASK_PAUSE, Event, Schedule
 from bench.explore.shrink import Outcome
+from bench.measure import strikes as strike_rules
 from bench.nemesis.faults import FaultSpec, FaultThread
 from bench.nemesis.kinds import SERVER_KINDS
 from bench.nemesis.members import KILL_LEADER, KILL_MEMBER, leader_again
@@ -61,10 +62,6 @@ PACE = 10.0
 #: Longest a schedule's case may run (s) before the lock's recovery bound is added; its stop rule
 #: ends it once its rounds and grants are in, or once nobody got the lock for the bound.
 CASE_CAP_S = 90.0
-#: The matrix's stuck rule after a server fault (bench/matrix/plan.py ``recovery_bound_s``): this many
-#: times the lock's own timeout, never below MIN_RECOVERY_S.
-RECOVERY_FACTOR = 3.0
-MIN_RECOVERY_S = 10.0
 
 
 def explore_settings(ttl: float = TTL_S, rounds: int = ROUNDS) -> dict[str, Any]:
@@ -86,20 +83,14 @@ class ExploreCase(Case):
 
 
 def recovery_bound_s(impl: str, ttl: float, lock_params: dict[str, Any]) -> float:
-    """How long after a round's events nobody may get the lock before it is stuck (s): the lock's own bound.
+    """How long after a round's events nobody may get the lock before it is stuck (s).
 
-    The matrix's rule for a server fault (bench/matrix/plan.py ``recovery_bound_s``, which explore,
-    on the same floor, may not import): 3x the lock's own timeout (``Lock.recovery_after_crash``:
-    the lease TTL, the session timeout, the server noticing a dead connection; the lease when the
-    lock names none), at least 10 s. Not a fixed wait: etcd's recovery after a restart was measured
-    at 7.5 s, and a fixed 5 s called it stuck.
+    The matrix's rule (bench/measure/strikes.py :func:`~bench.measure.strikes.recovery_bound_s`),
+    for the lock named ``impl``.
     """
     from lockimpls.registry import resolve
 
-    expected, _ = resolve(impl).recovery_after_crash(ttl, lock_params)
-    own = float(ttl) if expected is None else float(expected)
-    own = max(own, float(lock_params.get("session_timeout") or 0.0))
-    return max(MIN_RECOVERY_S, RECOVERY_FACTOR * own)
+    return strike_rules.recovery_bound_s(resolve(impl), ttl, lock_params)
 
 
 def make_case(schedule: Schedule, number: int) -> ExploreCase:

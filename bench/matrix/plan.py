@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.errors import UserError
 from bench.matrix.controls import control_for
-from bench.measure.strikes import DEFAULT_TARGET, EvidenceTarget
+from bench.measure.strikes import DEFAULT_TARGET, EvidenceTarget, recovery_bound_s
 from bench.nemesis.faults import parse_fault
 from bench.nemesis.restart import RESTART
 from bench.nemesis.scenarios import USERS, Scenario, scenarios_at
@@ -250,28 +250,9 @@ def _sized_for_recovery(cls: type, case: MatrixCase) -> MatrixCase:
     return replace(sized, settings=settings)
 
 
-#: After a server fault, "stuck" is decided only after this many times the lock's own timeout (its
-#: lease, session, or the time its service takes to free a holder), and never before MIN_RECOVERY_S.
-RECOVERY_FACTOR = 3.0
-MIN_RECOVERY_S = 10.0
-
-
-def recovery_bound_s(cls: type, case: MatrixCase) -> float:
-    """How long after its last strike a server-fault case waits for a grant before it may say "stuck".
-
-    Not a fixed wait: etcd's restart recovery was measured at 7.5 s, and a fixed 5 s called it
-    stuck. The bound is 3x the lock's own timeout (``Lock.recovery_after_crash``: lease TTL,
-    session timeout ...; the case's lease when the lock names none), at least 10 s.
-    """
-    expected, _ = cls.recovery_after_crash(case.settings.ttl, case.settings.lock_params)
-    own = float(case.settings.ttl) if expected is None else float(expected)
-    own = max(own, float(case.settings.lock_params.get("session_timeout") or 0.0))
-    return max(MIN_RECOVERY_S, RECOVERY_FACTOR * own)
-
-
 def _server_recovery_bound(cls: type, case: MatrixCase) -> MatrixCase:
     """A server-fault case's stop rule waits for its lock's own recovery bound after the last strike."""
-    bound = recovery_bound_s(cls, case)
+    bound = recovery_bound_s(cls, case.settings.ttl, case.settings.lock_params)
     rule = StopRule.from_json(case.settings.stop_rule) or StopRule()
     stop = replace(rule, or_after_s=bound)
     settings = replace(case.settings, stop_rule=stop.to_json(), duration=case.settings.duration + bound)

@@ -250,3 +250,23 @@ def shortfall(rows: list[dict[str, Any]], asked: int) -> list[str]:
             why += f" ({reason.split('; ')[0]})"
         lines.append(f"{r.get('case')}: {k} of {asked} strikes{took_s}: {why}; raise --duration")
     return lines
+
+
+#: The stuck rule after a server fault: a lock nobody is granted for this many times its own
+#: timeout, never less than MIN_RECOVERY_S, is stuck (the matrix and bench explore both use it).
+RECOVERY_FACTOR = 3.0
+MIN_RECOVERY_S = 10.0
+
+
+def recovery_bound_s(cls: type, ttl: float, lock_params: dict[str, Any]) -> float:
+    """How long after a strike nobody may be granted the lock before it is stuck (s): its own bound.
+
+    Not a fixed wait: etcd's restart recovery was measured at 7.5 s, and a fixed 5 s called it
+    stuck. The bound is 3x the lock's own timeout (``Lock.recovery_after_crash``: lease TTL,
+    session timeout, the server noticing a dead connection; ``ttl`` when the lock names none),
+    at least 10 s.
+    """
+    expected, _ = cls.recovery_after_crash(ttl, lock_params)
+    own = float(ttl) if expected is None else float(expected)
+    own = max(own, float(lock_params.get("session_timeout") or 0.0))
+    return max(MIN_RECOVERY_S, RECOVERY_FACTOR * own)

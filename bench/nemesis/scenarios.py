@@ -126,7 +126,7 @@ GRANTS_BETWEEN_SHARE = 0.2
 USERS = 6
 #: After a server fault: acquisitions that show the lock works again, or how long to wait for them.
 #: The wait is a floor only: the matrix sizes it per lock from its own timeout (3x its lease or
-#: session, at least 10 s: bench/matrix/plan.py ``recovery_bound_s``), so no fixed wait decides "stuck".
+#: session, at least 10 s: bench/measure/strikes.py ``recovery_bound_s``), so no fixed wait decides "stuck".
 AFTER_FAULT = {"acquisitions": 5, "or_after_s": 10.0}
 #: Where a partition means something (the round-2 partition script chose these): a single
 #: server has no leader and no minority, so only the client cut applies to it; RedLock has no leader.

@@ -1,7 +1,7 @@
 """Recovery: after a holder dies or the service is struck, how long until the lock is granted again.
 
 Pure, no I/O. Two different clocks start two different figures, and they are never named
-alike (docs/architecture.md "The safety matrix", "Recovery is a time"):
+alike (docs/architecture.md "How a cell is decided"):
 
 - a killed holder (``crash`` workload): from the confirmed death of its process
   (:func:`workloads.checks.common.crash_deaths`: the ``crash ok`` the harness stamps with
