@@ -185,8 +185,32 @@ class RunData:
     def acquire_history(self, case: str) -> pd.DataFrame | None:
         """The case's acquire rows (client, seq, op, type, t_ns), read once per report."""
         if case not in self._histories:
+            self._read_both(case)
+        if case not in self._histories:
             self._histories[case] = self.history(case, HISTORY_COLUMNS)
         return self._histories[case]
+
+    def _read_both(self, case: str) -> None:
+        """The acquire rows and the fault, pause and crash rows in one read of the file (the over-time chart needs both).
+
+        Only where the file has every column of both; otherwise each is read on its own, with its own note.
+        """
+        path = self._case_file("history", case, ".parquet")
+        if path is None or case in self._events:
+            return
+        try:
+            import pyarrow.parquet as pq
+
+            if not set(EVENT_COLUMNS) <= set(pq.read_schema(path).names):
+                return
+            both = pd.read_parquet(
+                path, columns=EVENT_COLUMNS, filters=[("op", "in", ["acquire", *EVENT_OPS])]
+            )
+        except Exception:  # noqa: BLE001 - the reads on their own name what is wrong
+            return
+        is_acquire = (both["op"] == "acquire").to_numpy(dtype=bool)
+        self._histories[case] = both.loc[is_acquire, HISTORY_COLUMNS].reset_index(drop=True)
+        self._events[case] = both.loc[~is_acquire].reset_index(drop=True)
 
     def events(self, case: str) -> pd.DataFrame | None:
         """The case's fault, pause and crash rows (client, seq, op, type, lock, t_ns), read once.
@@ -194,6 +218,8 @@ class RunData:
         None, without a note, when the history is absent or older than these ops: the
         acquire history already says so where it matters.
         """
+        if case not in self._events and case not in self._histories:
+            self._read_both(case)
         if case not in self._events:
             self._events[case] = self.history(case, EVENT_COLUMNS, ops=EVENT_OPS, quiet=True)
         return self._events[case]
