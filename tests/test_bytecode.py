@@ -92,12 +92,26 @@ def _pyc_matches(source: Path) -> bool:
 
 
 def test_a_missing_or_stale_compile_of_the_projects_packages_redoes_itself(tmp_path: Path) -> None:
-    """bootstrap.sh in a scratch checkout (its .venv is this one's, up to date): every run compiles the packages."""
+    """bootstrap.sh in a scratch checkout (an up-to-date .venv of its own): every run compiles the packages.
+
+    The scratch .venv is a light one of its own (this one's interpreter, stamps and a ``bench``
+    script pointing at it), never a link to this checkout's: a bootstrap that found it out of
+    date would reinstall lockbench into the shared .venv from the scratch folder, and every
+    later ``bench`` outside this checkout would import nothing.
+    """
     (tmp_path / "scripts").mkdir()
     shutil.copy(PROJECT / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
     shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
     os.utime(tmp_path / "pyproject.toml", (0, 0))  # older than the install stamp: nothing to reinstall
-    (tmp_path / ".venv").symlink_to(PROJECT / ".venv")
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    shutil.copy2(PROJECT / ".venv" / "pyvenv.cfg", venv / "pyvenv.cfg")
+    (venv / "bin" / "python").symlink_to((PROJECT / ".venv" / "bin" / "python").resolve())
+    for stamp in (".lockbench-installed", ".lockbench-bytecode"):
+        shutil.copy2(PROJECT / ".venv" / stamp, venv / stamp)
+    (venv / "bin" / "bench").write_text(f"#!{venv}/bin/python\n")
+    (venv / "bin" / "bench").chmod(0o755)
+    before = (PROJECT / ".venv" / "bin" / "bench").read_text()
     sources = []
     for package in ("bench", "lockimpls", "workloads", "infra", "dashboards", "resultsio"):
         (tmp_path / package / "sub").mkdir(parents=True)
@@ -114,6 +128,7 @@ def test_a_missing_or_stale_compile_of_the_projects_packages_redoes_itself(tmp_p
     assert not _pyc_matches(edited)
     _bootstrap(tmp_path)
     assert all(_pyc_matches(s) for s in sources)  # stale and missing: compiled again
+    assert (PROJECT / ".venv" / "bin" / "bench").read_text() == before  # the shared .venv untouched
 
 
 def test_pycache_stays_out_of_git() -> None:
