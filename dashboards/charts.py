@@ -17,7 +17,7 @@ from hdrh.histogram import HdrHistogram
 from plotly.subplots import make_subplots
 
 from dashboards.html_bits import duration_us
-from dashboards.load import RunData, flag, text
+from dashboards.load import RunData, flag, scenario_of, text
 
 #: Percentile levels marked on the spectrum's x axis, as 1/(1-p).
 SPECTRUM_TICKS = [(1, "0%"), (2, "50%"), (10, "90%"), (100, "99%"), (1_000, "99.9%"), (10_000, "99.99%")]
@@ -531,10 +531,78 @@ def _mark_shapes(marks: list[Mark], name: str, colour: str) -> list[dict]:
     return shapes
 
 
+#: Above this many impl x scenario lines the over-time chart shows one line per backend x scenario
+#: (the median over its locks), each lock's own lines behind a click on its legend entry: a matrix
+#: has hundreds, and 780 lines drawn at once are no chart to read (issue 42 item 5).
+SUMMARY_ABOVE = 24
+
+
+def _group_line(run: RunData, rows: pd.DataFrame) -> tuple[pd.DataFrame, list[Mark]] | None:
+    """One impl x scenario's per-second figures (median over its trials) and its fault marks; None without history."""
+    per_trial: list[pd.DataFrame] = []
+    marks: list[Mark] = []
+    for case in [str(c) for c in rows["case"]]:
+        history = run.acquire_history(case)
+        if history is None:
+            continue
+        series = acquire_timeseries(history)
+        if series.empty:
+            run.notes.append(f"case {case}: history has no completed acquires")
+            continue
+        per_trial.append(series)
+        acq = history[history["op"] == "acquire"]
+        events = run.events(case)
+        t0 = int(acq["t_ns"].min())
+        end = int(acq["t_ns"].max())
+        if events is not None and not events.empty:
+            end = max(end, int(events["t_ns"].max()))
+        marks += event_marks(events, t0, end)
+    if not per_trial:
+        return None
+    return aggregate_trials(per_trial), marks
+
+
+def _summary_lines(run: RunData, lines: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Per backend x scenario, per second, the median over its locks' lines (each already a median over trials)."""
+    by_key: dict[str, list[pd.DataFrame]] = {}
+    for group, agg in lines.items():
+        row = run.rows(run.groups()[group].iloc[:1])[0]
+        backend = text(row, "backend") or str(text(row, "impl") or group).split(".", 1)[0]
+        by_key.setdefault(f"{backend} · {scenario_of(row)}", []).append(agg.drop(columns=["trials"]))
+    return {key: aggregate_trials(aggs) for key, aggs in sorted(by_key.items())}
+
+
+def _line_traces(
+    agg: pd.DataFrame, name: str, colour: str, of: str, visible: bool | str, width: float | None = None
+) -> list[dict]:
+    """p50 (solid) and p99 (dotted) on top, acquisitions/s below: one line's three traces, as plain dicts."""
+    # Steps: each bucket a flat segment from its start to its end, the last one ending where the
+    # case's acquires end; on the same clock as the shading.
+    agg = pd.concat([agg, agg.iloc[[-1]]], ignore_index=True)
+    x = list(agg["second"].astype("float64").iloc[:-1]) + [float(agg["end_s"].iloc[-1])]
+    hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} " + of + ")<extra>" + name
+    custom = [[int(a), int(b)] for a, b in zip(agg["second"], agg["trials"], strict=True)]
+    # plain trace dicts: go.Scatter validates every value of every line (row 2: axes x2, y2)
+    common = {"type": "scatter", "x": x, "legendgroup": name, "mode": "lines", "customdata": custom}
+    if visible is not True:
+        common["visible"] = visible
+    line = {"color": colour, "shape": "hv", **({"width": width} if width else {})}
+    return [
+        {**common, "y": (agg["p50_us"] / 1_000).tolist(), "name": name, "line": line,
+         "hovertemplate": hover.replace("{what}", "ms p50") + "</extra>", "xaxis": "x", "yaxis": "y"},
+        {**common, "y": (agg["p99_us"] / 1_000).tolist(), "name": f"{name} p99", "line": {**line, "dash": "dot"},
+         "showlegend": False, "hovertemplate": hover.replace("{what}", "ms p99") + "</extra>", "xaxis": "x", "yaxis": "y"},
+        {**common, "y": agg["acq_per_s"].tolist(), "name": f"{name} acq/s", "line": line, "showlegend": False,
+         "hovertemplate": hover.replace("{what}", "acquisitions/s") + "</extra>", "xaxis": "x2", "yaxis": "y2"},
+    ]  # fmt: skip
+
+
 def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None) -> go.Figure | dict:
     """Acquire p50/p99 latency (top) and acquisitions/s (bottom) per second, one colour per impl x scenario.
 
-    Trials of one impl x scenario are one line: per second, the median over the trials of
+    Above :data:`SUMMARY_ABOVE` impl x scenario lines (a matrix), one line per backend x scenario
+    is drawn, per second the median over its locks' lines; each lock's own lines and shading are
+    in the figure, behind a click on its legend entry. Trials of one impl x scenario are one line: per second, the median over the trials of
     each trial's own value (each trial on its own clock, from its first acquire). Server
     fault windows are shaded in the line's colour, paused holders lighter, killed holders
     are dotted vertical lines, all on the same clock.
@@ -547,58 +615,36 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
     longest = 0.0
     all_marks: list[tuple[list[Mark], str, str]] = []
     traces: list[dict] = []
+    lines: dict[str, pd.DataFrame] = {}
+    summarised = len(run.groups()) > SUMMARY_ABOVE
     for g, (group, rows) in enumerate(run.groups().items()):
-        per_trial: list[pd.DataFrame] = []
-        marks: list[Mark] = []
-        for case in [str(c) for c in rows["case"]]:
-            history = run.acquire_history(case)
-            if history is None:
-                continue
-            series = acquire_timeseries(history)
-            if series.empty:
-                run.notes.append(f"case {case}: history has no completed acquires")
-                continue
-            per_trial.append(series)
-            acq = history[history["op"] == "acquire"]
-            events = run.events(case)
-            t0 = int(acq["t_ns"].min())
-            end = int(acq["t_ns"].max())
-            if events is not None and not events.empty:
-                end = max(end, int(events["t_ns"].max()))
-            marks += event_marks(events, t0, end)
-        if not per_trial:
+        found = _group_line(run, rows)
+        if found is None:
             continue
-        agg = aggregate_trials(per_trial)
+        agg, marks = found
+        lines[group] = agg
         name, colour = html.escape(glabels.get(group, group)), PALETTE[g % len(PALETTE)]
         longest = max(longest, float(agg["end_s"].max()))
-        # Steps: each bucket a flat segment from its start to its end, the last one ending where the
-        # case's acquires end; on the same clock as the shading.
-        agg = pd.concat([agg, agg.iloc[[-1]]], ignore_index=True)
-        x = list(agg["second"].astype("float64").iloc[:-1]) + [float(agg["end_s"].iloc[-1])]
-        hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} trial(s))<extra>" + name
-        custom = [[int(a), int(b)] for a, b in zip(agg["second"], agg["trials"], strict=True)]
-        # plain trace dicts: go.Scatter validates every value of every line (row 2: axes x2, y2)
-        common = {"type": "scatter", "x": x, "legendgroup": name, "mode": "lines", "customdata": custom}
-        traces += [
-            {**common, "y": (agg["p50_us"] / 1_000).tolist(), "name": name, "line": {"color": colour, "shape": "hv"},
-             "hovertemplate": hover.replace("{what}", "ms p50") + "</extra>", "xaxis": "x", "yaxis": "y"},
-            {**common, "y": (agg["p99_us"] / 1_000).tolist(), "name": f"{name} p99",
-             "line": {"color": colour, "shape": "hv", "dash": "dot"}, "showlegend": False,
-             "hovertemplate": hover.replace("{what}", "ms p99") + "</extra>", "xaxis": "x", "yaxis": "y"},
-            {**common, "y": agg["acq_per_s"].tolist(), "name": f"{name} acq/s", "line": {"color": colour, "shape": "hv"},
-             "showlegend": False, "hovertemplate": hover.replace("{what}", "acquisitions/s") + "</extra>",
-             "xaxis": "x2", "yaxis": "y2"},
-        ]  # fmt: skip
+        traces += _line_traces(agg, name, colour, "trial(s)", "legendonly" if summarised else True)
         windows = [m for m in marks if m.kind != "pause"] + merge_windows(
             [m for m in marks if m.kind == "pause"]
         )
         all_marks.append((windows, name, colour))
+    if summarised:
+        summary = []
+        for k, (key, agg) in enumerate(_summary_lines(run, lines).items()):
+            colour = PALETTE[k % len(PALETTE)]
+            summary += _line_traces(agg, html.escape(key), colour, "lock(s)", True, width=3)
+        traces = summary + traces
     total = sum(len(m) for m, _, _ in all_marks)
     if total > MAX_MARKS:
         dropped = sum(1 for m, _, _ in all_marks for x in m if x.kind == "pause")
         all_marks = [([x for x in m if x.kind != "pause"], n, c) for m, n, c in all_marks]
         run.notes.append(f"over-time chart: {dropped} pause windows not shaded (more than {MAX_MARKS} marks)")
     shapes = [sh for marks, name, colour in all_marks for sh in _mark_shapes(marks[:MAX_MARKS], name, colour)]
+    if summarised:
+        for shape in shapes:
+            shape["visible"] = "legendonly"  # with its lock's lines, behind a click on the legend
     fig.update_layout(**{**_LAYOUT, "height": 620})
     kinds = {m.kind for marks, _, _ in all_marks for m in marks}
     if kinds:

@@ -18,6 +18,7 @@ import plotly.offline
 
 from dashboards.arrivals import arrivals_section
 from dashboards.charts import (
+    SUMMARY_ABOVE,
     fairness_figure,
     handoff_utilization_figure,
     over_time_figure,
@@ -440,7 +441,10 @@ def _last_run_figures(
             "holder paused (op 'pause', lease-expiry), light; a dash-dot vertical line: a holder killed "
             "(op 'crash'). With trials, every trial's windows are drawn, so darker shading is where "
             "several trials' windows overlap. Each appears once in the legend; clicking an impl x "
-            "scenario hides its lines and its shading together." + slo + last,
+            "scenario hides its lines and its shading together. With more than "
+            f"{SUMMARY_ABOVE} impl x scenario lines (a matrix), one thick line per backend x scenario is "
+            "drawn, per second the median over its locks' lines; each lock's own lines and shading are "
+            "in the chart, hidden: click its legend entry to show them." + slo + last,
             "acquire latency p50/p99 and acquisitions/s per second, from history/*.parquet (invoke->ok); "
             "shaded: fault windows",
         ),

@@ -7,6 +7,8 @@ on every shape of distribution. Counted: iterator steps avoided, never seconds.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
@@ -57,3 +59,42 @@ def test_a_decoded_histogram_walks_like_the_one_recorded() -> None:
     decoded = HdrHistogram.decode(hist.encode())
     assert _percentile_walk(decoded, 5) == _iterator_points(hist, 5) == _iterator_points(decoded, 5)
     assert _percentile_walk(HdrHistogram(1, 3_600_000_000, 3), 5) == []
+
+
+def test_a_matrix_over_time_chart_draws_one_line_per_backend_and_scenario_the_locks_behind_a_click(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above SUMMARY_ABOVE lines: the median over the locks per backend x scenario, each lock's lines hidden, kept."""
+    import dashboards.charts as charts
+    from dashboards.report import render_report
+    from tests.test_report import _over_time, make_fault_run
+
+    cases = [
+        {"impl": impl, "scenario": s, "trial": 1, "verdict": "valid"}
+        for impl in ("redis.set-nx-px-lua", "redis.setnx-del")
+        for s in ("long-cs+unfenced", "long-cs+fenced")
+    ]
+    detail_page = render_report([make_fault_run(tmp_path / "a", cases)]).read_text(encoding="utf-8")
+    detail, _ = _over_time(detail_page)
+    assert len(detail) == 4 * 3 and all("visible" not in t for t in detail)  # few lines: as before
+
+    monkeypatch.setattr(charts, "SUMMARY_ABOVE", 2)
+    page = render_report([make_fault_run(tmp_path / "b", cases)]).read_text(encoding="utf-8")
+    data, layout = _over_time(page)
+    shown = [t for t in data if t.get("visible", True) is True and t["name"] != "SLO"]
+    hidden = [t for t in data if t.get("visible") == "legendonly"]
+    assert sorted(t["name"] for t in shown if t.get("showlegend", True)) == [
+        "redis · long-cs+fenced",
+        "redis · long-cs+unfenced",
+    ]
+    # behind the click: the same lines, value for value, as the chart without a summary draws
+    assert [(t["name"], t["y"]) for t in hidden] == [(t["name"], t["y"]) for t in detail]
+    assert all(s.get("visible") == "legendonly" for s in layout.get("shapes", []))
+    # the summary line is, per second, the median of its locks' lines
+    by_name = {t["name"]: t for t in detail}
+    summary = next(t for t in shown if t["name"] == "redis · long-cs+fenced acq/s")
+    locks = [
+        by_name[f"{impl} · long-cs+fenced acq/s"]["y"] for impl in ("redis.set-nx-px-lua", "redis.setnx-del")
+    ]
+    n = min(len(y) for y in locks)
+    assert summary["y"][:n] == [float(np.median([y[i] for y in locks])) for i in range(n)]
