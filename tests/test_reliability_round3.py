@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from bench.cli import scratch
-from bench.results.folder import RunFolder, process_start
+from bench.results.folder import RunFolder
+from bench.results.proc import process_start
 from tests.test_gate import MACHINE, cli, noisy, write_run
 
 

@@ -119,9 +119,9 @@ def test_two_shards_merged_give_the_cells_of_one_run(tmp_path: Path) -> None:
 def test_the_matrix_estimates_the_time_left_only_after_a_twentieth_of_its_caps(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from bench.matrix.lanes import _Shared
+    from bench.matrix.lanes import Shared
 
-    shared = _Shared(folder=None, console=Console(), total=100, caps_s=1000.0)  # type: ignore[arg-type]
+    shared = Shared(folder=None, console=Console(), total=100, caps_s=1000.0)  # type: ignore[arg-type]
     shared.caps_done_s = 10.0  # one short case: says little about the rest
     assert shared.time_left().endswith("estimating the time left")
     shared.caps_done_s = 100.0

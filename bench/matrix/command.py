@@ -30,7 +30,7 @@ from rich.console import Console
 
 from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
-from bench.matrix.lanes import _load_average, _Shared, busy_cores, cpu_ticks, run_lanes, strike_cycles
+from bench.matrix.lanes import Shared, busy_cores, cpu_ticks, load_average, run_lanes, strike_cycles
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.request import MatrixRequest
 from bench.matrix.shards import Shard, auto_lanes, deal
@@ -64,7 +64,7 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
             f"lanes{slice_}, {parallel} side by side ({lanes_why}); results in {folder.path}",
             markup=False,
         )
-        shared = _Shared(folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases))
+        shared = Shared(folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases))
     except KeyboardInterrupt:
         folder.finish("incomplete")
         raise Interrupted(
@@ -220,11 +220,11 @@ class _Plan:
         return out
 
 
-def _run(plan: _Plan, folder: RunFolder, shared: _Shared, parallel: int, request: MatrixRequest) -> str:
+def _run(plan: _Plan, folder: RunFolder, shared: Shared, parallel: int, request: MatrixRequest) -> str:
     """Run the lanes; the folder's status: complete, complete-with-failures, failed or incomplete."""
     user_urls, resource_url, warm = dict(request.user_urls), request.resource_url, request.warm
     status = "complete"
-    load_start = _load_average()
+    load_start = load_average()
     ticks = cpu_ticks()
     t0 = time.monotonic()
     try:
@@ -255,7 +255,7 @@ def _run(plan: _Plan, folder: RunFolder, shared: _Shared, parallel: int, request
                 if c.case_id not in ran
             ]
         folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
-                               "load_average": {"start": load_start, "end": _load_average()},
+                               "load_average": {"start": load_start, "end": load_average()},
                                "busy_cores": busy_cores(ticks, cpu_ticks()),
                                "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip
         folder.note("endpoints", shared.endpoints)
@@ -265,7 +265,7 @@ def _run(plan: _Plan, folder: RunFolder, shared: _Shared, parallel: int, request
 
 
 def _judge_whole(
-    plan: _Plan, folder: RunFolder, shared: _Shared, console: Console, render: bool, slo_us: float | None
+    plan: _Plan, folder: RunFolder, shared: Shared, console: Console, render: bool, slo_us: float | None
 ) -> int:
     """After the lanes: controls, contradictions and undecided cells over every row; the report; the exit code."""
     not_run = plan.not_run

@@ -2,7 +2,7 @@
 
 A lane owns its servers (lock servers and resource Redis), keeps them up across its units and
 clears lock state between them; ``run_lanes`` runs ``--lanes`` of them side by side, and
-``_Shared`` is what they share: the results folder, the tallies and the stop flag.
+``Shared`` is what they share: the results folder, the tallies and the stop flag.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def strike_cycles(cycles: dict[str, dict[str, list[dict[str, float]]]]) -> dict[
     return out
 
 
-def _load_average() -> list[float]:
+def load_average() -> list[float]:
     """The 1, 5 and 15 minute load averages (the matrix's figures are read beside them)."""
     try:
         return [round(v, 2) for v in os.getloadavg()]
@@ -164,7 +164,7 @@ def evidence(case: MatrixCase, result: dict[str, Any]) -> dict[str, Any]:
 ETA_AFTER = 0.05
 
 
-class _Shared:
+class Shared:
     """What lanes running in threads share: the results folder, the tallies, the stop flag."""
 
     def __init__(self, folder: RunFolder, console: Console, total: int, caps_s: float = 0.0) -> None:
@@ -349,7 +349,7 @@ class _Launchers:
 
 def _run_lane(
     lane: Lane,
-    shared: _Shared,
+    shared: Shared,
     user_urls: dict[str, list[str]],
     resource_url: str | None,
     scratch: Path,
@@ -376,7 +376,7 @@ def _run_lane(
         _lose_rest(lane, shared, lane.units or form_groups(lane), f"lane {lane.name} stopped: {what}")
 
 
-def _lose_rest(lane: Lane, shared: _Shared, units: list[list[MatrixCase]], reason: str) -> None:
+def _lose_rest(lane: Lane, shared: Shared, units: list[list[MatrixCase]], reason: str) -> None:
     """Every case of ``units`` without a row yet becomes an ``unknown`` row with ``reason``."""
     have = shared.recorded()
     for unit in units:
@@ -421,7 +421,7 @@ class _LaneRun:
     def __init__(
         self,
         lane: Lane,
-        shared: _Shared,
+        shared: Shared,
         user_urls: dict[str, list[str]],
         resource_url: str | None,
         scratch: Path,
@@ -604,7 +604,7 @@ def _kept_logs(kept: dict[str, Path]) -> str:
 
 def run_lanes(
     lanes: list[Lane],
-    shared: _Shared,
+    shared: Shared,
     parallel: int,
     user_urls: dict[str, list[str]],
     resource_url: str | None,

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from bench.errors import UserError
+from bench.results.proc import process_alive, process_start
 
 SCHEMA_VERSION = 1
 
@@ -56,33 +57,6 @@ def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def process_start(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, /proc), or None when there is none.
-
-    A pid with its start time names one process for good: a pid alone may have been reused.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def process_alive(pid: Any, start: Any = None) -> bool:
-    """Is the process that wrote ``pid`` (and ``start``, when recorded) still running?"""
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
-        return False
-    now = process_start(pid)
-    if now is None:
-        return False
-    return start is None or now == start
 
 
 class ResultsWriteError(UserError):

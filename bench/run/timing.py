@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.results.folder import process_start
+from bench.results.proc import process_start
 from bench.run.case import (
     Case,
 )
