@@ -92,7 +92,7 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     SLIVER_S), so cases of equal length end at the same x.
     """
     columns = ["second", "acq_per_s", "p50_us", "p99_us", "end_s"]
-    acq = history[history["op"] == "acquire"]
+    acq = history[(history["op"] == "acquire").to_numpy(dtype=bool)]
     if acq.empty:
         return pd.DataFrame(columns=columns)
     t_ns = acq["t_ns"].to_numpy(dtype=np.int64)
@@ -100,7 +100,7 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     t_end = int(t_ns.max())
     # pair on one integer key per (client, seq), the first invoke with the first ok (numpy: a
     # matrix report pairs 2.5 million rows; a pandas merge per case was most of its over-time chart)
-    code = pd.factorize(acq["client"].astype(str))[0].astype(np.int64)
+    code = pd.factorize(acq["client"])[0].astype(np.int64)
     key = (code << 32) | (acq["seq"].to_numpy(dtype=np.int64) & 0xFFFFFFFF)
     kind = acq["type"].to_numpy(dtype=object)
     inv, ok = kind == "invoke", kind == "ok"
@@ -109,7 +109,7 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     _, a, b = np.intersect1d(k_inv, k_ok, assume_unique=True, return_indices=True)
     if not len(a):
         return pd.DataFrame(columns=columns)
-    pairs = pd.DataFrame({"t_ns_inv": t_ns[inv][i_inv[a]], "t_ns_ok": t_ns[ok][i_ok[b]]})
+    t_inv, t_ok = t_ns[inv][i_inv[a]], t_ns[ok][i_ok[b]]
     span_s = (t_end - t0) / 1e9
     last = int(span_s)
     width = span_s - last
@@ -118,19 +118,25 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
         width += 1.0
     elif width == 0:
         width = 1.0
-    second = ((pairs["t_ns_ok"] - t0) // 1_000_000_000).astype("int64").clip(upper=last)
-    pairs = pairs.assign(
-        latency_us=(pairs["t_ns_ok"] - pairs["t_ns_inv"]).astype("float64") / 1_000.0, second=second
+    # numpy to the end: a DataFrame per step cost more than the figures (a matrix has hundreds of cases)
+    second = np.minimum((t_ok - t0) // 1_000_000_000, last)
+    latency = (t_ok - t_inv).astype("float64") / 1_000.0
+    keys, counts, p50, p99 = _per_second(second, latency)
+    acq_per_s = np.zeros(last + 1)
+    acq_per_s[keys] = counts
+    acq_per_s[last] /= width
+    q50, q99 = np.full(last + 1, np.nan), np.full(last + 1, np.nan)
+    q50[keys], q99[keys] = p50, p99
+    end_s = [float(i + 1) for i in range(last)] + [last + width]
+    return pd.DataFrame(
+        {"second": np.arange(last + 1), "acq_per_s": acq_per_s, "p50_us": q50, "p99_us": q99, "end_s": end_s}
     )
-    per_second = _per_second(second.to_numpy(), pairs["latency_us"].to_numpy()).reindex(range(0, last + 1))
-    per_second["acq_per_s"] = per_second["acq_per_s"].fillna(0).astype("float64")
-    per_second.loc[last, "acq_per_s"] /= width
-    per_second["end_s"] = [float(i + 1) for i in range(last)] + [last + width]
-    return per_second.rename_axis("second").reset_index()[columns]
 
 
-def _per_second(second: np.ndarray, latency: np.ndarray) -> pd.DataFrame:
-    """Per second present: how many, and the latency's p50 and p99, as pandas' groupby quantile computes them.
+def _per_second(
+    second: np.ndarray, latency: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds present, how many in each, the latency's p50, p99) as pandas' groupby quantile computes them.
 
     Why not that groupby: its cost is per call, and a matrix report made one per case (most of
     the over-time chart). The same linear interpolation, value for value: sorted values v of
@@ -139,15 +145,15 @@ def _per_second(second: np.ndarray, latency: np.ndarray) -> pd.DataFrame:
     order = np.lexsort((latency, second))
     sec, lat = second[order], latency[order]
     keys, starts, counts = np.unique(sec, return_index=True, return_counts=True)
-    out = {"acq_per_s": counts}
-    for name, q in (("p50_us", 0.5), ("p99_us", 0.99)):
+    quantiles = []
+    for q in (0.5, 0.99):
         pos = q * (counts - 1)
         idx = pos.astype(np.int64)
         frac = pos % 1
         val = lat[starts + idx]
         nxt = lat[np.minimum(starts + idx + 1, starts + counts - 1)]
-        out[name] = np.where(frac == 0, val, val + (nxt - val) * frac)
-    return pd.DataFrame(out, index=pd.Index(keys, name="second"))
+        quantiles.append(np.where(frac == 0, val, val + (nxt - val) * frac))
+    return keys, counts, quantiles[0], quantiles[1]
 
 
 def _no_data(fig: go.Figure, message: str) -> go.Figure:
