@@ -571,8 +571,10 @@ def _group_line(run: RunData, rows: pd.DataFrame) -> tuple[pd.DataFrame, list[Ma
 def _summary_lines(run: RunData, lines: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """Per backend x scenario, per second, the median over its locks' lines (each already a median over trials)."""
     by_key: dict[str, list[pd.DataFrame]] = {}
+    first = {group: rows.index[0] for group, rows in run.groups().items()}
+    every = dict(zip(run.cases.index, run.rows(run.cases), strict=True))
     for group, agg in lines.items():
-        row = run.rows(run.groups()[group].iloc[:1])[0]
+        row = every[first[group]]
         backend = text(row, "backend") or str(text(row, "impl") or group).split(".", 1)[0]
         by_key.setdefault(f"{backend} · {scenario_of(row)}", []).append(agg.drop(columns=["trials"]))
     return {key: aggregate_trials(aggs) for key, aggs in sorted(by_key.items())}

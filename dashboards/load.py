@@ -199,18 +199,20 @@ class RunData:
         if path is None or case in self._events:
             return
         try:
+            import pyarrow.compute as pc
             import pyarrow.parquet as pq
 
             if not set(EVENT_COLUMNS) <= set(pq.read_schema(path).names):
                 return
-            both = pd.read_parquet(
-                path, columns=EVENT_COLUMNS, filters=[("op", "in", ["acquire", *EVENT_OPS])]
-            )
+            both = pq.read_table(path, columns=EVENT_COLUMNS, filters=[("op", "in", ["acquire", *EVENT_OPS])])
+            # split in arrow, then each part to pandas once (the dtypes pandas.read_parquet gives)
+            is_acquire = pc.equal(both["op"], "acquire")
+            acquires = both.filter(is_acquire).select(HISTORY_COLUMNS).to_pandas()
+            events = both.filter(pc.invert(is_acquire)).to_pandas()
         except Exception:  # noqa: BLE001 - the reads on their own name what is wrong
             return
-        is_acquire = (both["op"] == "acquire").to_numpy(dtype=bool)
-        self._histories[case] = both.loc[is_acquire, HISTORY_COLUMNS].reset_index(drop=True)
-        self._events[case] = both.loc[~is_acquire].reset_index(drop=True)
+        self._histories[case] = acquires
+        self._events[case] = events
 
     def events(self, case: str) -> pd.DataFrame | None:
         """The case's fault, pause and crash rows (client, seq, op, type, lock, t_ns), read once.
