@@ -14,7 +14,8 @@ timing is a fresh process with the page written:
 * ``bench history`` over all, no kept verdicts (the first pass);
 * ``bench history`` over all again (verdicts kept in history/.checked.json).
 
-Printed: seconds, the ratio to the median floor, and the load average before and after
+Printed: wall seconds, the ratio to the median floor, CPU seconds (user + sys: the machine's
+other work moves them less), and the load average before and after
 each (the machine is shared: the ratio is the figure; the lead measures on a quiet machine).
 Without ``--of``, the newest folder under /tmp/q1 is used if there is one, else one default
 run is made (``scripts/bench run --backend redis --workload flash-sale``, about 100 s).
@@ -23,6 +24,7 @@ run is made (``scripts/bench run --backend redis --workload flash-sale``, about 
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,7 +41,7 @@ from history_scale import FLOOR, _load, copy_run  # noqa: E402
 from bench.history.checked import CACHE_NAME, RACY_NS  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-BENCH = str(ROOT / ".venv" / "bin" / "bench")
+BENCH = [PYTHON, "-m", "bench"]
 
 
 def source_run(given: Path | None, scratch: Path) -> Path:
@@ -56,15 +58,18 @@ def source_run(given: Path | None, scratch: Path) -> Path:
     return sorted(p for p in made.iterdir() if (p / "run.json").is_file())[-1]
 
 
-def timed(args: list[str]) -> tuple[float, str, str]:
-    """Wall seconds of ``args`` as a fresh process, and the load average before and after."""
+def timed(args: list[str]) -> tuple[float, float, str, str]:
+    """Wall and CPU (user + sys) seconds of ``args`` as a fresh process, and the load average before and after."""
     before = _load()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(args, capture_output=True, text=True, check=False)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode not in (0, 2):
         raise SystemExit(f"{' '.join(args[:3])} ... failed ({r.returncode}): {r.stderr[-2000:]}")
-    return took, before, _load()
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    return took, cpu, before, _load()
 
 
 def main() -> None:
@@ -93,22 +98,25 @@ def main() -> None:
         cache = root / "history" / CACHE_NAME
         kinds = {
             "floor: list + json.load every run.json": lambda: [PYTHON, "-c", FLOOR, str(root)],
-            "bench history over 10 folders": lambda: [BENCH, "history", str(few), "--out", str(page)],
-            f"bench history over {args.copies}, first pass": lambda: [BENCH, "history", str(root), "--out", str(page)],
+            "bench history over 10 folders": lambda: [*BENCH, "history", str(few), "--out", str(page)],
+            f"bench history over {args.copies}, first pass": lambda: [*BENCH, "history", str(root), "--out", str(page)],
             f"bench history over {args.copies}, verdicts kept": lambda: [
-                BENCH, "history", str(root), "--out", str(page)
+                *BENCH, "history", str(root), "--out", str(page)
             ],
         }  # fmt: skip
-        rows: dict[str, list[tuple[float, str, str]]] = {k: [] for k in kinds}
+        rows: dict[str, list[tuple[float, float, str, str]]] = {k: [] for k in kinds}
         for _ in range(args.repeat):
             for name, argv in kinds.items():
                 if "first pass" in name:
                     cache.unlink(missing_ok=True)
                 rows[name].append(timed(argv()))
-        floor = sorted(t for t, _, _ in rows["floor: list + json.load every run.json"])[args.repeat // 2]
+        floor = sorted(t for t, _, _, _ in rows["floor: list + json.load every run.json"])[args.repeat // 2]
         for name, runs in rows.items():
-            took, before, after = sorted(runs)[len(runs) // 2]
-            print(f"{name:<48} {took:7.2f} s  {took / floor:6.1f} x floor  load {before} -> {after}")
+            took, cpu, before, after = sorted(runs)[len(runs) // 2]
+            print(
+                f"{name:<48} {took:7.2f} s wall  {took / floor:6.1f} x floor  {cpu:6.2f} s CPU  "
+                f"load {before} -> {after}"
+            )
         print(f"page: {page.stat().st_size / 1e6:.1f} MB")
     finally:
         if args.keep is None:
