@@ -337,9 +337,6 @@ def check_results_dir(path: Path | str, source: str = "") -> None:
         ) from None
 
 
-#: ``--evidence`` levels, by name: bench/measure/strikes.py ``LEVELS`` holds what each means
-#: (tests/test_request_shape.py keeps the two equal); named here so a refusal imports no pandas
-EVIDENCE_LEVELS = ("quick", "standard", "thorough")
 #: ``--fencing`` of bench run
 FENCING_CHOICES = ("off", "observe", "enforce", "both")
 PAUSE_KINDS = ("task", "world")

@@ -84,8 +84,15 @@ def test_nothing_below_the_cli_takes_more_than_about_8_parameters() -> None:
     assert wide == [], wide
 
 
-def test_the_evidence_levels_checked_are_the_levels_measured() -> None:
-    from bench import validate
-    from bench.measure.strikes import LEVELS
+def test_naming_a_level_a_fault_or_a_scenario_imports_nothing_heavy() -> None:
+    """The catalogs a refusal reads (bench/cli/options.py ``catalogs``) stay light: a refusal of
+    ``--evidence``, ``--fault`` or ``--scenario`` must not wait for pandas, numpy or redis."""
+    import subprocess
+    import sys
 
-    assert tuple(LEVELS) == validate.EVIDENCE_LEVELS
+    code = (
+        "import sys, bench.measure.levels, bench.nemesis.faults, bench.nemesis.scenarios; "
+        "print(' '.join(m for m in ('pandas', 'numpy', 'redis', 'locust', 'pyarrow') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == ""

@@ -387,7 +387,7 @@ def catalogs() -> dict[str, validate.Catalog]:
         "suite": c(names("bench.gate.suites", "SUITES")),
         "fencing": c(lambda: validate.FENCING_CHOICES),
         "pause_kind": c(lambda: validate.PAUSE_KINDS),
-        "evidence": c(lambda: validate.EVIDENCE_LEVELS),
+        "evidence": c(names("bench.measure.levels", "LEVELS")),
         # the heavy ones last: they import the nemesis
         "fault": c(names("bench.nemesis.faults", "KINDS"), name_of=lambda v: v.strip().partition("@")[0]),
         "scenario": c(names("bench.nemesis.scenarios", "SCENARIOS")),

@@ -19,13 +19,15 @@ and ``failed`` when a violation was seen: one witnessed violation stays a violat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from bench.measure.levels import DEFAULT_TARGET, LEVELS, EvidenceTarget
 from workloads.checks.core import holds
+
+__all__ = ["DEFAULT_TARGET", "LEVELS", "EvidenceTarget"]
 
 #: Workloads that fault by themselves (a client stalls, dies or outlives its lease).
 FAULT_WORKLOADS = ("long-cs", "lease-expiry", "crash")
@@ -33,31 +35,6 @@ FAULT_WORKLOADS = ("long-cs", "lease-expiry", "crash")
 WORKLOAD_STRIKES = {"lease-expiry": ("pause", "ok"), "crash": ("crash", "info")}
 #: Workloads where every hold longer than the lease is a strike.
 LONG_HOLD_WORKLOADS = ("long-cs",)
-
-
-@dataclass(frozen=True)
-class EvidenceTarget:
-    """What a survived fault case needs before it is shown as survived (green).
-
-    ``acquisitions`` 0 means "every acquisition is itself a strike" (long-cs, where every
-    critical section outlasts the lease): k then bounds both rates and n adds nothing.
-    """
-
-    strikes: int = 10
-    acquisitions: int = 1000
-
-    def text(self) -> str:
-        n = f" and n >= {self.acquisitions:,}" if self.acquisitions else ""
-        return f"k >= {self.strikes}{n}"
-
-
-#: ``--evidence`` levels: what each bounds (rule of three, 95%).
-LEVELS: dict[str, EvidenceTarget] = {
-    "quick": EvidenceTarget(3, 300),
-    "standard": EvidenceTarget(10, 1000),
-    "thorough": EvidenceTarget(30, 3000),
-}
-DEFAULT_TARGET = LEVELS["standard"]
 
 
 def grants_between(target: EvidenceTarget, strikes: int) -> int:

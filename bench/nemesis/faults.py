@@ -33,14 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from bench.errors import UserError
 from bench.nemesis import partitions, redlock_arms
 from bench.nemesis.kind import NOOP_ENV, namespace
 from bench.nemesis.kinds import SERVER_KINDS
 from bench.nemesis.window import FaultWindow, StrikeMark
-from workloads.harness.resource import LEFT_SEP, OWNER_SEP
 
 __all__ = [
     "HOLD_FOR", "KINDS", "MISSED", "NOOP_ENV", "REDLOCK_ARMS", "REGRANT_WAIT_S", "FaultSpec", "FaultThread",
@@ -128,6 +125,8 @@ class Mailbox:
     """
 
     def __init__(self, resource_url: str, label: str = "") -> None:
+        import redis  # here, not at the top: naming a fault kind (bench run --fault) must not import it
+
         self.label = label
         self.client = redis.Redis.from_url(resource_url, socket_connect_timeout=2, socket_timeout=30)
         self.active = True
@@ -173,6 +172,8 @@ class Mailbox:
         value = self.client.lpop("lockbench:res:signal")
         if value is None:
             return False
+        from workloads.harness.resource import LEFT_SEP, OWNER_SEP  # with redis: not when a kind is named
+
         text = value.decode() if isinstance(value, bytes) else str(value)
         text, _, left = text.partition(LEFT_SEP)
         self.holder, _, self.owner = text.partition(OWNER_SEP)

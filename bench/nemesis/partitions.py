@@ -21,14 +21,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from bench.nemesis.kind import ENSEMBLES, FaultKind
 from bench.nemesis.window import FaultWindow
 from infra.testhosts import TestHost, TestHostNet
 from workloads.harness.netns import claims
+
+if TYPE_CHECKING:  # pandas only where a history is read: naming a kind must not import it
+    import pandas as pd
 
 PARTITION_NODE = "partition-node"
 PARTITION_LEADER = "partition-leader"
@@ -230,6 +231,8 @@ def after_heal_columns(
         r = release.iloc[0]
         when = (int(r["t_ns"]) - start_ns) / 1e6
         if r["type"] == "ok":
+            import pandas as pd
+
             learned = "owned" if r["value"] is not pd.NA and r["value"] == 1 else "not owned"
         else:
             learned = "unknown" if r["type"] == "info" else "failed"
@@ -247,6 +250,8 @@ def after_heal_columns(
 
 def _bounds(clients: pd.Series, uncertainty_ns: dict[str, int | None] | None) -> pd.Series:
     """Each grant's clock bound (ns) from its client's worker (``<worker>/`` prefix); 0 on one host."""
+    import pandas as pd
+
     if not uncertainty_ns:
         return pd.Series(0, index=clients.index, dtype="int64")
     unbounded = 1 << 60  # no estimate: any side of the cut

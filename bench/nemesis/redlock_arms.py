@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
 from bench.nemesis.kind import FaultKind
 from bench.nemesis.restart import holders_by_server, restart_target
 from bench.nemesis.window import FaultWindow
@@ -41,6 +39,8 @@ PHANTOM = "lockbench-phantom-voter"
 def phantom(nemesis: Any, servers: list[Any], on: bool) -> None:
     """Give (``on``) or take back every case's lock key on ``servers`` from a phantom owner."""
     keys = [k for box in nemesis.mailboxes for k in nemesis.quorum_keys.get(box.label, [])]
+    import redis  # here: naming a kind (bench run --fault) must not import it
+
     for server in servers:
         client = redis.Redis.from_url(server.url, socket_connect_timeout=2, socket_timeout=5)
         try:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from bench.nemesis.kind import FaultKind, namespace, noop
 from bench.nemesis.window import FaultWindow
+
+if TYPE_CHECKING:  # redis where a server is read: naming a kind must not import it
+    import redis
 
 RESTART = "restart"
 
@@ -69,6 +70,8 @@ def holders_on(client: redis.Redis, mailboxes: list[Any]) -> set[str]:
 
 def holders_by_server(servers: list[Any], mailboxes: list[Any]) -> list[set[str]]:
     """For each Redis server, the cases whose holder's key it holds (an unreachable one: none)."""
+    import redis
+
     out: list[set[str]] = []
     for server in servers:
         try:

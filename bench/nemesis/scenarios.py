@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bench.measure.strikes import DEFAULT_TARGET, EvidenceTarget
+from bench.measure.levels import DEFAULT_TARGET, EvidenceTarget
 from bench.nemesis import client_faults, failover, members, partitions, redlock_arms, restart
 from bench.nemesis.kind import SERVER_BACKENDS
 from workloads.checks.stop_rules import StopRule
