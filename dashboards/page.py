@@ -37,6 +37,7 @@ from dashboards.compare import (
     verdict_matrix_section,
 )
 from dashboards.decision import contradictions_banner, decision_section, no_fault_banner
+from dashboards.explore_view import explore_section
 from dashboards.fidelity import fidelity_section
 from dashboards.first_screen import FIRST_CSS, first_screen_section, load_sources
 from dashboards.grid import GRID_CSS, safety_grid_section
@@ -482,6 +483,7 @@ def _sections(
         first_screen_section(run, sources),
         decision_section(run),
         timeline_section(run),  # why each red: dashboards/timeline.py
+        explore_section(run),  # bench explore's shrunk schedule on its failing run; "" otherwise
         scenario_matrix_section(run, several),
     ]
     if several:

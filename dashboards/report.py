@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dashboards.load import ReportInputError, load_run
+from dashboards.load import ReportInputError, RunData, load_run
 from dashboards.page import build_page
 
 
@@ -41,6 +41,7 @@ def render_report(
     out: Path | None = None,
     slo_us: float | None = None,
     safety_sources: list[dict[str, Any]] | None = None,
+    loaded: list[RunData] | None = None,
 ) -> Path:
     """Write the report for ``run_dirs[-1]`` (compared with ``run_dirs[0]`` when several) and return its path.
 
@@ -49,12 +50,15 @@ def render_report(
     ``safety_sources``: the matrix folders whose cells fill the first screen's safety column (bench
     names them: bench/results/matrices.py); without them a fault-free run reads "no fault tried".
 
+    ``loaded``: the folders already read (:func:`~dashboards.load.load_run`, in the same order),
+    so a caller that looked at them first does not pay for reading a matrix twice.
+
     Raises ReportInputError for a missing folder, a folder without run.json or cases.csv,
     or a results schema this renderer does not know.
     """
     if not run_dirs:
         raise ReportInputError("no results folder given")
-    runs = [load_run(Path(d)) for d in run_dirs]
+    runs = loaded if loaded is not None else [load_run(Path(d)) for d in run_dirs]
     if out is None and len(run_dirs) > 1:
         out = comparison_path(run_dirs)
         try:

@@ -178,12 +178,17 @@ def _cases(results: Path) -> pd.DataFrame:
 
 @pytest.mark.server
 def test_a_fault_that_cannot_strike_is_unknown_and_fails_the_run(tmp_path: Path) -> None:
+    # a strike timed after the case's end is refused before anything starts
     r = bench("run", "--impl", "redis.set-nx-px-lua", "--fault", "restart@600s", "--duration", "4",
-              "--users", "4", "--no-report", "--results-dir", str(tmp_path / "r"))  # fmt: skip
+              "--users", "4", "--no-report", "--results-dir", str(tmp_path / "early"))  # fmt: skip
+    assert r.returncode == 2 and "after the case ends" in r.stderr and not (tmp_path / "early").exists()
+    # one that waits for a holder nobody ever becomes (the buyers never start) never strikes
+    r = bench("run", "--impl", "tests.unstarted_locks:NeverStarts", "--fault", "restart@held", "--duration",
+              "4", "--users", "4", "--no-report", "--results-dir", str(tmp_path / "r"))  # fmt: skip
     assert r.returncode == 1, r.stderr
     row = _cases(tmp_path / "r").iloc[0]
     assert row["verdict"] == "unknown" and row["evidence"] == "not-struck" and row["strikes"] == 0
-    assert "did not strike" in row["verdict_reason"] and "did not strike" in r.stderr
+    assert "has no verdict" in r.stderr
 
 
 @pytest.mark.server

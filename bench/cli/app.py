@@ -276,9 +276,10 @@ def _render(runs: list[Path], out: Path | None, slo_us: float | None) -> None:
     from dashboards.load import load_run
 
     try:
-        damaged = [d for r in runs for d in load_run(Path(r)).damaged]
+        loaded = [load_run(Path(r)) for r in runs]
+        damaged = [d for run in loaded for d in run.damaged]
         sources = sources_for_run(Path(runs[-1])) if len(runs) == 1 else []
-        path = render_report(runs, out=out, slo_us=slo_us, safety_sources=sources)
+        path = render_report(runs, out=out, slo_us=slo_us, safety_sources=sources, loaded=loaded)
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
     except ReportWriteError as exc:  # a full disk: name the file and the way back

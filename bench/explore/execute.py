@@ -304,9 +304,9 @@ def run_schedule(
             argv[argv.index("--fault-hold") + 1] = f"{hold_cap_s(schedule):g}"
         if launch is not None:
             return launch(argv, log_path, timeout)
-        from bench.run.locust import run_locust as _run_locust
+        from bench.run.locust import run_locust
 
-        return _run_locust(argv, log_path, timeout=timeout)
+        return run_locust(argv, log_path, timeout=timeout)
 
     result = run_case(case, stack, scratch, launch=launch_with_hold, nemesis=nemesis)
     result["row"]["fault"] = EXPLORE

@@ -167,10 +167,6 @@ def run_locust(
             raise
 
 
-#: The old name, for importers not yet moved to :func:`run_locust` (bench/run/runner.py).
-_run_locust = run_locust
-
-
 def client_hosts_of(stack: Stack, n: int, prefix: str = "") -> list[Any]:
     """``n`` client hosts of the run's test hosts (made on first use, then reused).
 

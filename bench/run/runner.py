@@ -37,9 +37,9 @@ from bench.run.judge import judge, with_fault_windows
 from bench.run.locust import (
     PROGRESS_FILE,
     _poll_progress,
-    _run_locust,
     client_hosts_of,
     locust_argv,
+    run_locust,
 )
 from bench.run.reset import reset_lock_state
 from bench.run.timing import RunTiming, load_window_ns
@@ -135,7 +135,7 @@ def run_case(
             code = launch(argv, log_path, settings.duration + 120)
         else:
             wait = settings.workers_wait_s if settings.master_bind else 0
-            code = _run_locust(argv, log_path, timeout=settings.duration + 120 + wait, on_tick=on_tick)
+            code = run_locust(argv, log_path, timeout=settings.duration + 120 + wait, on_tick=on_tick)
     finally:
         exited_ns = time.monotonic_ns()
         if fault is not None:
@@ -301,7 +301,7 @@ class Launcher:
                 self.warm.close()
                 self.warm = None
                 self.timing.launcher = f"warm, then cold: {exc}"
-        return _run_locust(argv, log_path, timeout, on_tick)
+        return run_locust(argv, log_path, timeout, on_tick)
 
 
 def run_plan(
