@@ -310,20 +310,7 @@ def read_meta(path: Path) -> RunInfo | Skipped:
                 when=when,
             )
         return Skipped(path, "no cases.parquet (the run finished no case)", when=when)
-    host = meta.get("host") if isinstance(meta.get("host"), dict) else {}
-    params = meta.get("params") if isinstance(meta.get("params"), dict) else {}
-    report = path / "report.html"
-    return RunInfo(
-        key=str(path),
-        path=path,
-        run_id=_text(meta.get("run_id")) or path.name,
-        started_at=_text(meta.get("started_at")),
-        git_commit=_text(meta.get("git_commit")),
-        machine_class=_text(host.get("machine_class")) or "unknown machine class",
-        status=_text(meta.get("status")),
-        params=params,
-        report=report if report.is_file() else None,
-    )
+    return _run_info(path, meta)
 
 
 def _read_parquet(files: list[str]) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
