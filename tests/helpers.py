@@ -83,6 +83,16 @@ def bench(
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def refused(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """The one line of a refusal (exit 2, ``bench: error: ...``), checked to hold every needle."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bench: error:"), r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
 def run_exit_code(run_dir: Path) -> int:
     """The exit code ``bench run`` owes a finished run: 1 when any case is invalid or unknown, else 0.
 

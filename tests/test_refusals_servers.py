@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra.redis_server import RedisServer
-from tests.helpers import MARK_ENV, PROJECT, bench, marked_processes
+from tests.helpers import MARK_ENV, PROJECT, bench, marked_processes, refused
 
 NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
 PASSWORD = "s3cret-h1"
@@ -37,38 +37,29 @@ def guarded_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
     server.stop()
 
 
-def _refused(r: subprocess.CompletedProcess, *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("bench: error:"), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
 def test_a_wrong_redis_password_is_refused_before_anything_starts(
     guarded_redis: RedisServer, tmp_path: Path
 ) -> None:
     url = f"redis://:wrong-one@127.0.0.1:{guarded_redis.port}/0"
     r = bench("run", "--impl", "redis.set-nx-px", "--redis-url", url, "--results-dir", str(tmp_path / "r"),
               env=NO_SERVERS)  # fmt: skip
-    line = _refused(r, "--redis-url", "refused the login")
+    line = refused(r, "--redis-url", "refused the login")
     assert "wrong-one" not in line
     assert not (tmp_path / "r").exists()
     none = bench("run", "--impl", "redis.set-nx-px", "--results-dir", str(tmp_path / "r"), env={
         **NO_SERVERS, "LOCKBENCH_REDIS_URL": f"redis://127.0.0.1:{guarded_redis.port}/0"})  # fmt: skip
-    _refused(none, "--redis-url", "password")
+    refused(none, "--redis-url", "password")
 
 
-def test_a_redlock_on_one_server_five_times_is_refused(guarded_redis: RedisServer, tmp_path: Path) -> None:
+def test_a_redlock_on_one_server_five_times_isrefused(guarded_redis: RedisServer, tmp_path: Path) -> None:
     url = f"redis://127.0.0.1:{guarded_redis.port}/0"
     args = [a for i in range(5) for a in ("--redis-url", url.replace("/0", f"/{i}"))]
     r = bench("run", "--impl", "redis.redlock", *args, "--results-dir", str(tmp_path / "r"), env=NO_SERVERS)
-    _refused(r, "redis.redlock needs 5 independent servers", "1 distinct")
+    refused(r, "redis.redlock needs 5 independent servers", "1 distinct")
     r = bench(
         "matrix", "--impl", "redis.redlock", *args, "--results-dir", str(tmp_path / "r"), env=NO_SERVERS
     )
-    _refused(r, "redis.redlock needs 5 independent servers")
+    refused(r, "redis.redlock needs 5 independent servers")
     assert not (tmp_path / "r").exists()
 
 

@@ -12,29 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PROJECT, bench
+from tests.helpers import PROJECT, bench, refused
 
 NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
 
 
-def _refused(r: subprocess.CompletedProcess, *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("bench: error:"), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
 def test_a_bad_ttl_names_each_source(tmp_path: Path) -> None:
-    flag = _refused(bench("run", "--backend", "redis", "--ttl", "-1", cwd=tmp_path, env=NO_SERVERS), "--ttl")
+    flag = refused(bench("run", "--backend", "redis", "--ttl", "-1", cwd=tmp_path, env=NO_SERVERS), "--ttl")
     assert "(from" not in flag
-    _refused(
+    refused(
         bench("run", "--backend", "redis", cwd=tmp_path, env={**NO_SERVERS, "LOCKBENCH_TTL": "-1"}),
         "--ttl", "(from LOCKBENCH_TTL)",
     )  # fmt: skip
     (tmp_path / "pyproject.toml").write_text("[tool.lockbench]\nttl = -1\n")
-    _refused(
+    refused(
         bench("run", "--backend", "redis", cwd=tmp_path, env=NO_SERVERS),
         "--ttl", f"[tool.lockbench] ttl in {tmp_path / 'pyproject.toml'}",
     )  # fmt: skip
@@ -69,15 +60,15 @@ def test_a_bad_name_from_a_variable_names_the_variable(
         else [command, "--impl", "redis.set-nx-px"]
     )
     r = bench(*args, "--results-dir", str(tmp_path / "r"), cwd=tmp_path, env={**NO_SERVERS, variable: value})
-    _refused(r, f"(from {variable})")
+    refused(r, f"(from {variable})")
     assert not (tmp_path / "r").exists()
 
 
 def test_unknown_pyproject_key_and_table_get_a_did_you_mean(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.lockbench]\ntll = 1\n")
-    _refused(bench("run", "--backend", "redis", cwd=tmp_path, env=NO_SERVERS), "'tll'", "did you mean ttl")
+    refused(bench("run", "--backend", "redis", cwd=tmp_path, env=NO_SERVERS), "'tll'", "did you mean ttl")
     (tmp_path / "pyproject.toml").write_text("[tool.lockbench.mtrix]\nlanes = 1\n")
-    _refused(
+    refused(
         bench("run", "--backend", "redis", cwd=tmp_path, env=NO_SERVERS),
         "did you mean [tool.lockbench.matrix]",
     )
@@ -110,11 +101,11 @@ def test_a_refusal_imports_no_heavy_module(tmp_path: Path) -> None:
 
 def test_a_deep_lock_params_is_one_line(tmp_path: Path) -> None:
     deep = "[" * 30_000 + "]" * 30_000
-    _refused(
+    refused(
         bench("run", "--backend", "redis", "--lock-params", deep, cwd=tmp_path, env=NO_SERVERS),
         "--lock-params",
     )
-    _refused(
+    refused(
         bench("run", "--backend", "redis", cwd=tmp_path, env={**NO_SERVERS, "LOCKBENCH_LOCK_PARAMS": deep}),
         "--lock-params", "(from LOCKBENCH_LOCK_PARAMS)",
     )  # fmt: skip
@@ -122,7 +113,7 @@ def test_a_deep_lock_params_is_one_line(tmp_path: Path) -> None:
 
 def test_a_deep_pyproject_array_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.lockbench]\nusers = " + "[" * 5000 + "]" * 5000 + "\n")
-    _refused(
+    refused(
         bench("run", "--backend", "redis", cwd=tmp_path, env=NO_SERVERS), str(tmp_path / "pyproject.toml")
     )
 
@@ -136,33 +127,33 @@ def test_a_plugin_raising_base_exception_is_one_line(tmp_path: Path) -> None:
         cwd=tmp_path,
         env={**NO_SERVERS, "PYTHONPATH": f"{tmp_path}:{PROJECT}"},
     )
-    _refused(r, "exiting_plugin")
+    refused(r, "exiting_plugin")
 
 
-def test_a_fault_after_the_case_ends_is_refused(tmp_path: Path) -> None:
+def test_a_fault_after_the_case_ends_isrefused(tmp_path: Path) -> None:
     r = bench("run", "--impl", "redis.set-nx-px", "--fault", "restart@99999s", "--duration", "2",
               "--results-dir", str(tmp_path / "r"), cwd=tmp_path, env=NO_SERVERS)  # fmt: skip
-    _refused(r, "--fault restart@99999s", "--duration", "restart@held")
+    refused(r, "--fault restart@99999s", "--duration", "restart@held")
     assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("lanes", ["0", "17", "99999999"])
 def test_lanes_out_of_range_is_refused_in_its_own_words(tmp_path: Path, lanes: str) -> None:
     args = ("matrix", "--impl", "redis.set-nx-px", "--results-dir", str(tmp_path / "r"))
-    _refused(bench(*args, "--lanes", lanes, cwd=tmp_path, env=NO_SERVERS), "--lanes", "1..16")
-    _refused(
+    refused(bench(*args, "--lanes", lanes, cwd=tmp_path, env=NO_SERVERS), "--lanes", "1..16")
+    refused(
         bench(*args, cwd=tmp_path, env={**NO_SERVERS, "LOCKBENCH_LANES": lanes}), "--lanes", "LOCKBENCH_LANES"
     )
     (tmp_path / "pyproject.toml").write_text(f'[tool.lockbench.matrix]\nlanes = "{lanes}"\n')
-    _refused(bench(*args, cwd=tmp_path, env=NO_SERVERS), "--lanes", "[tool.lockbench.matrix] lanes in")
+    refused(bench(*args, cwd=tmp_path, env=NO_SERVERS), "--lanes", "[tool.lockbench.matrix] lanes in")
     assert not (tmp_path / "r").exists()
 
 
 def test_empty_results_dir_variable_is_refused_by_merge(tmp_path: Path) -> None:
     r = bench("merge", str(tmp_path / "a"), cwd=tmp_path, env={**NO_SERVERS, "LOCKBENCH_RESULTS_DIR": ""})
-    _refused(r, "LOCKBENCH_RESULTS_DIR is set but empty")
+    refused(r, "LOCKBENCH_RESULTS_DIR is set but empty")
     assert not (tmp_path / "results").exists()
 
 
-def test_report_out_empty_is_refused(tmp_path: Path) -> None:
-    _refused(bench("report", str(tmp_path), "--out", "", cwd=tmp_path, env=NO_SERVERS), "--out", "empty path")
+def test_report_out_empty_isrefused(tmp_path: Path) -> None:
+    refused(bench("report", str(tmp_path), "--out", "", cwd=tmp_path, env=NO_SERVERS), "--out", "empty path")
