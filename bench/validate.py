@@ -266,6 +266,18 @@ def check_all(values: Mapping[str, Any], sources: Mapping[str, str] | None = Non
     check_numbers(values, sources)
     check_urls(values, sources)
     check_specs(values, sources)
+    if values.get("budget") is not None:
+        parse_budget(values["budget"], (sources or {}).get("budget", ""))
+
+
+def parse_budget(text: str, source: str = "") -> float:
+    """``bench explore --budget``: ``5m``, ``90s``, ``1h``, ``300`` -> seconds; UserError otherwise."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise UserError(f"bad --budget {text!r}; give a duration such as 5m, 90s or 1h{_from(source)}")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def check_lock_params(impls: Iterable[tuple[str, type]], params: Mapping[str, Any], source: str = "") -> None:

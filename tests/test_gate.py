@@ -383,7 +383,7 @@ def test_suite_fills_only_what_the_user_did_not_set() -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--suite", "nightly"], "unknown suite 'nightly'; valid: ci"),
+        (["--suite", "nightly"], "unknown suite 'nightly' (--suite); valid: ci"),
         (["--impl", "redis.set-nx-px", "--lock-params", "{bad"], "--lock-params is not valid JSON"),
         (["--impl", "redis.set-nx-px", "--lock-params", "[1]"], "--lock-params must be a JSON object"),
     ],

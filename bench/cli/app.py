@@ -203,6 +203,12 @@ def replay_cmd(ctx: typer.Context, **given: Any) -> None:
     """Run exactly the schedule in FILE on fresh servers; exit 1 when the failure reproduces, 0 when not."""
     v = ctx.params
     check_options(ctx, write_dirs=("results_dir",))
+    if v["runs"] < 1:
+        raise UserError(f"--runs must be at least 1, got {v['runs']}")
+    try:
+        Path(v["file"]).read_bytes()
+    except OSError as exc:  # before the heavy imports: a refusal takes well under a second
+        raise UserError(f"cannot read {v['file']}: {exc.strerror}") from None
     from bench.explore.command import replay_command
 
     _mark_dead_runs(v["results_dir"])
@@ -254,6 +260,7 @@ def report_cmd(ctx: typer.Context, **given: Any) -> None:
     """Render report.html from results folders alone (no server is contacted)."""
     check_options(ctx)
     runs, out = list(ctx.params["runs"]), ctx.params["out"]
+    _refuse_missing([("", run) for run in runs])
     from bench.results.folder import mark_if_dead
     from dashboards.report import comparison_path
 
@@ -267,6 +274,13 @@ def report_cmd(ctx: typer.Context, **given: Any) -> None:
         # never write into a (committed) baseline folder: reports of baselines go beside the comparisons
         out = _baseline_report_path(runs, comparison_path)
     _render(runs, out, ctx.params["slo_us"])
+
+
+def _refuse_missing(folders: list[tuple[str, Path]]) -> None:
+    """A results folder that is not there is refused before anything heavy is imported."""
+    for which, folder in folders:
+        if not Path(folder).exists():
+            raise UserError(f"{which}results folder not found: {folder}")
 
 
 def _render(runs: list[Path], out: Path | None, slo_us: float | None) -> None:
@@ -304,6 +318,10 @@ def gate_cmd(ctx: typer.Context, **given: Any) -> None:
     check_options(ctx)
     v = ctx.params
     baseline, candidate = v["baseline"], v["candidate"]
+    from bench.gate.rules import parse_rules
+
+    parse_rules(v["rule"])  # a bad rule is the first thing to say, before the folders are looked at
+    _refuse_missing([("baseline ", baseline), ("candidate ", candidate)])
     _check_param_names(v["allow_param_diff"], baseline, candidate)
     from bench.gate.compare import append_step_summary, run_gate, to_json, to_markdown
 

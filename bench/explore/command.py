@@ -13,7 +13,6 @@ several were explored) and run.json ``explore`` says what was tried, found and c
 
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 import time
@@ -31,17 +30,10 @@ from bench.explore.shrink import Explorer, Finding, Outcome
 from bench.results import meta
 from bench.results.folder import RunFolder
 from bench.results.redact import redact_text
+from bench.validate import parse_budget
 
 #: Schedules ``--plan`` prints per impl.
 PLAN_SCHEDULES = 10
-
-
-def parse_budget(text: str) -> float:
-    """``5m``, ``90s``, ``1h``, ``300`` -> seconds; UserError otherwise."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise UserError(f"bad --budget {text!r}; give a duration such as 5m, 90s or 1h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def choose_impls(impls: list[str], backends: list[str]) -> list[str]:
