@@ -31,10 +31,17 @@ def _bench(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str
     )
 
 
-def _explore(tmp_path: Path, impl: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict, dict]:
-    """The budget ends the search; the failure in hand is then confirmed (a few more runs)."""
+def _explore(
+    tmp_path: Path, impl: str, budget: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], dict, dict]:
+    """The budget ends the search; the failure in hand is then confirmed (a few more runs).
+
+    Each test's budget is what its assertions need, no more: a search spends all of it
+    (Hypothesis goes on shrinking times and lengths), and these were the suite's two slowest
+    tests (379 s and 70 s with 6 min budgets).
+    """
     done = _bench(
-        "explore", "--impl", impl, "--budget", "6m", "--no-report", "--results-dir", str(tmp_path), *extra
+        "explore", "--impl", impl, "--budget", budget, "--no-report", "--results-dir", str(tmp_path), *extra
     )  # fmt: skip
     folder = next(tmp_path.glob("*/run.json")).parent
     run = json.loads((folder / "run.json").read_text())
@@ -51,7 +58,8 @@ def test_a_real_lock_broken_only_by_two_coinciding_events_is_shrunk_to_exactly_t
     after the first failure; 51 runs in 533 s shrank the pause to the edge of failing (0.9 s did not
     reproduce, 1.8 s did: the schedule kept). The assertions hold from the third run on.
     """
-    done, run, schedule = _explore(tmp_path, COINCIDENCE, "--seed", "1")
+    # the first failure comes in the third schedule, the task pause goes in the third run after it
+    done, run, schedule = _explore(tmp_path, COINCIDENCE, "150s", "--seed", "1")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     entry = run["explore"][COINCIDENCE]
     assert entry["found"] and entry["reproduced"], entry
@@ -80,7 +88,8 @@ def test_each_event_alone_leaves_the_coincidence_lock_whole(tmp_path: Path, even
 
 
 def test_a_lock_stuck_after_a_restart_is_a_failure_not_nothing_found(tmp_path: Path) -> None:
-    done, run, schedule = _explore(tmp_path, STUCK, "--seed", "3", "--faults", "restart")
+    # the first schedule is a restart: stuck once its 15 s bound passes, within the first run
+    done, run, schedule = _explore(tmp_path, STUCK, "45s", "--seed", "3", "--faults", "restart")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     entry = run["explore"][STUCK]
     assert entry["reason"].startswith("stuck: nobody got the lock for"), entry

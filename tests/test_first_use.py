@@ -13,6 +13,8 @@ from tests.helpers import PROJECT
 FAKE_PYTHON = """#!/bin/sh
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && chmod +x "$3/bin/python"
+  # the entry point an install writes: bootstrap.sh checks it names this checkout's .venv
+  printf '#!%s/bin/python\n' "$(cd "$3" && pwd)" > "$3/bin/bench"
 fi
 exit 0
 """
