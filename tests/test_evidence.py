@@ -134,6 +134,11 @@ def test_indeterminate_purchases_bound_the_excuse() -> None:
     # without any cut-off purchase, stock taken without an order is a ledger that lost orders
     r = check_stock(_state(100, 94, 4), indeterminate_purchases(_purchases(True, True)))
     assert r.status == "unknown"
+    # the ledger read again after the stock says whether sales were still running meanwhile
+    late = _state(100, 94, 4)
+    late["items"]["item-0"]["orders_count_after"] = 5
+    r = check_stock(late, indeterminate_purchases(_purchases(True, True)))
+    assert r.status == "unknown" and "orders appended while the final state was read: item-0 +1" in r.detail
     # a real lost update beside a ledger gap is still a failure
     r = check_stock({**_state(100, 94, 4), "items": {"item-0": {"initial": 100, "stock": 94, "orders_units": 4,
                      "orders_count": 2}, "item-1": {"initial": 100, "stock": 98, "orders_units": 4,

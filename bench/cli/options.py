@@ -210,7 +210,7 @@ def _declarations() -> dict[str, Spec]:
           "strikes per cell (default: the evidence level's k); more than a case holds run as trials", "N"),
         # bench explore / replay
         s("seed", int, 0, "the seed of the schedules drawn (same seed, same schedules)", "N"),
-        s("budget", str, "5m", "time to explore, all impls together: 5m, 90s, 1h", "DURATION"),
+        s("budget", str, "5m", "time to search, all impls together: 5m, 90s, 1h (a failure found is then confirmed: up to a few runs more)", "DURATION"),
         s("faults", str, "", "event kinds to draw, comma-separated (default: every kind that reaches the lock)",
           "KINDS"),
         s("explore.fencing", bool, False, "the holders write with fencing tokens (enforced)"),

@@ -101,6 +101,13 @@ def check_stock(
         detail = f"oversold {oversold} units, {lost} units lost; " + "; ".join(bad[:3]) + more + cut
         return CheckResult("stock", "invalid", counters, detail)
     if unexplained:
+        still = {n: int(it["orders_count_after"]) - int(it["orders_count"]) for n, it in items.items()
+                 if "orders_count_after" in it and int(it["orders_count_after"]) != int(it["orders_count"])}  # fmt: skip
+        if still:  # the case's clients were still selling while the final state was read
+            bad.append(
+                "orders appended while the final state was read: "
+                + ", ".join(f"{n} +{d}" for n, d in still.items())
+            )
         detail = (
             f"{unexplained} units taken from stock with no order and no purchase left open to explain "
             "them, which no interleaving of holders produces: the ledger lost orders or the stock was "

@@ -207,6 +207,9 @@ class FlashSaleResource:
                 "stock": self.read_stock(item),
                 "orders_units": units,
                 "orders_count": len(orders),
+                # the ledger's length again, after the stock was read: more means sales were still
+                # running while the final state was read (stock and ledger then disagree by them)
+                "orders_count_after": int(self.client.llen(self._k("orders", item))),
             }
             stale_reads += int(self.client.get(self._k("stale_reads", item)) or 0)
             stale_writes += int(self.client.get(self._k("stale_writes", item)) or 0)
