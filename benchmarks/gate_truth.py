@@ -75,7 +75,8 @@ def bench_run(out: Path, *args: str) -> Path:
     ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     LOADS.append((before, _load()))
-    if r.returncode != 0:
+    # exit 1 is a run whose case failed or was undecided: its folder is a result the gate must judge
+    if r.returncode not in (0, 1) or not r.stdout.strip():
         raise SystemExit(f"bench run failed ({r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
     return Path(r.stdout.strip().splitlines()[-1])
 
