@@ -27,7 +27,7 @@ from tests.helpers import bench
 def failed_matrix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """One small real matrix: memcached's lock server fails its first start, Redis's dies in its group.
 
-    Redis is SIGKILLed 2 s after it became ready: its lane's one unit (the long-cs group) clears the
+    Redis is SIGKILLed 1 s after it became ready: its lane's one unit (the long-cs group) clears the
     lock state, then waits seconds for its warm Locust processes, so the death falls inside the group.
     """
     # one run for the session: pytest-xdist workers share it through a folder beside their own
@@ -39,7 +39,7 @@ def failed_matrix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, objec
         said = root / "said.json"
         if not said.is_file():
             root.mkdir(exist_ok=True)
-            env = {FAIL_START_ENV: "memcached-lock:1", KILL_AFTER_ENV: "redis-lock:2"}
+            env = {FAIL_START_ENV: "memcached-lock:1", KILL_AFTER_ENV: "redis-lock:1"}
             r = bench(
                 "matrix", "--impl", "memcached.add", "--impl", "redis.set-nx-px-lua", "--scenario", "long-cs",
                 "--evidence", "quick", "--lanes", "1", "--results-dir", str(root), env=env, timeout=600,
@@ -166,7 +166,7 @@ def test_bench_run_keeps_the_log_of_a_server_that_died(tmp_path: Path) -> None:
     """bench run too: the message names the dead server's log as kept in the run's folder."""
     r = bench(
         "run", "--impl", "redis.set-nx-px", "--duration", "6", "--no-report", "--results-dir", str(tmp_path),
-        env={KILL_AFTER_ENV: "redis-lock:2"},
+        env={KILL_AFTER_ENV: "redis-lock:1"},
     )  # fmt: skip
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]

@@ -1,0 +1,56 @@
+"""Ctrl-C during bench explore keeps what was found (issue 41): the failure in hand is written.
+
+A real search on a real Redis: ``redis.set-nx-px-lua`` fails under seed 3's second schedule (a
+restart), then explore shrinks and confirms; a SIGINT as soon as the failure is printed must
+leave the folder with that schedule, its replay line, and run.json saying the search was cut.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.server
+def test_ctrl_c_after_a_failure_keeps_its_schedule(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "explore", "--impl", "redis.set-nx-px-lua", "--seed", "3",
+         "--budget", "5m", "--no-report", "--results-dir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
+    )  # fmt: skip
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "failed:" in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert seen.wait(240), "".join(lines)[-3000:]
+    time.sleep(0.5)  # into the shrinking or confirming runs
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=180)
+    reader.join(10)
+    err = "".join(lines)
+    assert proc.returncode == 1, (proc.returncode, err[-3000:])  # found: 1, whatever cut the search
+    assert "Traceback" not in err
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    schedule = json.loads((folder / "schedule.json").read_text())
+    assert [e["kind"] for e in schedule["events"]] == ["restart"]
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "incomplete" and meta["explore"]["redis.set-nx-px-lua"]["interrupted"]
+    assert f"bench replay {folder / 'schedule.json'}" in err + out
