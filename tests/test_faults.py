@@ -160,7 +160,9 @@ def test_clock_skew_breaks_the_algorithm_that_trusts_client_clocks(tmp_path: Pat
 
 def test_bad_fault_and_fencing_are_one_line(tmp_path: Path) -> None:
     r = bench("run", "--impl", "redis.set-nx-px-lua", "--fault", "meteor", "--results-dir", str(tmp_path))
-    assert r.returncode == 2 and "unknown fault 'meteor' (--fault)" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 2 and "unknown fault 'meteor' (--fault)" in r.stderr and "Traceback" not in r.stderr
+    )
     r = bench("run", "--impl", "redis.set-nx-px-lua", "--fencing", "maybe", "--results-dir", str(tmp_path))
     assert (
         r.returncode == 2
