@@ -24,7 +24,6 @@ run is made (``scripts/bench run --backend redis --workload flash-sale``, about 
 from __future__ import annotations
 
 import argparse
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from history_scale import FLOOR, _load, copy_run  # noqa: E402
+from history_scale import FLOOR, copy_run  # noqa: E402
+from timing import timed  # noqa: E402
 
 from bench.history.checked import CACHE_NAME, RACY_NS  # noqa: E402
 
@@ -56,20 +56,6 @@ def source_run(given: Path | None, scratch: Path) -> Path:
     cmd = [str(ROOT / "scripts" / "bench"), "run", "--backend", "redis", "--workload", "flash-sale"]
     subprocess.run([*cmd, "--results-dir", str(made)], check=True, capture_output=True)
     return sorted(p for p in made.iterdir() if (p / "run.json").is_file())[-1]
-
-
-def timed(args: list[str]) -> tuple[float, float, str, str]:
-    """Wall and CPU (user + sys) seconds of ``args`` as a fresh process, and the load average before and after."""
-    before = _load()
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    r = subprocess.run(args, capture_output=True, text=True, check=False)
-    took = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if r.returncode not in (0, 2):
-        raise SystemExit(f"{' '.join(args[:3])} ... failed ({r.returncode}): {r.stderr[-2000:]}")
-    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
-    return took, cpu, before, _load()
 
 
 def main() -> None:
@@ -109,7 +95,7 @@ def main() -> None:
             for name, argv in kinds.items():
                 if "first pass" in name:
                     cache.unlink(missing_ok=True)
-                rows[name].append(timed(argv()))
+                rows[name].append(timed(argv(), ok=(0, 2)))
         floor = sorted(t for t, _, _, _ in rows["floor: list + json.load every run.json"])[args.repeat // 2]
         for name, runs in rows.items():
             took, cpu, before, after = sorted(runs)[len(runs) // 2]

@@ -20,8 +20,6 @@ a quiet machine.
 from __future__ import annotations
 
 import argparse
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+from timing import timed  # noqa: E402 - beside this file (benchmarks/timing.py)
 
 FLOOR = (
     "import sys, pandas as pd, pyarrow.parquet as pq, json\n"
@@ -40,24 +40,6 @@ FLOOR = (
     "for f in sorted((folder / 'history').glob('*.parquet')):\n"
     "    pq.read_table(f, columns=['client', 'seq', 'op', 'type', 'lock', 't_ns']).to_pandas()\n"
 )
-
-
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def timed(args: list[str]) -> tuple[float, float, str, str]:
-    """(wall s, CPU s of the child) of ``args`` as a fresh process, and the load average before and after."""
-    before = _load()
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    r = subprocess.run(args, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:4])} ... failed ({r.returncode}): {r.stderr[-2000:]}")
-    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
-    return wall, cpu, before, _load()
 
 
 def parts(folder: Path) -> list[tuple[str, float]]:
