@@ -43,8 +43,12 @@ def test_ctrl_c_after_a_failure_keeps_its_schedule(tmp_path: Path) -> None:
     assert seen.wait(240), "".join(lines)[-3000:]
     time.sleep(0.5)  # into the shrinking or confirming runs
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=180)
+    # stderr belongs to the reader thread alone: communicate() would read it too and keep the
+    # lines it took (the replay line among them)
+    proc.wait(timeout=180)
     reader.join(10)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
     err = "".join(lines)
     assert proc.returncode == 1, (proc.returncode, err[-3000:])  # found: 1, whatever cut the search
     assert "Traceback" not in err
