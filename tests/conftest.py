@@ -82,15 +82,17 @@ SERVER_FIXTURES = {
 
 
 #: Per test module, its longest test and its total in seconds, from a whole run of the suite
-#: (LOCKBENCH_RECORD_DURATIONS, tests/progress_plugin.py). The modules with the longest tests go
-#: first, each kept whole (module fixtures start once), so that with several pytest workers no
-#: long test starts last and stretches the run's tail; a module not in it goes after them.
+#: (LOCKBENCH_RECORD_DURATIONS, tests/progress_plugin.py). scripts/test hands whole modules to its
+#: pytest workers in collection order (``--dist loadscope --no-loadscope-reorder``), so the modules
+#: with the most seconds go first: each idle worker takes the largest module left, which keeps
+#: the run's tail short (longest-processing-time-first), and a module's fixtures start once. A
+#: module not in the file goes last.
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
-def _longest_first() -> dict[str, float]:
+def _largest_first() -> dict[str, float]:
     try:
-        return {name: float(entry["max_s"]) for name, entry in json.loads(DURATIONS.read_text()).items()}
+        return {name: float(entry["total_s"]) for name, entry in json.loads(DURATIONS.read_text()).items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
@@ -99,5 +101,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") or SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
-    longest = _longest_first()
-    items.sort(key=lambda item: -longest.get(item.path.name, 0.0))  # stable: modules stay whole
+    largest = _largest_first()
+    items.sort(key=lambda item: -largest.get(item.path.name, 0.0))  # stable: modules stay whole

@@ -8,7 +8,7 @@ in scripts/test names the slowest tests at the end.
 
 With ``LOCKBENCH_RECORD_DURATIONS=FILE`` it also writes, per test module, its longest test and
 its total (seconds, setup + call + teardown) as JSON: tests/durations.json is made this way, and
-conftest.py starts the modules with the longest tests first from it.
+conftest.py hands out the modules with the most seconds first from it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class ModuleProgress:
             entry = modules.setdefault(Path(_module(nodeid)).name, {"max_s": 0.0, "total_s": 0.0})
             entry["max_s"] = round(max(entry["max_s"], seconds), 1)
             entry["total_s"] = round(entry["total_s"] + seconds, 1)
-        ordered = dict(sorted(modules.items(), key=lambda kv: -kv[1]["max_s"]))
+        ordered = dict(sorted(modules.items(), key=lambda kv: -kv[1]["total_s"]))
         Path(out).write_text(json.dumps(ordered, indent=1) + "\n")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

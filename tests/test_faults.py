@@ -99,7 +99,12 @@ def test_crash_leaves_setnx_del_stuck_and_a_lease_recovers(tmp_path: Path) -> No
     lease = cases.loc["redis.set-nx-px-lua__crash"]
     assert lease["crashes"] == 1 and lease["stuck_locks"] == 0
     assert 0 < lease["recovery_ms_p50"] < 2000  # the lease (1 s from its grant) ran out, someone took over
-    assert lease["overlapping_holds"] == 0 and lease["verdict"] == "valid"
+    assert lease["overlapping_holds"] == 0
+    # A holder the load generator stalls past its 1 s lease loses its lock (ownership); the
+    # checker names the stall that explains it. Anything else is a failure of this lock.
+    assert lease["verdict"] == "valid" or (
+        lease["verdict"] == "invalid" and "stalled" in str(lease["stall_reason"])
+    ), (lease["verdict_reason"], lease["stall_reason"])
     history = pd.read_parquet(run / "history" / "redis.set-nx-px-lua__crash.parquet")
     # the crash mark (info) and the death it fixed beforehand (ok): one kill
     assert sorted(history.loc[history["op"] == "crash", "type"]) == ["info", "ok"]

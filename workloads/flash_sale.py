@@ -184,13 +184,18 @@ class FlashSaleUser(User):
         self.resource.append_order(item, self.client_id, qty)
 
     def mark(
-        self, lock: RecordedLock, op: str, type_: str, seq: int | None = None, value: int | None = None
+        self,
+        lock: RecordedLock,
+        op: str,
+        type_: str,
+        seq: int | None = None,
+        value: int | None = None,
+        t_ns: int | None = None,
     ) -> int:
-        """Record a workload event (a pause, a crash, a fault signal) in the history."""
+        """Record a workload event (a pause, a crash, a fault signal) in the history, at ``t_ns`` or now."""
         seq = lock.next_seq() if seq is None else seq
-        harness.RECORDER.event(
-            self.client_id, seq, op, type_, lock.lock.name, time.monotonic_ns(), value=value
-        )
+        when = time.monotonic_ns() if t_ns is None else t_ns
+        harness.RECORDER.event(self.client_id, seq, op, type_, lock.lock.name, when, value=value)
         return seq
 
     def _answer_fault(self, lock: RecordedLock, lease: Any) -> None:
@@ -199,6 +204,10 @@ class FlashSaleUser(User):
         if not self.opts.fault_signal:
             return
         armed_ns = self.resource.armed_at()
+        # the claim's time is taken before bench is told: bench strikes as soon as it hears, and a
+        # holder descheduled between telling and recording would log its claim after the strike
+        # (counted "had not claimed it", a strike lost to the recording's order)
+        claimed_ns = time.monotonic_ns()
         if (
             armed_ns is not None
             and lease.acquired_at_ns > armed_ns
@@ -208,7 +217,7 @@ class FlashSaleUser(User):
                 None if lease.remaining() is None else int(lease.remaining() * 1000),
             )
         ):
-            seq = self.mark(lock, "fault-hold", "invoke")
+            seq = self.mark(lock, "fault-hold", "invoke", t_ns=claimed_ns)
             # hold until bench says the fault is over (at most --fault-hold s)
             deadline = time.monotonic() + self.opts.fault_hold
             said = None

@@ -53,8 +53,9 @@ ROUNDS = 2
 #: After the last event (a pause's end), how long the holder keeps its lock at most (s); never
 #: more than half the lease: a hold past its lease proves nothing of the schedule.
 REGRANT_S = 2.0
-#: How long after bench sees the claim its time zero is (s): the holder records its claim (its
-#: ``fault-hold``) just after making it, and the strike must come after that record.
+#: How long after bench sees the claim its time zero is (s). The holder's ``fault-hold`` carries
+#: the time it took before telling bench, so any strike counts; the settle keeps a "+0s" event a
+#: moment after the claim rather than racing the holder's own next step.
 CLAIM_SETTLE_S = 0.05
 #: Buyers, and purchases a second each (the matrix's fault cases: bench/nemesis/scenarios.py).
 USERS = 6
@@ -146,8 +147,7 @@ class ScheduleThread(FaultThread):
         if not self._wait_for_holder():
             return None
         box = self.mailboxes[0]
-        # time zero a moment after bench saw the claim: the holder writes its fault-hold right after
-        # claiming, and a strike that came before it would not count as one (bench/measure/strikes.py)
+        # time zero a moment after bench saw the claim (CLAIM_SETTLE_S)
         zero = (box.claimed_ns or time.monotonic_ns()) + int(CLAIM_SETTLE_S * 1e9)
         self._sleep_until(zero)
         start = time.monotonic_ns()
