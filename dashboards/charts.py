@@ -92,7 +92,8 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     SLIVER_S), so cases of equal length end at the same x.
     """
     columns = ["second", "acq_per_s", "p50_us", "p99_us", "end_s"]
-    acq = history[(history["op"] == "acquire").to_numpy(dtype=bool)]
+    is_acquire = (history["op"] == "acquire").to_numpy(dtype=bool)
+    acq = history if is_acquire.all() else history[is_acquire]  # RunData.acquire_history: acquires only
     if acq.empty:
         return pd.DataFrame(columns=columns)
     t_ns = acq["t_ns"].to_numpy(dtype=np.int64)
@@ -102,8 +103,8 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     # matrix report pairs 2.5 million rows; a pandas merge per case was most of its over-time chart)
     code = pd.factorize(acq["client"])[0].astype(np.int64)
     key = (code << 32) | (acq["seq"].to_numpy(dtype=np.int64) & 0xFFFFFFFF)
-    kind = acq["type"].to_numpy(dtype=object)
-    inv, ok = kind == "invoke", kind == "ok"
+    inv = (acq["type"] == "invoke").to_numpy(dtype=bool)
+    ok = (acq["type"] == "ok").to_numpy(dtype=bool)
     k_inv, i_inv = np.unique(key[inv], return_index=True)
     k_ok, i_ok = np.unique(key[ok], return_index=True)
     _, a, b = np.intersect1d(k_inv, k_ok, assume_unique=True, return_indices=True)
@@ -174,9 +175,7 @@ def _bound(run: RunData, group: str) -> tuple[bool, str]:
     rows = run.groups().get(group)
     if rows is None or "generator_bound" not in rows.columns:
         return False, ""
-    # two columns, not every row as a dict: a matrix has hundreds of groups of ~80 columns each
-    narrow = rows[[c for c in ("generator_bound", "generator_bound_reason") if c in rows.columns]]
-    recs = narrow.to_dict("records")
+    recs = run.rows(rows)  # the table's rows as dicts, converted once for the whole page
     bound = [flag(r, "generator_bound") is True for r in recs]
     reasons = [t for t in (text(r, "generator_bound_reason") for r in recs) if t and t.strip()]
     return any(bound), (reasons[0].strip() if reasons else "reason not recorded") if any(bound) else ""
@@ -357,13 +356,6 @@ def handoff_utilization_figure(runs: list[RunData], glabels: dict[str, str], rla
     return fig
 
 
-def acquisitions_per_client(history: pd.DataFrame) -> pd.Series:
-    """Successful acquires per client; clients that tried and never got the lock count 0."""
-    tried = pd.unique(history["client"])
-    got = history.loc[(history["op"] == "acquire") & (history["type"] == "ok"), "client"]
-    return got.value_counts().reindex(tried, fill_value=0)
-
-
 #: Where a client with no acquisition sits on the fairness chart's log axis (shares of the fair share).
 ZERO_SHARE = 0.01
 
@@ -388,10 +380,7 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
     for g, (group, rows) in enumerate(run.groups().items()):
         counts: list[int] = []
         for case in [str(c) for c in rows["case"]]:
-            history = run.acquire_history(case)
-            if history is None or history.empty:
-                continue
-            counts += [int(v) for v in acquisitions_per_client(history)]
+            counts += run.client_counts(case) or []
         if not counts:
             continue
         counts.sort(reverse=True)
@@ -453,18 +442,22 @@ def event_marks(events: pd.DataFrame | None, t0_ns: int, end_ns: int) -> list[Ma
     marks: list[Mark] = []
     open_: dict[tuple[str, str, str], list[tuple[int, str]]] = {}
     ordered = events.sort_values("t_ns", kind="stable")
+    # plain lists, one per column: itertuples over categorical columns cost most of a matrix's marks
+    ops, kinds = ordered["op"].astype(str).tolist(), ordered["type"].astype(str).tolist()
+    clients, seqs = ordered["client"].astype(str).tolist(), ordered["seq"].astype(str).tolist()
+    locks = ["" if pd.isna(v) else str(v) for v in ordered["lock"].tolist()]
+    times = ordered["t_ns"].astype("int64").tolist()
     # a killed holder is drawn at its death (crash ok) where the history has it, else at its mark
-    died = ordered[(ordered["op"] == "crash") & (ordered["type"] == "ok")]
-    dead = set(zip(died["client"].astype(str), died["seq"].astype(str), strict=True))
-    for row in ordered.itertuples(index=False):
-        op, kind, t = str(row.op), str(row.type), int(row.t_ns)
-        what = "" if pd.isna(row.lock) else str(row.lock)
+    dead = {
+        (c, s) for o, k, c, s in zip(ops, kinds, clients, seqs, strict=True) if o == "crash" and k == "ok"
+    }
+    for op, kind, client, seq, what, t in zip(ops, kinds, clients, seqs, locks, times, strict=True):
         x = (t - t0_ns) / 1e9
         if op == "crash":
-            if kind == "ok" or (str(row.client), str(row.seq)) not in dead:
+            if kind == "ok" or (client, seq) not in dead:
                 marks.append(Mark("crash", x, x))
             continue
-        key = (op, str(row.client), str(row.seq))
+        key = (op, client, seq)
         if kind == "invoke":
             open_.setdefault(key, []).append((t, what))
         elif open_.get(key):
@@ -556,10 +549,10 @@ def _group_line(run: RunData, rows: pd.DataFrame) -> tuple[pd.DataFrame, list[Ma
             run.notes.append(f"case {case}: history has no completed acquires")
             continue
         per_trial.append(series)
-        acq = history[history["op"] == "acquire"]
+        acq = history["t_ns"][(history["op"] == "acquire").to_numpy(dtype=bool)]
         events = run.events(case)
-        t0 = int(acq["t_ns"].min())
-        end = int(acq["t_ns"].max())
+        t0 = int(acq.min())
+        end = int(acq.max())
         if events is not None and not events.empty:
             end = max(end, int(events["t_ns"].max()))
         marks += event_marks(events, t0, end)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.charts import acquisitions_per_client, all_groups
+from dashboards.charts import all_groups
 from dashboards.html_bits import VIOLATIONS, e, fmt, verdict_class, wrap
 from dashboards.load import RunData, flag, num, scenario_of, text
 
@@ -49,10 +49,11 @@ def run_labels(runs: list[RunData]) -> list[str]:
 
 def group_labels(runs: list[RunData]) -> dict[str, str]:
     """impl (plus scenario, or workload in older runs, when several appear) per group; the group id on a clash."""
-    first: dict[str, pd.Series] = {}
+    first: dict[str, dict[str, Any]] = {}
     for run in runs:
         for group, rows in run.groups().items():
-            first.setdefault(group, rows.iloc[0])
+            if group not in first:
+                first[group] = run.rows(rows)[0]  # a dict: a Series per group cost most of this on a matrix
     scenarios = {scenario_of(r) for r in first.values()}
     labels = {}
     for group, row in first.items():
@@ -248,9 +249,7 @@ def deltas_section(
 def _per_client_range(run: RunData, rows: pd.DataFrame) -> tuple[int, int, int] | None:
     counts: list[int] = []
     for case in [str(c) for c in rows["case"]]:
-        history = run.acquire_history(case)
-        if history is not None and not history.empty:
-            counts += [int(v) for v in acquisitions_per_client(history)]
+        counts += run.client_counts(case) or []
     return (len(counts), min(counts), max(counts)) if counts else None
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.charts import acquisitions_per_client
 from dashboards.grid import cell_for
 from dashboards.html_bits import DAMAGED, UNKNOWN_DAMAGED, duration_us, e, fmt, rule_of_three
 from dashboards.load import RunData, flag, group_of, num, scenario_of, text
@@ -265,9 +264,7 @@ def _cost(run: RunData, impl_rows: list[Row]) -> Cost:
     reasons = [t for f, t in zip(bound_flags, texts, strict=True) if t and f is bound]
     counts: list[int] = []
     for case in [str(r.get("case")) for r in rows]:
-        history = run.acquire_history(case)
-        if history is not None and not history.empty:
-            counts += [int(v) for v in acquisitions_per_client(history)]
+        counts += run.client_counts(case) or []
     total = sum(counts)
     return Cost(
         scenario=first,

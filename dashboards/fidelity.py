@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dashboards.html_bits import duration_us, e, fmt
@@ -32,11 +33,9 @@ FIGURES = (
 )
 
 
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    if column not in rows.columns:
-        return None
-    values = pd.to_numeric(rows[column], errors="coerce").dropna()  # num() per cell, vectorised
-    return float(values.median()) if len(values) else None
+def _median(values: list[float]) -> float | None:
+    """The median of a group's finite values (RunData.values: each column converted once per page)."""
+    return float(np.median(values)) if values else None
 
 
 def _shown(value: float | None, kind: str) -> str:
@@ -51,16 +50,18 @@ def _shown(value: float | None, kind: str) -> str:
     return fmt(value, kind)
 
 
-def bound_of(rows: pd.DataFrame) -> tuple[bool | None, str]:
+def bound_of(rows: pd.DataFrame | list[dict[str, Any]]) -> tuple[bool | None, str]:
     """(generator-bound in any trial, its reason); None when any trial is not measured (and none bound).
 
     Three states: a group is "no" only when every trial was measured and none was bound; one
     trial without the figures makes the group's answer unknown, never "no".
     """
-    # two columns, once: every column of every row as a dict cost most of a matrix's fidelity table
-    recs = rows[[c for c in ("generator_bound", "generator_bound_reason") if c in rows.columns]].to_dict(
-        "records"
-    )
+    if isinstance(rows, list):  # RunData.rows: the table converted once for the whole page
+        recs = rows
+    else:  # two columns, not every column of every row as a dict
+        recs = rows[[c for c in ("generator_bound", "generator_bound_reason") if c in rows.columns]].to_dict(
+            "records"
+        )
     flags = [flag(r, "generator_bound") for r in recs]
     reasons = [
         (f, t.strip())
@@ -116,8 +117,8 @@ def fidelity_section(run: RunData, glabels: dict[str, str]) -> str:
     )
     rows = []
     for group, trials in run.groups().items():
-        acq, model = _median(trials, "throughput_acq_s"), _median(trials, "model_acq_s")
-        bound, reason = bound_of(trials)
+        acq, model = _median(run.values(group, "throughput_acq_s")), _median(run.values(group, "model_acq_s"))
+        bound, reason = bound_of(run.rows(trials))
         cls = ' class="num bound"' if bound else ' class="num"'
         title = f' title="generator-bound: {e(reason)}"' if bound else ""
         cells = f"<td>{e(glabels.get(group, group))}</td>"
@@ -126,7 +127,7 @@ def fidelity_section(run: RunData, glabels: dict[str, str]) -> str:
         ratio = acq / model if acq is not None and model else None
         cells += f'<td class="num" data-col="ratio">{"n/a" if ratio is None else f"{ratio:.2f}"}</td>'
         for column, _, kind in FIGURES:
-            value = _median(trials, column)
+            value = _median(run.values(group, column))
             cells += f'<td class="num{" na" if value is None else ""}" data-col="{column}">{_shown(value, kind)}</td>'
         if bound is None:
             # not measured is never "no": say why when the run said why, else n/a (older runs)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from hdrh.histogram import HdrHistogram
 
@@ -56,12 +57,17 @@ class RunData:
     #: damaged data found while loading: "<file>: what is wrong" (shown in a banner)
     damaged: list[str] = field(default_factory=list)
     _hists: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
+    _encoded: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _bases: dict[str, Path] = field(default_factory=dict, repr=False)
     _extras: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _events: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
     _groups: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
     _rows: dict[Any, dict[str, Any]] | None = field(default=None, repr=False)
+    _numeric: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _positions: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    _client_counts: dict[str, list[int] | None] = field(default_factory=dict, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -83,45 +89,63 @@ class RunData:
         return [str(c) for c in planned if str(c) not in done]
 
     def _case_file(self, sub: str, case: str, suffix: str) -> Path | None:
-        base = (self.path / sub).resolve()
-        candidate = (base / f"{case}{suffix}").resolve()
-        # A case id is data from a file: never let it point outside the run folder.
+        if sub not in self._bases:
+            self._bases[sub] = (self.path / sub).resolve()
+        base = self._bases[sub]
+        name = f"{case}{suffix}"
+        # A case id is data from a file: never let it point outside the run folder. A plain
+        # name is checked without resolving (two realpath walks a file, thousands on a matrix).
+        plain = "/" not in name and "\\" not in name and name not in (".", "..")
+        candidate = base / name if plain and not (base / name).is_symlink() else (base / name).resolve()
         if candidate.parent != base:
             return None
         return candidate if candidate.is_file() else None
 
+    def _hist_file(self, case: str) -> dict[str, Any]:
+        """hist/<case>.json read once: its encoded histograms by name (decoded on demand) and its other fields."""
+        if case not in self._encoded:
+            encoded: Any = {}
+            path = self._case_file("hist", case, ".json")
+            if path is None:
+                self.notes.append(f"case {case}: no hist/{case}.json, latency columns from cases.csv only")
+            else:
+                try:
+                    data = parse_json(path.read_bytes())
+                    encoded = data.get("histograms", {})
+                    self._extras[case] = {k: v for k, v in data.items() if k != "histograms"}
+                except (OSError, ValueError, AttributeError) as exc:
+                    self.notes.append(f"case {case}: hist/{case}.json unreadable ({exc})")
+            self._encoded[case] = {str(k): v for k, v in encoded.items()} if isinstance(encoded, dict) else {}
+            self._hists[case] = dict.fromkeys(HISTOGRAMS)
+        return self._encoded[case]
+
+    def _decoded(self, case: str, name: str) -> HdrHistogram | None:
+        """One histogram of a case, decoded the first time it is asked for (a matrix page needs few of the five)."""
+        encoded = self._hist_file(case)
+        decoded = self._hists[case]
+        if name in encoded:
+            b64 = encoded.pop(name)
+            try:
+                decoded[name] = HdrHistogram.decode(b64)
+            except Exception as exc:  # noqa: BLE001 - hdrh raises assorted errors on bad input
+                decoded[name] = None
+                self.notes.append(f"case {case}: histogram {name} undecodable ({type(exc).__name__})")
+        return decoded.get(name)
+
     def histograms(self, case: str) -> dict[str, HdrHistogram | None]:
         """The decoded HDR histograms of a case by name; absent or undecodable ones are None."""
-        if case in self._hists:
-            return self._hists[case]
-        out: dict[str, HdrHistogram | None] = dict.fromkeys(HISTOGRAMS)
-        path = self._case_file("hist", case, ".json")
-        if path is None:
-            self.notes.append(f"case {case}: no hist/{case}.json, latency columns from cases.csv only")
-        else:
-            try:
-                data = parse_json(path.read_bytes())
-                encoded = data.get("histograms", {})
-                self._extras[case] = {k: v for k, v in data.items() if k != "histograms"}
-            except (OSError, ValueError, AttributeError) as exc:
-                self.notes.append(f"case {case}: hist/{case}.json unreadable ({exc})")
-                encoded = {}
-            for name, b64 in encoded.items() if isinstance(encoded, dict) else ():
-                try:
-                    out[str(name)] = HdrHistogram.decode(b64)
-                except Exception as exc:  # noqa: BLE001 - hdrh raises assorted errors on bad input
-                    self.notes.append(f"case {case}: histogram {name} undecodable ({type(exc).__name__})")
-        self._hists[case] = out
-        return out
+        for name in list(self._hist_file(case)):
+            self._decoded(case, name)
+        return self._hists[case]
 
     def histogram(self, case: str, name: str) -> HdrHistogram | None:
         """A non-empty histogram, or None when it is absent or holds no samples."""
-        hist = self.histograms(case).get(name)
+        hist = self._decoded(case, name)
         return hist if hist is not None and hist.get_total_count() > 0 else None
 
     def extra(self, case: str) -> dict[str, Any]:
         """The non-histogram fields of hist/<case>.json (server_commands, lock_stats, ...)."""
-        self.histograms(case)
+        self._hist_file(case)
         return self._extras.get(case, {})
 
     def groups(self) -> dict[str, pd.DataFrame]:
@@ -147,11 +171,38 @@ class RunData:
 
     def values(self, group: str, column: str) -> list[float]:
         """The finite per-trial values of ``column`` in ``group``."""
-        rows = self.groups().get(group)
-        if rows is None or column not in rows.columns:
+        if column not in self.cases.columns:
             return []
-        # vectorised: iterrows converts every arrow string column on every row
-        return [float(v) for v in pd.to_numeric(rows[column], errors="coerce") if not math.isnan(v)]
+        if self._positions is None:
+            where = {i: n for n, i in enumerate(self.cases.index)}
+            self._positions = {
+                g: np.fromiter((where[i] for i in rows.index), dtype=np.int64, count=len(rows))
+                for g, rows in self.groups().items()
+            }
+        positions = self._positions.get(group)
+        if positions is None:
+            return []
+        if column not in self._numeric:
+            # the whole column converted once: a matrix page asks for hundreds of groups' values of
+            # each column, and pd.to_numeric costs about 0.1 ms a call whatever the rows
+            self._numeric[column] = pd.to_numeric(self.cases[column], errors="coerce").to_numpy(
+                dtype="float64", na_value=np.nan
+            )
+        return [float(v) for v in self._numeric[column][positions] if not math.isnan(v)]
+
+    def client_counts(self, case: str) -> list[int] | None:
+        """Successful acquires per client of one case (clients that never got the lock count 0), computed once.
+
+        None when the case has no acquire history. The fairness figure, the fairness table and
+        the decision section each want them, for every case of a matrix.
+        """
+        if case not in self._client_counts:
+            history = self.acquire_history(case)
+            if history is None or history.empty:
+                self._client_counts[case] = None
+            else:
+                self._client_counts[case] = [int(v) for v in acquisitions_per_client(history)]
+        return self._client_counts[case]
 
     def merged_histogram(self, group: str, name: str) -> HdrHistogram | None:
         """All trials of a group in one histogram: hist/<group>.merged.json, else the trials added up."""
@@ -168,10 +219,13 @@ class RunData:
                 merged = None
         if merged is None:
             rows = self.groups().get(group)
-            for case in [] if rows is None else [str(c) for c in rows["case"]]:
-                hist = self.histogram(case, name)
-                if hist is None:
-                    continue
+            cases = [] if rows is None else [str(c) for c in rows["case"]]
+            found = [h for h in (self.histogram(case, name) for case in cases) if h is not None]
+            if len(found) == 1:
+                # one trial (most of a matrix's groups): that histogram is the sum, no 23,000-count copy
+                cached[name] = found[0]
+                return found[0]
+            for hist in found:
                 if merged is None:
                     merged = HdrHistogram(
                         hist.lowest_trackable_value, hist.highest_trackable_value, hist.significant_figures
@@ -199,16 +253,22 @@ class RunData:
         if path is None or case in self._events:
             return
         try:
+            import pyarrow as pa
             import pyarrow.compute as pc
             import pyarrow.parquet as pq
 
-            if not set(EVENT_COLUMNS) <= set(pq.read_schema(path).names):
+            parquet = pq.ParquetFile(path, read_dictionary=["client", "op", "type", "lock"])
+            if not set(EVENT_COLUMNS) <= set(parquet.schema_arrow.names):
                 return
-            both = pq.read_table(path, columns=EVENT_COLUMNS, filters=[("op", "in", ["acquire", *EVENT_OPS])])
-            # split in arrow, then each part to pandas once (the dtypes pandas.read_parquet gives)
+            # One thread, no dataset filter, text columns as dictionaries (pandas categoricals): a
+            # matrix report reads 333 files of 2 million rows in all, and the dataset API, the
+            # thread pool and a Python string per cell were most of the time its over-time chart took.
+            both = parquet.read(columns=EVENT_COLUMNS, use_threads=False)
             is_acquire = pc.equal(both["op"], "acquire")
             acquires = both.filter(is_acquire).select(HISTORY_COLUMNS).to_pandas()
-            events = both.filter(pc.invert(is_acquire)).to_pandas()
+            rest = both.filter(pc.invert(is_acquire))
+            rest = rest.filter(pc.is_in(rest["op"], pa.array(EVENT_OPS)))
+            events = rest.to_pandas() if rest.num_rows else pd.DataFrame(columns=EVENT_COLUMNS)
         except Exception:  # noqa: BLE001 - the reads on their own name what is wrong
             return
         self._histories[case] = acquires
@@ -264,6 +324,13 @@ class RunData:
         except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
             self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
             return None
+
+
+def acquisitions_per_client(history: pd.DataFrame) -> pd.Series:
+    """Successful acquires per client; clients that tried and never got the lock count 0."""
+    tried = pd.unique(history["client"])
+    got = history.loc[(history["op"] == "acquire") & (history["type"] == "ok"), "client"]
+    return got.value_counts().reindex(tried, fill_value=0)
 
 
 def load_run(path: Path) -> RunData:
