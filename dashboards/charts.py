@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from hdrh.histogram import HdrHistogram
 from plotly.subplots import make_subplots
 
 from dashboards.html_bits import duration_us
-from dashboards.load import RunData, flag, scenario_of, text
+from dashboards.load import AcquireRows, EventRows, RunData, flag, scenario_of, text
 
 #: Percentile levels marked on the spectrum's x axis, as 1/(1-p).
 SPECTRUM_TICKS = [(1, "0%"), (2, "50%"), (10, "90%"), (100, "99%"), (1_000, "99.9%"), (10_000, "99.99%")]
@@ -82,7 +83,7 @@ def spectrum_points(hist: HdrHistogram, ticks_per_half_distance: int = 5) -> lis
 SLIVER_S = 0.2
 
 
-def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
+def acquire_timeseries(history: pd.DataFrame | AcquireRows) -> pd.DataFrame:
     """Per-second acquire ok count and latency percentiles from acquire invoke/ok history rows.
 
     Invoke and completion share (client, seq). A bucket is one second since the case's first
@@ -92,19 +93,16 @@ def acquire_timeseries(history: pd.DataFrame) -> pd.DataFrame:
     SLIVER_S), so cases of equal length end at the same x.
     """
     columns = ["second", "acq_per_s", "p50_us", "p99_us", "end_s"]
-    is_acquire = (history["op"] == "acquire").to_numpy(dtype=bool)
-    acq = history if is_acquire.all() else history[is_acquire]  # RunData.acquire_history: acquires only
-    if acq.empty:
+    acq = history if isinstance(history, AcquireRows) else AcquireRows.from_frame(history)
+    if not len(acq.t_ns):
         return pd.DataFrame(columns=columns)
-    t_ns = acq["t_ns"].to_numpy(dtype=np.int64)
+    t_ns = acq.t_ns
     t0 = int(t_ns.min())
     t_end = int(t_ns.max())
     # pair on one integer key per (client, seq), the first invoke with the first ok (numpy: a
     # matrix report pairs 2.5 million rows; a pandas merge per case was most of its over-time chart)
-    code = pd.factorize(acq["client"])[0].astype(np.int64)
-    key = (code << 32) | (acq["seq"].to_numpy(dtype=np.int64) & 0xFFFFFFFF)
-    inv = (acq["type"] == "invoke").to_numpy(dtype=bool)
-    ok = (acq["type"] == "ok").to_numpy(dtype=bool)
+    key = (acq.client << 32) | (acq.seq & 0xFFFFFFFF)
+    inv, ok = acq.invoke, acq.ok
     k_inv, i_inv = np.unique(key[inv], return_index=True)
     k_ok, i_ok = np.unique(key[ok], return_index=True)
     _, a, b = np.intersect1d(k_inv, k_ok, assume_unique=True, return_indices=True)
@@ -279,15 +277,28 @@ def _axis_ticks(max_x: float) -> tuple[list[float], list[str]]:
     return [t[0] for t in ticks], [t[1] for t in ticks]
 
 
+def _with_traces(fig: go.Figure, traces: list[dict]) -> dict:
+    """``fig`` as plain JSON with ``traces`` (plain trace dicts) drawn first, before any trace it has.
+
+    Why plain dicts: ``add_scatter`` validates every value of every line, and a matrix has hundreds
+    of lines per figure (page.py draws either form).
+    """
+    spec = fig.to_dict()
+    spec["data"] = traces + spec["data"]
+    return spec
+
+
 def spectrum_figure(
     runs: list[RunData], glabels: dict[str, str], rlabels: list[str], slo_us: float | None
-) -> go.Figure:
+) -> go.Figure | dict:
     """Acquire latency percentile spectra, one line per impl x scenario and run (trials merged), log-log.
 
     A colour per impl x scenario; the baseline (first run) dashed, later runs solid, so a
     shift between runs reads as the gap between a dashed and a solid line of one colour.
+    Plain JSON (data, layout) when it has lines.
     """
     fig = go.Figure()
+    traces: list[dict] = []
     max_x = 10_000.0
     groups = all_groups(runs)
     dashes = ["dash", "solid", "dot", "dashdot"]
@@ -302,21 +313,24 @@ def spectrum_figure(
             bound, reason = _bound(run, group)
             if bound:
                 label += " (generator-bound: an upper bound)"
-            fig.add_scatter(
-                x=[p[0] for p in points],
-                y=[p[1] / 1_000 for p in points],
-                customdata=[f"{p[2]:.5g}%" for p in points],
-                mode="lines",
-                name=html.escape(label),
-                opacity=0.5 if bound else 1.0,
-                line={
-                    "color": PALETTE[g % len(PALETTE)],
-                    "dash": "solid" if len(runs) == 1 else dashes[min(r, len(dashes) - 1)],
-                    "width": 1 if bound else 2,
-                },
-                hovertemplate="%{customdata}: %{y:.4g} ms"
-                + (f"<br>generator-bound ({html.escape(reason)})" if bound else "")
-                + "<extra>%{fullData.name}</extra>",
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": [p[0] for p in points],
+                    "y": [p[1] / 1_000 for p in points],
+                    "customdata": [f"{p[2]:.5g}%" for p in points],
+                    "mode": "lines",
+                    "name": html.escape(label),
+                    "opacity": 0.5 if bound else 1.0,
+                    "line": {
+                        "color": PALETTE[g % len(PALETTE)],
+                        "dash": "solid" if len(runs) == 1 else dashes[min(r, len(dashes) - 1)],
+                        "width": 1 if bound else 2,
+                    },
+                    "hovertemplate": "%{customdata}: %{y:.4g} ms"
+                    + (f"<br>generator-bound ({html.escape(reason)})" if bound else "")
+                    + "<extra>%{fullData.name}</extra>",
+                }
             )
     tickvals, ticktext = _axis_ticks(max_x)
     fig.update_layout(**_LAYOUT)
@@ -324,7 +338,7 @@ def spectrum_figure(
         type="log", tickvals=tickvals, ticktext=ticktext, title="percentile (log scale of 1/(1-p))"
     )
     fig.update_yaxes(type="log", title="acquire latency (ms, log)")
-    if not fig.data:
+    if not traces:
         return _no_data(fig, "no acquire_ok samples in any histogram")
     if slo_us is not None:
         fig.add_scatter(
@@ -334,7 +348,7 @@ def spectrum_figure(
             name=f"SLO {duration_us(slo_us)}",
             line={"dash": "dash", "color": "#c0392b"},
         )
-    return fig
+    return _with_traces(fig, traces)
 
 
 def handoff_utilization_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
@@ -368,7 +382,7 @@ def fair_shares(counts: list[int]) -> list[float]:
     return [max(c / mean, ZERO_SHARE) for c in counts]
 
 
-def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
+def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure | dict:
     """Acquisitions per client relative to the fair share, clients sorted from most to fewest, log y.
 
     Normalised and on a log axis so one client that took most of the acquisitions does not
@@ -377,6 +391,7 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
     """
     fig = go.Figure()
     fig.update_layout(**_LAYOUT)
+    traces: list[dict] = []
     for g, (group, rows) in enumerate(run.groups().items()):
         counts: list[int] = []
         for case in [str(c) for c in rows["case"]]:
@@ -387,14 +402,17 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
         jain = run.values(group, "jain_index")
         jain_text = f"Jain {pd.Series(jain).median():.3f}" if jain else "Jain n/a"
         n = len(counts)
-        fig.add_scatter(
-            x=[(i + 0.5) / n for i in range(n)],
-            y=fair_shares(counts),
-            customdata=counts,
-            mode="lines+markers" if n <= 60 else "lines",
-            name=html.escape(f"{glabels[group]} ({jain_text})"),
-            line={"color": PALETTE[g % len(PALETTE)], "shape": "hv"},
-            hovertemplate="%{customdata} acquisitions (%{y:.2f}x the fair share)<extra>%{fullData.name}</extra>",
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [(i + 0.5) / n for i in range(n)],
+                "y": fair_shares(counts),
+                "customdata": counts,
+                "mode": "lines+markers" if n <= 60 else "lines",
+                "name": html.escape(f"{glabels[group]} ({jain_text})"),
+                "line": {"color": PALETTE[g % len(PALETTE)], "shape": "hv"},
+                "hovertemplate": "%{customdata} acquisitions (%{y:.2f}x the fair share)<extra>%{fullData.name}</extra>",
+            }
         )
     fig.update_xaxes(
         title="clients, from most to fewest acquisitions (fraction of all clients)", range=[0, 1]
@@ -404,9 +422,9 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure:
         type="log", title="acquisitions / fair share (log; 1 = fair)", tickvals=ticks,
         ticktext=["0 (none)", "0.1", "0.5", "1 (fair)", "2", "5", "10", "50"],
     )  # fmt: skip
-    if not fig.data:
+    if not traces:
         return _no_data(fig, "no history files with acquires")
-    return fig
+    return _with_traces(fig, traces)
 
 
 @dataclass(frozen=True)
@@ -430,23 +448,19 @@ _MARK_STYLE = {
 }
 
 
-def event_marks(events: pd.DataFrame | None, t0_ns: int, end_ns: int) -> list[Mark]:
+def event_marks(events: pd.DataFrame | EventRows | None, t0_ns: int, end_ns: int) -> list[Mark]:
     """Fault and pause windows and crash instants from a case's history rows, relative to ``t0_ns``.
 
     ``fault`` and ``pause`` pair an invoke with the next completion of the same client, seq
     and op; one still open at the end of the history lasts until ``end_ns``. ``crash`` rows
     are instants.
     """
-    if events is None or events.empty:
+    rows = events if isinstance(events, EventRows) or events is None else EventRows.from_frame(events)
+    if rows is None or not rows.t_ns:
         return []
     marks: list[Mark] = []
     open_: dict[tuple[str, str, str], list[tuple[int, str]]] = {}
-    ordered = events.sort_values("t_ns", kind="stable")
-    # plain lists, one per column: itertuples over categorical columns cost most of a matrix's marks
-    ops, kinds = ordered["op"].astype(str).tolist(), ordered["type"].astype(str).tolist()
-    clients, seqs = ordered["client"].astype(str).tolist(), ordered["seq"].astype(str).tolist()
-    locks = ["" if pd.isna(v) else str(v) for v in ordered["lock"].tolist()]
-    times = ordered["t_ns"].astype("int64").tolist()
+    ops, kinds, clients, seqs, locks, times = rows.ordered()
     # a killed holder is drawn at its death (crash ok) where the history has it, else at its mark
     dead = {
         (c, s) for o, k, c, s in zip(ops, kinds, clients, seqs, strict=True) if o == "crash" and k == "ok"
@@ -488,16 +502,34 @@ def aggregate_trials(series: list[pd.DataFrame]) -> pd.DataFrame:
     columns = ["second", "acq_per_s", "p50_us", "p99_us", "end_s", "trials"]
     if not series:
         return pd.DataFrame(columns=columns)
+    values = ("acq_per_s", "p50_us", "p99_us", "end_s")
+
+    def column(trial: pd.DataFrame, name: str) -> np.ndarray:
+        if name == "end_s" and name not in trial.columns:
+            return trial["second"].to_numpy(dtype="float64") + 1.0
+        return trial[name].to_numpy(dtype="float64")
+
+    # numpy, not a pandas concat and groupby: the over-time chart of a matrix aggregates hundreds of lines
     if len(series) == 1:  # the median of one trial is that trial (a matrix's cases are mostly one)
-        one = series[0] if "end_s" in series[0].columns else series[0].assign(end_s=series[0]["second"] + 1.0)
-        return one.assign(trials=1)[columns].reset_index(drop=True)
-    both = pd.concat(
-        [t if "end_s" in t.columns else t.assign(end_s=t["second"] + 1.0) for t in series], ignore_index=True
-    )
-    grouped = both.groupby("second")
-    out = grouped[["acq_per_s", "p50_us", "p99_us", "end_s"]].median()
-    out["trials"] = grouped["acq_per_s"].size()
-    return out.reset_index()[columns]
+        one = series[0]
+        return pd.DataFrame(
+            {"second": one["second"].to_numpy(), **{c: column(one, c) for c in values},
+             "trials": np.ones(len(one), dtype=np.int64)}
+        )  # fmt: skip
+    seconds = np.unique(np.concatenate([t["second"].to_numpy() for t in series]))
+    present = np.zeros((len(series), len(seconds)), dtype=bool)
+    grid = {c: np.full((len(series), len(seconds)), np.nan) for c in values}
+    for i, trial in enumerate(series):
+        at = np.searchsorted(seconds, trial["second"].to_numpy())
+        present[i, at] = True
+        for c in values:
+            grid[c][i, at] = column(trial, c)
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # a second with no value in any trial: NaN, as pandas gives
+        medians = {c: np.nanmedian(grid[c], axis=0) for c in values}
+    return pd.DataFrame({"second": seconds, **medians, "trials": present.sum(axis=0).astype(np.int64)})
 
 
 def _rgba(colour: str, alpha: float) -> str:
@@ -541,7 +573,7 @@ def _group_line(run: RunData, rows: pd.DataFrame) -> tuple[pd.DataFrame, list[Ma
     per_trial: list[pd.DataFrame] = []
     marks: list[Mark] = []
     for case in [str(c) for c in rows["case"]]:
-        history = run.acquire_history(case)
+        history = run.acquires(case)
         if history is None:
             continue
         series = acquire_timeseries(history)
@@ -549,12 +581,11 @@ def _group_line(run: RunData, rows: pd.DataFrame) -> tuple[pd.DataFrame, list[Ma
             run.notes.append(f"case {case}: history has no completed acquires")
             continue
         per_trial.append(series)
-        acq = history["t_ns"][(history["op"] == "acquire").to_numpy(dtype=bool)]
-        events = run.events(case)
-        t0 = int(acq.min())
-        end = int(acq.max())
-        if events is not None and not events.empty:
-            end = max(end, int(events["t_ns"].max()))
+        events = run.event_rows(case)
+        t0 = int(history.t_ns.min())
+        end = int(history.t_ns.max())
+        if events is not None and events.t_ns:
+            end = max(end, max(events.t_ns))
         marks += event_marks(events, t0, end)
     if not per_trial:
         return None
@@ -579,21 +610,27 @@ def _line_traces(
     """p50 (solid) and p99 (dotted) on top, acquisitions/s below: one line's three traces, as plain dicts."""
     # Steps: each bucket a flat segment from its start to its end, the last one ending where the
     # case's acquires end; on the same clock as the shading.
-    agg = pd.concat([agg, agg.iloc[[-1]]], ignore_index=True)
-    x = list(agg["second"].astype("float64").iloc[:-1]) + [float(agg["end_s"].iloc[-1])]
+    x = agg["second"].to_numpy(dtype="float64").tolist() + [float(agg["end_s"].iloc[-1])]
     hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} " + of + ")<extra>" + name
     custom = [[int(a), int(b)] for a, b in zip(agg["second"], agg["trials"], strict=True)]
+    custom.append(custom[-1])
+
+    def steps(values: pd.Series) -> list[float | None]:
+        """The values, the last repeated to close its step; NaN as null (so plotly's encoder need not re-encode)."""
+        out = [None if v != v else v for v in values.to_numpy(dtype="float64").tolist()]
+        return [*out, out[-1]]
+
     # plain trace dicts: go.Scatter validates every value of every line (row 2: axes x2, y2)
     common = {"type": "scatter", "x": x, "legendgroup": name, "mode": "lines", "customdata": custom}
     if visible is not True:
         common["visible"] = visible
     line = {"color": colour, "shape": "hv", **({"width": width} if width else {})}
     return [
-        {**common, "y": (agg["p50_us"] / 1_000).tolist(), "name": name, "line": line,
+        {**common, "y": steps(agg["p50_us"] / 1_000), "name": name, "line": line,
          "hovertemplate": hover.replace("{what}", "ms p50") + "</extra>", "xaxis": "x", "yaxis": "y"},
-        {**common, "y": (agg["p99_us"] / 1_000).tolist(), "name": f"{name} p99", "line": {**line, "dash": "dot"},
+        {**common, "y": steps(agg["p99_us"] / 1_000), "name": f"{name} p99", "line": {**line, "dash": "dot"},
          "showlegend": False, "hovertemplate": hover.replace("{what}", "ms p99") + "</extra>", "xaxis": "x", "yaxis": "y"},
-        {**common, "y": agg["acq_per_s"].tolist(), "name": f"{name} acq/s", "line": line, "showlegend": False,
+        {**common, "y": steps(agg["acq_per_s"]), "name": f"{name} acq/s", "line": line, "showlegend": False,
          "hovertemplate": hover.replace("{what}", "acquisitions/s") + "</extra>", "xaxis": "x2", "yaxis": "y2"},
     ]  # fmt: skip
 

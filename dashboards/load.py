@@ -42,6 +42,78 @@ def group_of(case: str) -> str:
     return _TRIAL_SUFFIX.sub("", case)
 
 
+@dataclass(frozen=True)
+class AcquireRows:
+    """A case's acquire rows as numpy columns, in the history's order: what the over-time chart and the
+    fairness figures compute from.
+
+    Why not a DataFrame: a matrix has 333 cases of 2 million rows in all, and turning each file's
+    text columns into pandas (then comparing them row by row) cost more than the figures.
+    """
+
+    client: np.ndarray  #: int64 code per row, the same code for the same client; -1 where absent
+    seq: np.ndarray  #: int64
+    invoke: np.ndarray  #: bool: type == "invoke"
+    ok: np.ndarray  #: bool: type == "ok"
+    t_ns: np.ndarray  #: int64
+
+    @classmethod
+    def from_frame(cls, history: pd.DataFrame) -> AcquireRows:
+        """From history rows (client, seq, op, type, t_ns); rows of other ops are left out."""
+        acq = history[(history["op"] == "acquire").to_numpy(dtype=bool)]
+        return cls(
+            client=pd.factorize(acq["client"])[0].astype(np.int64),
+            seq=acq["seq"].to_numpy(dtype=np.int64),
+            invoke=(acq["type"] == "invoke").to_numpy(dtype=bool),
+            ok=(acq["type"] == "ok").to_numpy(dtype=bool),
+            t_ns=acq["t_ns"].to_numpy(dtype=np.int64),
+        )
+
+    def client_counts(self) -> list[int]:
+        """Successful acquires per client, clients in order of their first acquire row; those never granted count 0."""
+        if not len(self.client):
+            return []
+        codes, first = np.unique(self.client, return_index=True)
+        order = codes[np.argsort(first, kind="stable")]
+        granted = self.client[self.ok & (self.client >= 0)]
+        per_code = np.bincount(granted, minlength=int(codes.max()) + 1) if len(granted) else None
+        return [int(per_code[c]) if per_code is not None and c >= 0 else 0 for c in order]
+
+
+@dataclass(frozen=True)
+class EventRows:
+    """A case's fault, pause and crash rows as plain lists, in the history's order (the over-time chart's marks).
+
+    Why not a DataFrame: most of a matrix's cases have a few such rows, and a DataFrame per case
+    cost more than pairing them.
+    """
+
+    op: list[str]
+    type: list[str]
+    client: list[str]
+    seq: list[str]
+    lock: list[str]  #: "" where the row names none
+    t_ns: list[int]
+
+    @classmethod
+    def from_frame(cls, events: pd.DataFrame) -> EventRows:
+        """From history rows (client, seq, op, type, lock, t_ns)."""
+        return cls(
+            op=events["op"].astype(str).tolist(),
+            type=events["type"].astype(str).tolist(),
+            client=events["client"].astype(str).tolist(),
+            seq=events["seq"].astype(str).tolist(),
+            lock=["" if pd.isna(v) else str(v) for v in events["lock"].tolist()],
+            t_ns=[int(t) for t in events["t_ns"].tolist()],
+        )
+
+    def ordered(self) -> tuple[list[str], list[str], list[str], list[str], list[str], list[int]]:
+        """(op, type, client, seq, lock, t_ns) sorted by time, rows at the same time in their order."""
+        order = sorted(range(len(self.t_ns)), key=self.t_ns.__getitem__)
+        columns = (self.op, self.type, self.client, self.seq, self.lock, self.t_ns)
+        return tuple([c[i] for i in order] for c in columns)  # type: ignore[return-value]
+
+
 class ReportInputError(Exception):
     """A folder the renderer cannot read as a lockbench run; the message is one line for the user."""
 
@@ -62,6 +134,9 @@ class RunData:
     _extras: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _events: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
+    _acquires: dict[str, AcquireRows | None] = field(default_factory=dict, repr=False)
+    _event_rows: dict[str, EventRows | None] = field(default_factory=dict, repr=False)
+    _event_tables: dict[str, Any] = field(default_factory=dict, repr=False)
     _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
     _groups: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
     _rows: dict[Any, dict[str, Any]] | None = field(default=None, repr=False)
@@ -197,11 +272,8 @@ class RunData:
         the decision section each want them, for every case of a matrix.
         """
         if case not in self._client_counts:
-            history = self.acquire_history(case)
-            if history is None or history.empty:
-                self._client_counts[case] = None
-            else:
-                self._client_counts[case] = [int(v) for v in acquisitions_per_client(history)]
+            rows = self.acquires(case)
+            self._client_counts[case] = rows.client_counts() if rows is not None and len(rows.t_ns) else None
         return self._client_counts[case]
 
     def merged_histogram(self, group: str, name: str) -> HdrHistogram | None:
@@ -237,12 +309,23 @@ class RunData:
         return merged
 
     def acquire_history(self, case: str) -> pd.DataFrame | None:
-        """The case's acquire rows (client, seq, op, type, t_ns), read once per report."""
-        if case not in self._histories:
-            self._read_both(case)
+        """The case's acquire rows (client, seq, op, type, t_ns) as a DataFrame, read once per report.
+
+        The page's figures read :meth:`acquires` (numpy columns) instead; this is for a caller that
+        wants the rows themselves.
+        """
         if case not in self._histories:
             self._histories[case] = self.history(case, HISTORY_COLUMNS)
         return self._histories[case]
+
+    def acquires(self, case: str) -> AcquireRows | None:
+        """The case's acquire rows as numpy columns, read once per report; None (with a note) without a history."""
+        if case not in self._acquires:
+            self._read_both(case)
+        if case not in self._acquires:
+            history = self.acquire_history(case)  # an older or odd file: the DataFrame reader, its notes
+            self._acquires[case] = None if history is None else AcquireRows.from_frame(history)
+        return self._acquires[case]
 
     def _read_both(self, case: str) -> None:
         """The acquire rows and the fault, pause and crash rows in one read of the file (the over-time chart needs both).
@@ -260,19 +343,45 @@ class RunData:
             parquet = pq.ParquetFile(path, read_dictionary=["client", "op", "type", "lock"])
             if not set(EVENT_COLUMNS) <= set(parquet.schema_arrow.names):
                 return
-            # One thread, no dataset filter, text columns as dictionaries (pandas categoricals): a
-            # matrix report reads 333 files of 2 million rows in all, and the dataset API, the
-            # thread pool and a Python string per cell were most of the time its over-time chart took.
-            both = parquet.read(columns=EVENT_COLUMNS, use_threads=False)
-            is_acquire = pc.equal(both["op"], "acquire")
-            acquires = both.filter(is_acquire).select(HISTORY_COLUMNS).to_pandas()
-            rest = both.filter(pc.invert(is_acquire))
-            rest = rest.filter(pc.is_in(rest["op"], pa.array(EVENT_OPS)))
-            events = rest.to_pandas() if rest.num_rows else pd.DataFrame(columns=EVENT_COLUMNS)
+            # One thread, no dataset filter, text columns as dictionaries, acquires straight to
+            # numpy: a matrix report reads 333 files of 2 million rows in all, and the dataset API,
+            # the thread pool and a Python string per cell were most of its over-time chart's time.
+            both = (
+                parquet.read(columns=EVENT_COLUMNS, use_threads=False).unify_dictionaries().combine_chunks()
+            )
+            is_acquire = pc.fill_null(pc.equal(both["op"], "acquire"), False)
+            acq = both.filter(is_acquire)
+            seq, t_ns = acq["seq"], acq["t_ns"]
+            if seq.null_count or t_ns.null_count:
+                return  # the DataFrame reader says what it makes of them
+            client = acq["client"].combine_chunks() if acq.num_rows else None
+            kind = acq["type"]
+            acquires = AcquireRows(
+                client=np.zeros(0, np.int64)
+                if client is None
+                else pc.fill_null(client.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64),
+                seq=seq.to_numpy().astype(np.int64, copy=False),
+                invoke=pc.fill_null(pc.equal(kind, "invoke"), False).to_numpy(zero_copy_only=False),
+                ok=pc.fill_null(pc.equal(kind, "ok"), False).to_numpy(zero_copy_only=False),
+                t_ns=t_ns.to_numpy().astype(np.int64, copy=False),
+            )
+            rest = both.filter(pc.fill_null(pc.is_in(both["op"], pa.array(EVENT_OPS)), False))
+            columns = {c: rest[c].to_pylist() for c in EVENT_COLUMNS}
+            if None in columns["t_ns"]:
+                return
+            event_rows = EventRows(
+                op=[str(v) for v in columns["op"]],
+                type=[str(v) for v in columns["type"]],
+                client=[str(v) for v in columns["client"]],
+                seq=[str(v) for v in columns["seq"]],
+                lock=["" if v is None else str(v) for v in columns["lock"]],
+                t_ns=columns["t_ns"],
+            )
         except Exception:  # noqa: BLE001 - the reads on their own name what is wrong
             return
-        self._histories[case] = acquires
-        self._events[case] = events
+        self._acquires[case] = acquires
+        self._event_tables[case] = rest
+        self._event_rows[case] = event_rows
 
     def events(self, case: str) -> pd.DataFrame | None:
         """The case's fault, pause and crash rows (client, seq, op, type, lock, t_ns), read once.
@@ -280,11 +389,24 @@ class RunData:
         None, without a note, when the history is absent or older than these ops: the
         acquire history already says so where it matters.
         """
-        if case not in self._events and case not in self._histories:
+        if case not in self._events and case not in self._acquires:
             self._read_both(case)
+        if case not in self._events and case in self._event_tables:
+            table = self._event_tables[case]
+            self._events[case] = table.to_pandas() if table.num_rows else pd.DataFrame(columns=EVENT_COLUMNS)
         if case not in self._events:
             self._events[case] = self.history(case, EVENT_COLUMNS, ops=EVENT_OPS, quiet=True)
         return self._events[case]
+
+    def event_rows(self, case: str) -> EventRows | None:
+        """:meth:`events` as plain lists, read once; None when the history is absent or older than these ops."""
+        if case not in self._event_rows:
+            if case not in self._acquires:
+                self._read_both(case)
+            if case not in self._event_rows:
+                frame = self.events(case)
+                self._event_rows[case] = None if frame is None else EventRows.from_frame(frame)
+        return self._event_rows[case]
 
     @property
     def has_witnesses(self) -> bool:
