@@ -55,15 +55,20 @@ class FlashSale:
     """The workload's server-side steps: reset the resource, read the final state, judge."""
 
     name = "flash-sale"
+    #: What this process's reset of the resource returned (its count of resets); None before one.
+    resets_at_start: int | None = None
 
     def _resource(self, opts: Any) -> FlashSaleResource:
         return FlashSaleResource(opts.resource_url)
 
     def setup(self, opts: Any) -> None:
-        self._resource(opts).reset(item_names(opts.items), opts.stock)
+        who = f"{harness.host_label()}/{os.getpid()} case {getattr(opts, 'lockbench_case', '') or '?'}"
+        self.resets_at_start = self._resource(opts).reset(item_names(opts.items), opts.stock, who)
 
     def final_state(self, opts: Any) -> dict:
-        state = self._resource(opts).final_state(item_names(opts.items), harness.fencing_mode(opts))
+        state = self._resource(opts).final_state(
+            item_names(opts.items), harness.fencing_mode(opts), self.resets_at_start
+        )
         return {**state, "max_qty": opts.max_qty}
 
     def summarize(self, history: Any, final_state: dict) -> str:

@@ -60,11 +60,19 @@ def check_stock(
     orders or the stock was reset while the case ran: the harness's fault, so the check says
     ``unknown`` (the case decides nothing) rather than blaming the lock. Seen once, on a
     machine with a CPU burner beside a ``--suite ci`` run: 61 orders missing from the
-    ledger of ``redis.set-nx-px-lua``, which was drawn red before this rule.
+    ledger of ``redis.set-nx-px-lua``, which was drawn red before this rule. The missing
+    orders were the case's first 61 (117 units, exactly the gap), and the next time its first
+    7: a reset of the resource that landed after the first worker had begun to sell. The
+    final state now counts resets made after the case's own (``resets_during_case``), and
+    any such reset makes the check ``unknown`` whatever the counts say: a reset between two
+    holders leaves stock and ledger agreeing while the history holds sales neither shows.
     """
     items = (final_state or {}).get("items") or {}
     indeterminate = indeterminate or {}
     n_indeterminate = sum(n for n, _ in indeterminate.values())
+    reset = _reset_during_case(final_state or {}, n_indeterminate)
+    if reset is not None:
+        return reset
     if not items:
         return CheckResult(
             "stock",
@@ -119,3 +127,23 @@ def check_stock(
         return CheckResult("stock", "unknown", counters, detail)
     detail = f"{len(items)} items, ledger and stock agree, nothing oversold" + cut
     return CheckResult("stock", "valid", counters, detail)
+
+
+def _reset_during_case(final_state: dict[str, Any], n_indeterminate: int) -> CheckResult | None:
+    """``unknown`` when the resource was reset after the case's own reset (None: it was not).
+
+    Only the harness resets the resource (``FlashSaleResource.reset``): no lock can, so this
+    never hides a lock's fault; the case's evidence is simply gone.
+    """
+    later = int(final_state.get("resets_during_case") or 0)
+    if not later:
+        return None
+    signed = [str(s) for s in final_state.get("reset_by") or []]
+    by = f" by {', '.join(signed[-3:])}" if signed else ""
+    detail = (
+        f"the resource was reset {later} time(s) while the case ran{by}: its ledger lost the orders "
+        "before that reset and its stock no longer counts this case's sales (a harness fault; this "
+        "case decides nothing)"
+    )
+    counters = {"oversold_units": 0, "lost_updates": 0, "indeterminate_purchases": n_indeterminate}
+    return CheckResult("stock", "unknown", counters, detail)

@@ -98,6 +98,10 @@ class _State:
         self.stopping = False
         #: master: set whenever a worker's final chunk arrives, so the wait for the last one ends at once
         self.final_arrived = gevent.event.Event()
+        #: master or local: a test started and not yet stopped (its resource reset once, at its start)
+        self.test_open = False
+        #: master or local: test starts Locust fired while a test was open (ignored: see _on_test_start)
+        self.repeated_starts = 0
 
 
 STATE = _State()
@@ -532,6 +536,13 @@ def _let_waiting_users_finish(environment: Any) -> None:
 
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **_: Any) -> None:
+    if not isinstance(environment.runner, WorkerRunner):
+        if STATE.test_open:
+            # a second start of an open test would reset the resource under buyers already selling
+            # (its ledger emptied, its stock kept by a holder mid-sale) and clear what the workers sent
+            STATE.repeated_starts += 1
+            return
+        STATE.test_open = True
     STATE.t_start_ns = time.monotonic_ns()
     STATE.cpu_start = (_cpu_seconds(), STATE.t_start_ns)
     LOOP_LAG.start()  # every Locust process, worker or not: its loop lag over this case
@@ -543,6 +554,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     STATE.finals.clear()
     STATE.received.clear()
     STATE.written = False
+    STATE.repeated_starts = 0
     STATE.left_early.clear()
     STATE.stopping = False
     if STATE.workload is not None:
@@ -659,6 +671,11 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
             problems += clock_problems
     elif not isinstance(runner, LocalRunner):
         return
+    if STATE.repeated_starts:
+        problems.append(
+            f"Locust started the test {STATE.repeated_starts} more time(s) while it ran (ignored)"
+        )
+    STATE.test_open = False
     _write_output(environment, complete, problems, offsets)
 
 

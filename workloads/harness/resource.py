@@ -58,6 +58,12 @@ FENCING_MODES = ("off", "observe", "enforce")
 STALE_LOG_MAX = 10_000
 
 
+#: Keys (under the namespace) that count and sign every reset; no reset deletes them.
+RESETS = "resets"
+RESET_LOG = "reset_log"
+#: Signatures the reset log keeps (the newest).
+RESET_LOG_MAX = 100
+
 #: Between a claiming holder's client id and its lock's owner value in the fault signal.
 OWNER_SEP = "|owner="
 #: Before the ms the claiming holder's lease still had to run.
@@ -93,7 +99,16 @@ class FlashSaleResource:
             key = self._keys[(kind, item)] = f"{self.ns}:{kind}:{item}"
         return key
 
-    def reset(self, items: list[str], stock: int) -> None:
+    def reset(self, items: list[str], stock: int, who: str = "") -> int:
+        """Set every item's stock afresh and empty its ledger; the number of resets so far, this one included.
+
+        Every reset is counted and signed (``who``) in two keys that no reset deletes, so the
+        final state can tell whether the resource was reset again while the case ran (see
+        :meth:`final_state`): such a reset empties the ledger under buyers already selling,
+        and a holder that read the stock before it writes the old count back, so the stock
+        and the ledger then disagree by the orders before the reset (a harness fault, never
+        the lock's).
+        """
         pipe = self.client.pipeline(transaction=False)
         for item in items:
             pipe.set(self._k("stock", item), stock)
@@ -105,7 +120,10 @@ class FlashSaleResource:
             f"{self.ns}:crash:next", f"{self.ns}:crash:ledger",
         )  # fmt: skip
         pipe.set(f"{self.ns}:started", 1)  # a fault waiting for the load may arm now
-        pipe.execute()
+        pipe.incr(f"{self.ns}:{RESETS}")
+        pipe.rpush(f"{self.ns}:{RESET_LOG}", who or "unsigned")
+        pipe.ltrim(f"{self.ns}:{RESET_LOG}", -RESET_LOG_MAX, -1)
+        return int(pipe.execute()[-3])
 
     def _fence_keys(self, item: str, counter: str) -> list[str]:
         return [
@@ -195,7 +213,21 @@ class FlashSaleResource:
             return True
         return False
 
-    def final_state(self, items: list[str], mode: str = "off") -> dict:
+    def resets_since(self, count: int) -> tuple[int, list[str]]:
+        """Resets after the one that returned ``count``: how many, and who made them (oldest first)."""
+        now = int(self.client.get(f"{self.ns}:{RESETS}") or 0)
+        later = max(0, now - count)
+        if not later:
+            return 0, []
+        signed = self.client.lrange(f"{self.ns}:{RESET_LOG}", -min(later, RESET_LOG_MAX), -1)
+        return later, [s.decode(errors="replace") if isinstance(s, bytes) else str(s) for s in signed]
+
+    def final_state(self, items: list[str], mode: str = "off", resets_at_start: int | None = None) -> dict:
+        """Stock, ledger and fencing counters of ``items``, read at the end of a case.
+
+        ``resets_at_start``: what this case's own reset returned; any later reset is reported as
+        ``resets_during_case`` with its signatures (``reset_by``), for the stock check to refuse.
+        """
         items_state = {}
         stale_reads = stale_writes = 0
         stale_log: list[list] = []
@@ -217,6 +249,11 @@ class FlashSaleResource:
                 kind, token, client = entry.decode().split("|", 2)
                 stale_log.append([item, int(token), client, kind])
         state: dict = {"items": items_state, "fencing": {"mode": mode}}
+        if resets_at_start is not None:
+            later, signed = self.resets_since(resets_at_start)
+            state["resets_during_case"] = later
+            if later:
+                state["reset_by"] = signed
         if mode != "off":
             # ``refused``: every stale access the resource logged (item, token, client, r|w);
             # in enforce mode each was refused

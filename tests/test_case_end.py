@@ -1,0 +1,163 @@
+"""The end of a flash-sale case is judged on the case's own sales only (issue 42 item 6).
+
+The "ledger-short" cases (a safe lock, twice under a CPU burner) were missing the case's
+*first* orders (61 orders = its first 61 purchases, 117 units; then its first 7, 12 units):
+the resource was reset after the first worker had begun to sell, not read too early. These
+tests pin what the harness now guarantees: a reset made while the case runs is counted,
+signed and refused by the stock check; a test start Locust fires twice does not reset the
+resource again; and a buyer slowed inside its sale when the case stops ends in the ledger
+and the history alike.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import redis
+
+from bench.run.locust import run_locust
+from infra.ports import free_port
+from infra.redis_server import RedisServer
+from workloads.checks.core import check_flash_sale
+from workloads.checks.stock import check_stock
+from workloads.harness.resource import FlashSaleResource
+
+ROOT = Path(__file__).resolve().parent.parent
+ITEM = "item-0"
+
+
+def _sell(res: FlashSaleResource, client: str, qty: int) -> None:
+    stock = res.read_stock(ITEM)
+    res.write_stock(ITEM, stock - qty)
+    res.append_order(ITEM, client, qty)
+
+
+def test_a_reset_during_the_case_is_counted_signed_and_refused(resource_server: RedisServer) -> None:
+    ns = f"lockbench:test-{uuid.uuid4().hex[:8]}"
+    case = FlashSaleResource(resource_server.url, namespace=ns)
+    own = case.reset([ITEM], 1000, who="host/1 case A")
+    for i in range(5):
+        _sell(case, f"c{i}", 2)
+    clean = case.final_state([ITEM], "off", own)
+    assert clean["resets_during_case"] == 0 and "reset_by" not in clean
+    assert check_stock(clean).status == "valid"
+
+    # a holder reads the stock, the resource is reset under it, and it writes the old count back:
+    # the ledger lost the 5 orders before the reset, the stock still counts them (the cases seen)
+    stock = case.read_stock(ITEM)
+    FlashSaleResource(resource_server.url, namespace=ns).reset([ITEM], 1000, who="host/2 case B")
+    case.write_stock(ITEM, stock - 3)
+    case.append_order(ITEM, "late", 3)
+    state = case.final_state([ITEM], "off", own)
+    assert state["resets_during_case"] == 1
+    assert state["reset_by"] == ["host/2 case B"]
+    result = check_stock(state)
+    assert result.status == "unknown"
+    assert "reset 1 time(s) while the case ran by host/2 case B" in result.detail
+
+    # a reset between two holders leaves stock and ledger agreeing: only the count tells
+    between = FlashSaleResource(resource_server.url, namespace=ns)
+    own = between.reset([ITEM], 1000, who="host/1 case C")
+    _sell(between, "c0", 1)
+    between.reset([ITEM], 1000, who="host/3 case D")
+    _sell(between, "c1", 1)
+    agreeing = between.final_state([ITEM], "off", own)
+    it = agreeing["items"][ITEM]
+    assert it["initial"] - it["stock"] == it["orders_units"] == 1
+    assert check_stock({**agreeing, "resets_during_case": 0}).status == "valid"
+    assert check_stock(agreeing).status == "unknown"
+
+
+CHILD = """
+import argparse, json, sys
+from locust import events
+from locust.env import Environment
+import workloads.flash_sale as fs
+from workloads.harness import locust_glue as glue
+
+url = sys.argv[1]
+opts = argparse.Namespace(
+    resource_url=url, items=1, stock=100, max_qty=3, lockbench_case="twice", lockbench_out="",
+    lockbench_stop="", lockbench_align_clocks=False, lockbench_no_summary=True,
+    fencing_mode="off", lock_impl="redis.set-nx-px-lua",
+)
+env = Environment(user_classes=[fs.FlashSaleUser], events=events, parsed_options=opts)
+env.create_local_runner()
+count = lambda: int(glue.STATE.workload._resource(opts).client.get("lockbench:res:resets") or 0)
+before = count()
+env.events.test_start.fire(environment=env)
+env.events.test_start.fire(environment=env)  # Locust firing it again while the test runs
+during = count() - before
+repeated = glue.STATE.repeated_starts
+state = glue.STATE.workload.final_state(opts)
+env.events.test_stop.fire(environment=env)
+env.events.test_start.fire(environment=env)  # a new test after a stop resets as it should
+print(json.dumps({"during": during, "repeated": repeated, "state": state, "after": count() - before}))
+"""
+
+
+def test_a_second_test_start_does_not_reset_the_resource(resource_server: RedisServer) -> None:
+    # a child: importing Locust monkey-patches the interpreter
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, resource_server.url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["during"] == 1, out
+    assert out["repeated"] == 1, out
+    assert out["state"]["resets_during_case"] == 0, out
+    assert out["after"] == 2, out
+
+
+def test_a_buyer_slowed_in_its_sale_at_the_stop_ends_in_ledger_and_history_alike(
+    redis_url: str, resource_server: RedisServer, tmp_path: Path
+) -> None:
+    """Two worker processes, every sale 50 ms between its stock write and its order: the stop
+    meets buyers inside that window, and the final state must be read after all of them."""
+    port = free_port()
+    out = tmp_path / "case"
+    out.mkdir()
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "slow_ledger_locustfile.py"),
+        "--headless", "--users", "20", "--spawn-rate", "20", "--run-time", "2s", "--stop-timeout", "10",
+        "--exit-code-on-error", "0", "--only-summary", "--loglevel", "WARNING",
+        "--items", "4", "--skew", "0", "--cs", "0ms", "--lock-impl", "redis.set-nx-px-lua",
+        "--lock-url", redis_url, "--resource-url", resource_server.url,
+        "--lockbench-out", str(out), "--lockbench-case", "slow-stop", "--lockbench-no-summary",
+        "--processes", "2",
+        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+        "--master-host", "127.0.0.1", "--master-port", str(port),
+    ]  # fmt: skip
+    log = out / "locust.log"
+    assert run_locust(argv, log, timeout=120) == 0, log.read_text()[-2000:]
+
+    recording = json.loads((out / "recording.json").read_text())
+    history = pd.read_parquet(out / "history.parquet")
+    assert recording["complete"], recording["problems"]
+    state = recording["final_state"]
+    assert state["resets_during_case"] == 0
+
+    purchases = history[history["op"] == "purchase"]
+    sold = purchases[(purchases["type"] == "ok") & (purchases["value"].fillna(0) > 0)]
+    assert len(sold) > 20
+    assert (purchases["type"] == "invoke").sum() == len(purchases) - (purchases["type"] == "invoke").sum()
+    client = redis.Redis.from_url(resource_server.url)
+    for name, it in state["items"].items():
+        in_history = sold[sold["lock"].astype(str).str.endswith(f":{name}")]
+        # each sale is in both or in neither: the ledger read at the end has every sale the history has
+        assert it["orders_count"] == it["orders_count_after"] == len(in_history), (name, it)
+        assert it["orders_units"] == int(in_history["value"].sum()) == it["initial"] - it["stock"]
+        ledger = [o.decode().rsplit(":", 1)[0] for o in client.lrange(f"lockbench:res:orders:{name}", 0, -1)]
+        assert sorted(ledger) == sorted(in_history["client"].astype(str))
+    client.close()
+    verdict = check_flash_sale(history, state)
+    assert verdict.status == "valid", [(r.name, r.status, r.detail) for r in verdict.results]
