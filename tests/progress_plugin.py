@@ -6,21 +6,52 @@ last test of a module reports: how many modules and tests are done, the time so 
 estimate of the time left from the tests' own pace (tests done / elapsed). ``--durations=15``
 in scripts/test names the slowest tests at the end.
 
-With ``LOCKBENCH_RECORD_DURATIONS=FILE`` it also writes, per test module, its longest test and
-its total (seconds, setup + call + teardown) as JSON: tests/durations.json is made this way, and
-conftest.py hands out the modules with the most seconds first from it.
+With ``LOCKBENCH_RECORD_DURATIONS=FILE`` it also writes, per test module, its longest test, its
+total (seconds, setup + call + teardown) and the CPU seconds its tests used (``cpu_s``: the
+worker's own and its reaped children's, so a bench subprocess, its Locust processes and a server
+a test started and stopped count; session servers do not) as JSON: tests/durations.json is made
+this way, and conftest.py hands out the modules with the most seconds first from it. On a
+2-core machine the suite is CPU-bound, so ``cpu_s`` names what to cut; seconds name what to start
+first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and every child it reaped so far (user + system)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class PhaseCpu:
+    """On each worker: the CPU seconds of each test phase, carried to the controller in its report.
+
+    Why a class: the count starts where the previous phase's report was made.
+    """
+
+    def __init__(self) -> None:
+        self.last = _cpu_s()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.last = _cpu_s()  # collection is no test's
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        outcome = yield
+        now = _cpu_s()
+        outcome.get_result().user_properties.append(("cpu_s", now - self.last))
+        self.last = now
 
 
 def _module(nodeid: str) -> str:
@@ -47,6 +78,7 @@ class ModuleProgress:
         self.collected = False
         self.started = time.monotonic()
         self.seconds: defaultdict[str, float] = defaultdict(float)  # per test id, every phase
+        self.cpu: defaultdict[str, float] = defaultdict(float)
 
     def _set_totals(self, nodeids: list[str]) -> None:
         if self.collected:  # every xdist worker collects the same ids
@@ -69,14 +101,18 @@ class ModuleProgress:
             return
         modules: dict[str, dict[str, float]] = {}
         for nodeid, seconds in self.seconds.items():
-            entry = modules.setdefault(Path(_module(nodeid)).name, {"max_s": 0.0, "total_s": 0.0})
+            entry = modules.setdefault(
+                Path(_module(nodeid)).name, {"max_s": 0.0, "total_s": 0.0, "cpu_s": 0.0}
+            )
             entry["max_s"] = round(max(entry["max_s"], seconds), 1)
             entry["total_s"] = round(entry["total_s"] + seconds, 1)
+            entry["cpu_s"] = round(entry["cpu_s"] + self.cpu[nodeid], 1)
         ordered = dict(sorted(modules.items(), key=lambda kv: -kv[1]["total_s"]))
         Path(out).write_text(json.dumps(ordered, indent=1) + "\n")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
+        self.cpu[report.nodeid] += sum(v for k, v in report.user_properties if k == "cpu_s")
         if report.when != "teardown" or not self.collected:
             return
         module = _module(report.nodeid)
@@ -96,5 +132,7 @@ class ModuleProgress:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("LOCKBENCH_RECORD_DURATIONS"):
+        config.pluginmanager.register(PhaseCpu(), "lockbench-phase-cpu")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), not a worker
         config.pluginmanager.register(ModuleProgress(config), "lockbench-module-progress")
