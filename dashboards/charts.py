@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 import warnings
 from dataclasses import dataclass
 
@@ -164,7 +165,7 @@ def _spread(values: list[float]) -> tuple[float | None, float, float]:
     """(median, distance down to the min, distance up to the max) of per-trial values."""
     if not values:
         return None, 0.0, 0.0
-    med = float(pd.Series(values).median())
+    med = float(statistics.median(values))  # pandas' median of finite values; a Series per call cost more
     return med, med - min(values), max(values) - med
 
 
@@ -600,7 +601,7 @@ def _summary_lines(run: RunData, lines: dict[str, pd.DataFrame]) -> dict[str, pd
     for group, agg in lines.items():
         row = every[first[group]]
         backend = text(row, "backend") or str(text(row, "impl") or group).split(".", 1)[0]
-        by_key.setdefault(f"{backend} · {scenario_of(row)}", []).append(agg.drop(columns=["trials"]))
+        by_key.setdefault(f"{backend} · {scenario_of(row)}", []).append(agg)  # its trials column is not read
     return {key: aggregate_trials(aggs) for key, aggs in sorted(by_key.items())}
 
 
@@ -610,9 +611,15 @@ def _line_traces(
     """p50 (solid) and p99 (dotted) on top, acquisitions/s below: one line's three traces, as plain dicts."""
     # Steps: each bucket a flat segment from its start to its end, the last one ending where the
     # case's acquires end; on the same clock as the shading.
-    x = agg["second"].to_numpy(dtype="float64").tolist() + [float(agg["end_s"].iloc[-1])]
+    seconds = agg["second"].to_numpy()
+    x = seconds.astype("float64").tolist() + [float(agg["end_s"].to_numpy()[-1])]
     hover = "second %{customdata[0]}: %{y:.4g} {what} (median of %{customdata[1]} " + of + ")<extra>" + name
-    custom = [[int(a), int(b)] for a, b in zip(agg["second"], agg["trials"], strict=True)]
+    custom = [
+        [a, b]
+        for a, b in zip(
+            seconds.astype("int64").tolist(), agg["trials"].to_numpy().astype("int64").tolist(), strict=True
+        )
+    ]
     custom.append(custom[-1])
 
     def steps(values: pd.Series) -> list[float | None]:

@@ -168,11 +168,13 @@ def matrix_cells(run: RunData) -> tuple[list[str], list[tuple[str, list[str]]], 
         return [], [], {}
     impl_key = cases["impl"].astype("string") if "impl" in cases.columns else cases["case"].astype("string")
     impl_key = impl_key.fillna(cases["case"].astype("string"))
-    scenario_key = pd.Series([scenario_of(r) for r in run.rows(cases)], index=cases.index)
-    present = set(scenario_key)
-    groups = {(str(i), str(s)): rows for (i, s), rows in cases.groupby([impl_key, scenario_key], sort=False)}
+    # rows as dicts grouped in first-seen order (a pandas groupby sliced all ~140 columns per group)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for impl, row in zip(impl_key.tolist(), run.rows(cases), strict=True):
+        groups.setdefault((str(impl), scenario_of(row)), []).append(row)
+    present = {s for _, s in groups}
     impls = list(dict.fromkeys(i for i, _ in groups))
-    placed: dict[tuple[str, str], tuple[pd.DataFrame, str]] = {}
+    placed: dict[tuple[str, str], tuple[list[dict[str, Any]], str]] = {}
     tokenless: set[tuple[str, str]] = set()
     for (impl, scenario), rows in groups.items():
         base, variant = split_scenario(scenario)
@@ -192,7 +194,7 @@ def matrix_cells(run: RunData) -> tuple[list[str], list[tuple[str, list[str]]], 
             for impl in impls:
                 if (impl, scenario) in placed:
                     rows, note = placed[(impl, scenario)]
-                    html_cells[(impl, scenario)] = summarize(run.rows(rows), note).html(scenario)
+                    html_cells[(impl, scenario)] = summarize(rows, note).html(scenario)
                 elif (impl, scenario) in tokenless:
                     html_cells[(impl, scenario)] = (
                         f'<td class="mcell na" data-col="{e(scenario)}">no fencing tokens</td>'

@@ -265,20 +265,26 @@ def _verdict_why(group: pd.DataFrame | list[dict[str, Any]]) -> str:
 
 def verdict_section(run: RunData) -> str:
     cases = run.cases
-    if "workload" in cases.columns or "scenario" in cases.columns:
-        # fenced and unfenced runs of a workload are different rows: their counters must not add up
-        cases = cases.assign(scenario=[scenario_of(r) for r in run.rows(cases)])
-    keys = [c for c in ("impl", "scenario") if c in cases.columns] or ["case"]
+    # fenced and unfenced runs of a workload are different rows: their counters must not add up
+    by_scenario = "workload" in cases.columns or "scenario" in cases.columns
+    keys = [c for c in ("impl", "scenario") if c in cases.columns or (c == "scenario" and by_scenario)] or ["case"]
     counters = VIOLATIONS + WARNINGS
     head = "".join(f"<th>{e(k)}</th>" for k in keys) + "<th>cases</th>"
     head += "".join(f"<th>{wrap(c)}</th>" for c in counters) + "<th>verdict</th>"
+
+    def key_of(row: dict[str, Any], column: str) -> Any:
+        value = scenario_of(row) if column == "scenario" else row.get(column)
+        return None if value is None or (not isinstance(value, str) and pd.isna(value)) else value
+
+    # rows as dicts grouped in first-seen order (a pandas groupby sliced all ~140 columns per group)
+    grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in run.rows(cases):
+        grouped.setdefault(tuple(key_of(row, k) for k in keys), []).append(row)
     rows = []
-    for key, group in cases.groupby(keys, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        key_text = ["n/a" if pd.isna(k) else str(k) for k in key]
+    for key, recs in grouped.items():
+        key_text = ["n/a" if k is None else str(k) for k in key]
         cells = "".join(f'<td class="key">{e(k)}</td>' for k in key_text)
-        cells += f'<td class="num">{len(group)}</td>'
-        recs = run.rows(group)  # run.cases' rows: only the scenario column differs, and it is not read here
+        cells += f'<td class="num">{len(recs)}</td>'
         for col in counters:
             values = [v for v in (num(r, col) for r in recs) if v is not None]
             total = sum(values) if values else None
