@@ -62,7 +62,9 @@ class FlashSale:
         return FlashSaleResource(opts.resource_url)
 
     def setup(self, opts: Any) -> None:
-        who = f"{harness.host_label()}/{os.getpid()} case {getattr(opts, 'lockbench_case', '') or '?'}"
+        # the case and its output folder name the run: a reset from another run's case says which
+        case, out = getattr(opts, "lockbench_case", "") or "?", getattr(opts, "lockbench_out", "") or "?"
+        who = f"{harness.host_label()}/{os.getpid()} case {case} in {out}"
         self.resets_at_start = self._resource(opts).reset(item_names(opts.items), opts.stock, who)
 
     def final_state(self, opts: Any) -> dict:
