@@ -12,14 +12,17 @@ process, so imports count as a user's wait does:
 
 Printed: the median of ``--repeat`` timings of each, wall and CPU (user + sys, which the
 machine's other work moves less), the ratio to the floor, and the load average before and
-after; then, in one process, the CPU seconds of each part of the page (dashboards/page.py's
-sections and figures). The machine is shared: the ratio is the figure, the lead measures on
-a quiet machine.
+after; counts that do not move with the load (the page's size, its figures, the over-time
+chart's lines drawn and kept behind a click); then, in one process, the CPU seconds of each
+part of the page (dashboards/page.py's sections and figures). The machine is shared: the
+ratio is the figure, the lead measures on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import tempfile
 import time
@@ -40,6 +43,19 @@ FLOOR = (
     "for f in sorted((folder / 'history').glob('*.parquet')):\n"
     "    pq.read_table(f, columns=['client', 'seq', 'op', 'type', 'lock', 't_ns']).to_pandas()\n"
 )
+
+
+def over_time_lines(page: str) -> tuple[int, int]:
+    """(lines drawn, lines behind a click) of the page's over-time chart; a line is its p50, p99 and acq/s traces."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", page):
+        data, end = decoder.raw_decode(page, match.end())
+        layout, _ = decoder.raw_decode(page, page.index("{", end))
+        if "seconds since the case" in json.dumps(layout):
+            p50 = [t for t in data if not str(t.get("name", "")).endswith((" p99", " acq/s"))]
+            hidden = sum(1 for t in p50 if t.get("visible") == "legendonly")
+            return len(p50) - hidden, hidden
+    return 0, 0
 
 
 def parts(folder: Path) -> list[tuple[str, float]]:
@@ -95,7 +111,13 @@ def main() -> None:
             sorted(r[i] for r in rows[next(iter(kinds))])[args.repeat // 2] for i in (0, 1)
         )
         cases = sum(1 for _ in (folder / "history").glob("*.parquet"))
-        print(f"{folder} ({cases} history files); page {out.stat().st_size / 1e6:.1f} MB")
+        page = out.read_text(encoding="utf-8")
+        drawn, hidden = over_time_lines(page)
+        print(
+            f"{folder} ({cases} history files); page {out.stat().st_size / 1e6:.1f} MB, "
+            f"{page.count('Plotly.newPlot(')} figures; over-time chart: {drawn} lines drawn, "
+            f"{hidden} behind a click"
+        )
         for name, runs in rows.items():
             wall, cpu, before, after = sorted(runs)[len(runs) // 2]
             print(
