@@ -221,6 +221,27 @@ def test_an_undecided_candidate_verdict_is_not_a_pass(tmp_path: Path) -> None:
     assert run_gate(base, cand, ["throughput:-5%"]).exit_code == 2
 
 
+def test_a_failure_a_generator_stall_explains_is_undecided_and_one_it_does_not_is_a_regression(
+    tmp_path: Path,
+) -> None:
+    """A busy runner froze the load generator past a share of the lease: not the change's fault, not a pass."""
+    stall = "a Locust process stalled 1.1 s in the lease before the violation, against a 1 s lease"
+    base = write_run(tmp_path, "a", {"redis.x": {"throughput_acq_s": noisy(1000)}})
+    lost = {"throughput_acq_s": noisy(1000, seed=2), "locks_lost": [0, 0, 1, 0, 0],
+            "verdict": ["valid", "valid", "invalid", "valid", "valid"]}  # fmt: skip
+    stalled = write_run(tmp_path, "b", {"redis.x": {**lost, "stall_reason": ["", "", stall, "", ""]}})
+    result = run_gate(base, stalled, ["throughput:-5%"])
+    safety = next(r for r in result.rows if r.metric == "violations")
+    assert safety.verdict == "not enough data" and "load generator stalled" in safety.note, safety
+    assert result.exit_code == 2
+    # the same failure with no stall to explain it is the lock's
+    unexplained = write_run(tmp_path, "c", {"redis.x": {**lost, "stall_reason": [""] * 5}})
+    assert run_gate(base, unexplained, ["throughput:-5%"]).exit_code == 1
+    # a stalled baseline is no excuse for the candidate's own violation
+    plain = write_run(tmp_path, "d", {"redis.x": {**lost, "overlapping_holds": [0, 0, 2, 0, 0]}})
+    assert run_gate(stalled, plain, ["throughput:-5%"]).exit_code == 1
+
+
 def test_a_baseline_whose_every_verdict_is_unknown_is_not_a_pass(tmp_path: Path) -> None:
     """Issue 34: "no new violation" against a baseline the checkers could not decide means nothing."""
     base = write_run(

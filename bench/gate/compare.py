@@ -170,14 +170,30 @@ def _has_column(cand: pd.DataFrame, base: pd.DataFrame | None, column: str) -> b
     )
 
 
+def _stalled(rows: pd.DataFrame) -> pd.Series:
+    """Trials whose failure a stall of the load generator could explain (``stall_reason``, bench/run/judge.py).
+
+    The matrix draws such a cell "stalled", never red (bench/matrix/rerun.py); the gate, alike,
+    takes them as undecided: a runner that froze the generator past a share of the lease says
+    nothing about the change (and a change that busies the loop shows in the timing rows).
+    """
+    if "stall_reason" not in rows.columns:
+        return pd.Series(False, index=rows.index)
+    reason = rows["stall_reason"].map(lambda r: isinstance(r, str) and r.strip() not in ("", "nan"))
+    invalid = rows["verdict"].fillna("").astype(str).str.strip().str.lower().eq("invalid")
+    return reason & invalid
+
+
 def _violations(rows: pd.DataFrame) -> tuple[int, bool, bool]:
-    """(violation count, unsafe, undecided) of a group's trials."""
+    """(violation count, unsafe, undecided) of a group's trials; a stalled trial decides neither way."""
+    decided = rows[~_stalled(rows)]
     count = 0
     for col in VIOLATION_COLUMNS:
-        count += int(sum(_values(rows, col)))
-    verdicts = set(rows["verdict"].fillna("unknown").astype(str).str.lower())
+        count += int(sum(_values(decided, col)))
+    verdicts = set(decided["verdict"].fillna("unknown").astype(str).str.lower())
     unsafe = count > 0 or "invalid" in verdicts
-    return count, unsafe, (not unsafe and "unknown" in verdicts)
+    undecided = not unsafe and ("unknown" in verdicts or len(decided) < len(rows))
+    return count, unsafe, undecided
 
 
 def _bound_note(side: str, rows: pd.DataFrame) -> str:
@@ -239,7 +255,15 @@ def _safety_row(group: str, impl: str, workload: str, base: pd.DataFrame | None,
         row.note = "known unsafe in the baseline too: not a new regression"
     elif c_unknown:
         row.verdict, row.outcome = "not enough data", INSUFFICIENT
-        row.note = "a candidate trial has verdict unknown: the checkers could not decide"
+        stalled = cand[_stalled(cand)]
+        if len(stalled):
+            row.note = (
+                f"{len(stalled)} candidate trial(s) failed while the load generator stalled, which could "
+                f"explain it ({_first(stalled, 'stall_reason', '')}): neither safe nor unsafe; run the "
+                "gate again on a quieter runner"
+            )
+        else:
+            row.note = "a candidate trial has verdict unknown: the checkers could not decide"
     elif b_undecided:
         # nothing to compare the candidate's safety with: "no new violation" would mean nothing
         row.verdict, row.outcome = "not enough data", INSUFFICIENT
