@@ -1,9 +1,11 @@
 """A case's Locust stop loses no history row, through either launcher (issue 42 item 3).
 
 The stop was cut (workers mark their users stopping as the flush request arrives, the master
-wakes on each final chunk, bench's cases skip the in-Locust verdict pass); these tests pin
-that every event a worker's clients recorded reaches the case's history parquet, and that
-no operation is cut short by the stop.
+wakes on each final chunk, bench's cases skip the in-Locust verdict pass, and with
+``--lockbench-stop-waiters`` the acquires still waiting between polls end at once, as not
+granted, instead of queueing for the lock one by one); these tests pin that every event a
+worker's clients recorded reaches the case's history parquet, that no operation is cut short
+by the stop, and that only waits asleep between polls are ended.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from bench.run.locust import run_locust
 from bench.run.warm import WarmLocust
 from infra.ports import free_port
 from infra.redis_server import RedisServer
-from workloads.harness.recording import UNFINISHED
+from workloads.checks.core import check_flash_sale
+from workloads.harness.recording import INTERRUPTED, STOPPED, UNFINISHED, without_stopped_waits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +36,7 @@ def _argv(redis_url: str, resource_url: str, out: Path) -> list[str]:
         "--lock-impl", "redis.set-nx-px-lua", "--lock-url", redis_url,
         "--resource-url", resource_url, "--cs", "1ms",
         "--lockbench-out", str(out), "--lockbench-case", "stop", "--lockbench-no-summary",
+        "--lockbench-stop-waiters",
         "--processes", "2",
         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
         "--master-host", "127.0.0.1", "--master-port", str(port),
@@ -79,6 +83,15 @@ def test_every_row_the_workers_recorded_reaches_the_history(
     assert all(types[0] == "invoke" and len(types) == 2 for types in calls if types[0] == "invoke")
     errors = history["error"].dropna()
     assert not errors.str.startswith(UNFINISHED).any(), errors[errors.str.startswith(UNFINISHED)].head()
+    assert not errors.str.startswith(INTERRUPTED).any(), errors[errors.str.startswith(INTERRUPTED)].head()
+
+    # the waiters at the stop (20 clients, one lock) ended as acquires not granted, nothing else did
+    stopped = history[history["error"].fillna("").str.startswith(STOPPED)]
+    assert len(stopped) > 0
+    assert set(stopped["op"]) == {"acquire"} and set(stopped["type"]) == {"fail"}
+    assert len(without_stopped_waits(history)) == len(history) - 2 * len(stopped)
+    verdict = check_flash_sale(history, recording["final_state"])
+    assert verdict.status == "valid", [(r.name, r.status, r.detail) for r in verdict.results]
 
     # bench judges the case itself: the in-Locust verdict pass is skipped on request
     assert "verdict:" not in log.read_text()

@@ -23,7 +23,7 @@ from bench.run.case import (
 )
 from bench.run.witnesses import write_witnesses
 from workloads.checks.recovery import server_recovery_columns
-from workloads.harness.recording import decode_histogram
+from workloads.harness.recording import decode_histogram, without_stopped_waits
 
 
 def with_fault_windows(
@@ -90,8 +90,9 @@ def judge(
     hists = {name: decode_histogram(text) for name, text in recording["histograms"].items()}
     window = analysis.steady_window(history)
     params = {**case.params, "trial": case.trial, "users": settings.users, "processes": settings.processes}
+    figures = without_stopped_waits(history)  # waits the case's stop ended are no timeouts
     row = analysis.case_row(
-        case.case_id, case.impl, case.workload.name, params, history, hists, verdict, window
+        case.case_id, case.impl, case.workload.name, params, figures, hists, verdict, window
     )
     row["scenario"] = case.scenario
     row["fencing"] = (recording.get("final_state") or {}).get("fencing", {}).get("mode", "off")

@@ -33,6 +33,10 @@ from infra.stack import Stack
 PROGRESS_FILE = "progress.json"
 #: File in a case's scratch folder (mode 0600) that carries the server URLs to Locust.
 URLS_FILE = "urls.json"
+#: Workloads whose cases end the acquires still waiting at the stop instead of draining them
+#: (``--lockbench-stop-waiters``): a waiter has nothing left to show once the load window is over.
+#: Fault and crash cases keep the drain: their waits after the stop are evidence (a stuck lock).
+STOP_WAITERS_WORKLOADS = frozenset({"flash-sale"})
 
 
 def write_urls_file(out: Path, lock_urls: list[str], resource_url: str) -> Path:
@@ -83,6 +87,8 @@ def locust_argv(
         "--lockbench-no-summary",  # bench judges the case itself: no checker pass inside Locust's stop
     ]  # fmt: skip
     argv += ["--fencing-mode", case.fencing]
+    if case.fault is None and case.workload.name in STOP_WAITERS_WORKLOADS:
+        argv.append("--lockbench-stop-waiters")
     if lock_namespace:
         argv += ["--lock-namespace", lock_namespace]
     if netns:

@@ -18,7 +18,9 @@ same socket). Nothing a case measures happens in either wait: the load window st
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -45,6 +47,8 @@ class PromptMasterRunner(MasterRunner):
     """
 
     _lockbench_quitting = False
+    #: worker node id -> its pid, for workers forked by this master (``--processes``); set by the harness
+    lockbench_local_pids: dict[str, int] | None = None
 
     def quit(self) -> None:
         """Stop, tell every worker to quit and wait until the live ones have; later calls do nothing."""
@@ -56,10 +60,31 @@ class PromptMasterRunner(MasterRunner):
         for client in self.clients.all:
             self.server.send_to_client(Message("quit", None, client.id))
         deadline = time.monotonic() + QUIT_WAIT_S
-        # a worker deletes itself from ``clients`` with its quit message; a lost one never will
-        while any(c.state != STATE_MISSING for c in self.clients.all) and time.monotonic() < deadline:
+        # a worker deletes itself from ``clients`` with its quit message; a lost one never will,
+        # nor one forked here that exited before its message left (a process that ends at once
+        # can take its last message with it: the master then waited the whole half second)
+        pids = self.lockbench_local_pids or {}
+        while time.monotonic() < deadline and any(
+            c.state != STATE_MISSING and not child_gone(pids.get(c.id)) for c in self.clients.all
+        ):
             gevent.sleep(STEP_S)
         self.greenlet.kill(block=True)
+
+
+def child_gone(pid: int | None) -> bool:
+    """Has this process's child ``pid`` exited (a zombie, reaped, or the pid now someone else's)?
+
+    False when not known (None) or still running. Reads ``/proc`` and reaps nothing: Locust's
+    own exit waits for its forked workers.
+    """
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    fields = stat.rpartition(")")[2].split()
+    return len(fields) < 2 or fields[0] in ("Z", "X") or int(fields[1]) != os.getpid()
 
 
 def make_prompt(environment: Any) -> None:

@@ -35,6 +35,36 @@ HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "valu
 UNFINISHED = "unfinished: "
 #: ``error`` prefix of an operation interrupted inside :class:`RecordedLock` (Locust killed the user).
 INTERRUPTED = "interrupted: "
+#: ``error`` prefix of an acquire ended as its case stopped, while it waited between two polls:
+#: its last attempt had failed and none was in flight, so the lock was not granted (a definite
+#: ``fail``). Not a timeout: the client did not give up, the case ended.
+STOPPED = "stopped: "
+
+
+def without_stopped_waits(history: pd.DataFrame) -> pd.DataFrame:
+    """``history`` without the acquires its case's stop ended (invoke and ``fail`` with :data:`STOPPED`).
+
+    For the case's figures: such a wait was neither granted nor given up on (not a timeout), and
+    its length is the stop's, not the lock's. The checkers and the saved history keep every row.
+    """
+    if history.empty or "error" not in history.columns:
+        return history
+    acquire = (history["op"] == "acquire").to_numpy(dtype=bool)
+    errors = history["error"].fillna("").astype(str)
+    stopped = acquire & errors.str.startswith(STOPPED).to_numpy(dtype=bool)
+    if not stopped.any():
+        return history
+    calls = pd.MultiIndex.from_arrays([history["client"], history["seq"]])
+    ended = acquire & calls.isin(calls[stopped])  # each such acquire's invoke with its fail
+    return history.loc[~ended].reset_index(drop=True)
+
+
+class StopWaiting(BaseException):
+    """Thrown into a client waiting between polls when its case stops (see ``locust_glue``).
+
+    Why a BaseException: no lock's ``except Exception`` may take it for its own error; only
+    :meth:`RecordedLock.acquire` catches it, and records the acquire as not granted.
+    """
 
 
 def new_histogram() -> HdrHistogram:
@@ -233,6 +263,19 @@ class RecordedLock:
                 self.client, seq, "acquire", type_, name, t1, error=f"{type(exc).__name__}: {exc}"[:200]
             )
             return None, type(exc).__name__
+        except StopWaiting:
+            # thrown only while the lock's polling loop slept between attempts: nothing in flight
+            t1 = time.monotonic_ns()
+            rec.event(
+                self.client,
+                seq,
+                "acquire",
+                "fail",
+                name,
+                t1,
+                error=f"{STOPPED}the case ended while it waited",
+            )
+            return None, "stopped"
         except BaseException as exc:
             # a client library's own error, or the user killed mid-acquire (GreenletExit):
             # the lock may have been granted, so the outcome is unknown; the caller sees it too
