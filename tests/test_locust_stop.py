@@ -11,6 +11,8 @@ by the stop, and that only waits asleep between polls are ended.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from bench.run.warm import WarmLocust
 from infra.ports import free_port
 from infra.redis_server import RedisServer
 from workloads.checks.core import check_flash_sale
+from workloads.harness.prompt_runner import child_gone
 from workloads.harness.recording import INTERRUPTED, STOPPED, UNFINISHED, without_stopped_waits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,3 +98,20 @@ def test_every_row_the_workers_recorded_reaches_the_history(
 
     # bench judges the case itself: the in-Locust verdict pass is skipped on request
     assert "verdict:" not in log.read_text()
+
+
+def test_a_forked_worker_that_exited_is_gone_to_the_master() -> None:
+    """The master's quit stops waiting for a forked worker once its process has exited (a zombie),
+    whether or not its last message arrived; a running child, or an unknown one, is waited for."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert not child_gone(child.pid)
+        assert not child_gone(None)
+        assert child.stdin is not None
+        child.stdin.close()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
+        assert child_gone(child.pid)
+    finally:
+        child.wait()
+    assert child_gone(child.pid)  # reaped: no such process
+    assert child_gone(os.getppid())  # alive, but not this process's child
