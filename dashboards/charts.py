@@ -622,9 +622,10 @@ def _line_traces(
     ]
     custom.append(custom[-1])
 
-    def steps(values: pd.Series) -> list[float | None]:
+    def steps(column: str, scale: float = 1.0) -> list[float | None]:
         """The values, the last repeated to close its step; NaN as null (so plotly's encoder need not re-encode)."""
-        out = [None if v != v else v for v in values.to_numpy(dtype="float64").tolist()]
+        values = agg[column].to_numpy(dtype="float64")  # numpy, not a Series per sum: hundreds of lines
+        out = [None if v != v else v for v in (values / scale if scale != 1.0 else values).tolist()]
         return [*out, out[-1]]
 
     # plain trace dicts: go.Scatter validates every value of every line (row 2: axes x2, y2)
@@ -633,11 +634,11 @@ def _line_traces(
         common["visible"] = visible
     line = {"color": colour, "shape": "hv", **({"width": width} if width else {})}
     return [
-        {**common, "y": steps(agg["p50_us"] / 1_000), "name": name, "line": line,
+        {**common, "y": steps("p50_us", 1_000), "name": name, "line": line,
          "hovertemplate": hover.replace("{what}", "ms p50") + "</extra>", "xaxis": "x", "yaxis": "y"},
-        {**common, "y": steps(agg["p99_us"] / 1_000), "name": f"{name} p99", "line": {**line, "dash": "dot"},
+        {**common, "y": steps("p99_us", 1_000), "name": f"{name} p99", "line": {**line, "dash": "dot"},
          "showlegend": False, "hovertemplate": hover.replace("{what}", "ms p99") + "</extra>", "xaxis": "x", "yaxis": "y"},
-        {**common, "y": steps(agg["acq_per_s"]), "name": f"{name} acq/s", "line": line, "showlegend": False,
+        {**common, "y": steps("acq_per_s"), "name": f"{name} acq/s", "line": line, "showlegend": False,
          "hovertemplate": hover.replace("{what}", "acquisitions/s") + "</extra>", "xaxis": "x2", "yaxis": "y2"},
     ]  # fmt: skip
 

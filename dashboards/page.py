@@ -44,7 +44,7 @@ from dashboards.grid import GRID_CSS, safety_grid_section
 from dashboards.html_bits import VIOLATIONS, WARNINGS, duration_us, e, verdict_word, wrap
 from dashboards.html_bits import cell as _cell
 from dashboards.html_bits import verdict_class as _verdict_class
-from dashboards.load import RunData, case_labels, flag, num, scenario_of, text
+from dashboards.load import RunData, case_labels, flag, gc_paused, num, scenario_of, text
 from dashboards.matrix import scenario_matrix_section
 from dashboards.params import applicable_params, param_differences
 from dashboards.timeline import timeline_section
@@ -267,7 +267,9 @@ def verdict_section(run: RunData) -> str:
     cases = run.cases
     # fenced and unfenced runs of a workload are different rows: their counters must not add up
     by_scenario = "workload" in cases.columns or "scenario" in cases.columns
-    keys = [c for c in ("impl", "scenario") if c in cases.columns or (c == "scenario" and by_scenario)] or ["case"]
+    keys = [c for c in ("impl", "scenario") if c in cases.columns or (c == "scenario" and by_scenario)] or [
+        "case"
+    ]
     counters = VIOLATIONS + WARNINGS
     head = "".join(f"<th>{e(k)}</th>" for k in keys) + "<th>cases</th>"
     head += "".join(f"<th>{wrap(c)}</th>" for c in counters) + "<th>verdict</th>"
@@ -532,6 +534,13 @@ def build_page(
 
     ``safety_sources``: the matrix folders bench chose for the locks' safety (bench/results/matrices.py).
     """
+    with gc_paused():
+        return _build_page(runs, slo_us, safety_sources)
+
+
+def _build_page(
+    runs: list[RunData], slo_us: float | None, safety_sources: list[dict[str, Any]] | None
+) -> str:
     run = runs[-1]
     several = len(runs) > 1
     rlabels = run_labels(runs)
