@@ -5,7 +5,9 @@ plain, valid locustfile. The protocol that makes the merge lossless:
 
 * workers ship what they recorded with every stats report (``report_to_master``);
 * when a worker's test stops, it sends what is left plus its running totals in a
-  ``lockbench_final`` message (same socket, so after every earlier chunk);
+  ``lockbench_final`` message (same socket, so after every earlier chunk), never before its
+  last client has left (so after every sale a client made; with ``--lockbench-stop-waiters``
+  the clients still waiting between polls leave at once, their acquires not granted);
 * the master's ``test_stop`` asks any worker that has not sent its final chunk to stop
   and flush (``lockbench_flush``: the ``--run-time`` path stops the master before the
   workers), waits for all of them, checks that the totals add up, and writes the case
