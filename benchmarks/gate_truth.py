@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,7 +83,10 @@ def bench_run(out: Path, *args: str) -> Path:
 
 
 def first_trials(run: Path, k: int, tmp: Path) -> Path:
-    """A copy of ``run`` (run.json + cases.csv) keeping only trials 0..k-1."""
+    """A copy of ``run`` (run.json, the case tables, each kept case's files) with trials 0..k-1 only.
+
+    The gate refuses a folder whose cases lack their files (``hist/<case>.json``, ``history/...``).
+    """
     dest = tmp / f"{run.name}-k{k}"
     if dest.exists():
         return dest
@@ -90,6 +94,19 @@ def first_trials(run: Path, k: int, tmp: Path) -> Path:
     cases = pd.read_csv(run / "cases.csv")
     cases = cases[cases["trial"] < k]
     cases.to_csv(dest / "cases.csv", index=False)
+    if (run / "cases.parquet").exists():
+        table = pd.read_parquet(run / "cases.parquet")
+        table[table["case"].isin(set(cases["case"]))].to_parquet(dest / "cases.parquet", index=False)
+    kept = set(cases["case"])
+    for folder in (p for p in run.iterdir() if p.is_dir()):
+        (dest / folder.name).mkdir()
+        for source in folder.iterdir():  # per-case files are named <case>.<ext>
+            # copies, not links: a results folder's files must lie inside it. A merged file (all of an
+            # impl's trials) is kept whole: the gate's test compares trials, not the merged figures
+            if source.is_file() and (
+                source.name.endswith(".merged.json") or any(source.name.startswith(f"{c}.") for c in kept)
+            ):
+                shutil.copyfile(source, dest / folder.name / source.name)
     meta = json.loads((run / "run.json").read_text())
     meta["cases"] = [str(c) for c in cases["case"]]
     (dest / "run.json").write_text(json.dumps(meta))
@@ -97,7 +114,8 @@ def first_trials(run: Path, k: int, tmp: Path) -> Path:
 
 
 def gate(base: Path, cand: Path, rules: list[str]) -> dict:
-    result = run_gate(base, cand, rules)
+    # the slowdown's candidate differs from its baseline by its lock_params (delay_s) on purpose
+    result = run_gate(base, cand, rules, allow_param_diff=["lock_params"])
     flagged = sorted({r.impl for r in result.rows if r.outcome == "regression"})
     changes = {
         f"{r.impl} {r.metric}": r.change
