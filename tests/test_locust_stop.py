@@ -24,8 +24,8 @@ from bench.run.warm import WarmLocust
 from infra.ports import free_port
 from infra.redis_server import RedisServer
 from workloads.checks.core import check_flash_sale
-from workloads.harness.prompt_runner import child_gone
 from workloads.harness.recording import INTERRUPTED, STOPPED, UNFINISHED, without_stopped_waits
+from workloads.harness.worker_env import child_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 

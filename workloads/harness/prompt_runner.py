@@ -18,14 +18,14 @@ same socket). Nothing a case measures happens in either wait: the load window st
 from __future__ import annotations
 
 import logging
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import gevent
 from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner
+
+from workloads.harness.worker_env import child_gone
 
 #: Locust's own wait for the workers' last stats (``MasterRunner.quit``), kept as the bound.
 QUIT_WAIT_S = 0.5
@@ -69,22 +69,6 @@ class PromptMasterRunner(MasterRunner):
         ):
             gevent.sleep(STEP_S)
         self.greenlet.kill(block=True)
-
-
-def child_gone(pid: int | None) -> bool:
-    """Has this process's child ``pid`` exited (a zombie, reaped, or the pid now someone else's)?
-
-    False when not known (None) or still running. Reads ``/proc`` and reaps nothing: Locust's
-    own exit waits for its forked workers.
-    """
-    if pid is None:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    fields = stat.rpartition(")")[2].split()
-    return len(fields) < 2 or fields[0] in ("Z", "X") or int(fields[1]) != os.getpid()
 
 
 def make_prompt(environment: Any) -> None:
