@@ -20,11 +20,14 @@ from pathlib import Path
 import pandas as pd
 import redis
 
-from bench.run.locust import run_locust
+from bench.nemesis.faults import parse_fault
+from bench.run.case import Case, RunSettings
+from bench.run.locust import locust_argv, run_locust
 from infra.ports import free_port
 from infra.redis_server import RedisServer
 from workloads.checks.core import check_flash_sale
 from workloads.checks.stock import check_stock
+from workloads.harness.catalog import WORKLOADS
 from workloads.harness.resource import FlashSaleResource
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,3 +164,23 @@ def test_a_buyer_slowed_in_its_sale_at_the_stop_ends_in_ledger_and_history_alike
     client.close()
     verdict = check_flash_sale(history, state)
     assert verdict.status == "valid", [(r.name, r.status, r.detail) for r in verdict.results]
+
+
+def test_bench_ends_the_stop_waits_of_plain_flash_sale_cases_only(tmp_path: Path) -> None:
+    """A fault or crash case keeps its waiters to the end: their waits after the stop are evidence."""
+
+    def argv(workload: str, fault: str | None = None) -> list[str]:
+        case = Case(
+            impl="redis.set-nx-px-lua",
+            backend="redis",
+            workload=WORKLOADS[workload],
+            fault=parse_fault(fault) if fault else None,
+        )
+        out = tmp_path / f"{workload}-{fault}"
+        out.mkdir()
+        return locust_argv(case, RunSettings(), ["redis://127.0.0.1:1/0"], "redis://127.0.0.1:2/0", out)
+
+    assert "--lockbench-stop-waiters" in argv("flash-sale")
+    assert "--lockbench-stop-waiters" not in argv("flash-sale", "restart")
+    assert "--lockbench-stop-waiters" not in argv("crash")
+    assert "--lockbench-stop-waiters" not in argv("lease-expiry")
