@@ -621,9 +621,29 @@ def _end_sleeping_acquires(runner: Any) -> None:
             loop.run_callback(_stop_waiting, greenlet)
 
 
+def _is_worker(environment: Any) -> bool:
+    """Is this process a Locust worker, even while its runner is still being made?
+
+    A worker's runner handles messages before ``WorkerRunner.__init__`` has returned: it waits
+    there for the master's ack, and the message loop, already running, takes the first spawn
+    if it comes meanwhile (a worker descheduled by a CPU burner, its spawn 40-120 ms after the
+    first worker's). ``environment.runner`` is then still None: taken for a master, the worker
+    reset the resource under the first worker's buyers (the "ledger-short" cases: the orders
+    before that moment gone, the stock kept by a holder mid-sale). A master or local runner
+    fires ``test_start`` from its own ``start``, so always exists by then.
+    """
+    runner = environment.runner
+    return (
+        runner is None
+        or isinstance(runner, WorkerRunner)
+        or bool(getattr(environment.parsed_options, "worker", False))
+    )
+
+
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **_: Any) -> None:
-    if not isinstance(environment.runner, WorkerRunner):
+    worker = _is_worker(environment)
+    if not worker:
         if STATE.test_open:
             # a second start of an open test would reset the resource under buyers already selling
             # (its ledger emptied, its stock kept by a holder mid-sale) and clear what the workers sent
@@ -636,7 +656,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     # its long stalls placed in time, so a violation can be judged against the stalls before it
     LOOP_LAG.on_stall = _record_stall
     STATE.sent_final = False
-    if isinstance(environment.runner, WorkerRunner):
+    if worker:
         return
     STATE.finals.clear()
     STATE.received.clear()
