@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,6 +83,24 @@ def bench(
             proc.communicate()
             raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def wait_until_catching(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+    """Return once ``proc`` catches ``sig`` (its handler installed: ``SigCgt`` in /proc/<pid>/status).
+
+    Before that the interpreter is still starting and the signal's default action applies, to
+    bench as to any program; a test of bench's own handling starts its clock here, not at the
+    spawn (on a runner at load 8, Python took over 0.2 s to reach bench's first line).
+    """
+    bit = 1 << (int(sig) - 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("SigCgt:") and int(line.split()[1], 16) & bit:
+                    return
+        time.sleep(0.005)
+    raise AssertionError(f"pid {proc.pid} never caught signal {int(sig)} (exit {proc.poll()})")
 
 
 def refused(r: subprocess.CompletedProcess, *needles: str) -> str:

@@ -104,17 +104,17 @@ print(json.dumps({"during": during, "repeated": repeated, "state": state, "after
 """
 
 
-def test_a_second_test_start_does_not_reset_the_resource(resource_server: RedisServer) -> None:
-    # a child: importing Locust monkey-patches the interpreter
+def _child_json(script: str, url: str) -> dict:
+    """Run ``script`` in a child Python (importing Locust monkey-patches the interpreter); its last line as JSON."""
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, resource_server.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", script, url], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_test_start_does_not_reset_the_resource(resource_server: RedisServer) -> None:
+    out = _child_json(CHILD, resource_server.url)
     assert out["during"] == 1, out
     assert out["repeated"] == 1, out
     assert out["state"]["resets_during_case"] == 0, out
@@ -214,13 +214,5 @@ def test_a_worker_started_before_its_runner_exists_does_not_reset_the_resource(
 ) -> None:
     """The ledger-short cases' cause, seen three times in 120 ci cases beside a CPU burner: the
     reset was signed by the case's second worker, just before its first client's first event."""
-    r = subprocess.run(
-        [sys.executable, "-c", WORKER_CHILD, resource_server.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _child_json(WORKER_CHILD, resource_server.url)
     assert out == {"resets": 0, "open": False}, out

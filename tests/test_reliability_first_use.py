@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import config
-from tests.helpers import MARK_ENV, PROJECT, bench
+from tests.helpers import MARK_ENV, PROJECT, bench, wait_until_catching
 from tests.test_first_screen import _default_run
 from tests.test_reliability_round3 import tiny_disk  # noqa: F401 - a fixture: a 2 MiB tmpfs
 
@@ -39,7 +39,7 @@ def _one_line_refusal(r: subprocess.CompletedProcess, *needles: str) -> str:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("after_s", [0.2, 0.6])
+@pytest.mark.parametrize("after_s", [0.0, 0.4])
 def test_a_signal_while_bench_starts_is_one_line_and_exit_130(
     tmp_path: Path, sig: int, after_s: float
 ) -> None:
@@ -50,7 +50,10 @@ def test_a_signal_while_bench_starts_is_one_line_and_exit_130(
         cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
     )  # fmt: skip
-    time.sleep(after_s)  # somewhere in start-up; the outcome must not depend on where
+    # from bench's first line on (its handler installed), somewhere in its imports and option
+    # checks: the outcome must not depend on where
+    wait_until_catching(proc)
+    time.sleep(after_s)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("bench: interrupted"), err
@@ -322,7 +325,7 @@ def test_a_matrix_refuses_a_server_nobody_answers_at_before_any_case(tmp_path: P
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
 
-@pytest.mark.parametrize("after_s", [0.7, 1.5])
+@pytest.mark.parametrize("after_s", [0.5, 1.3])
 def test_sigterm_early_in_a_matrix_never_leaves_it_running(tmp_path: Path, after_s: float) -> None:
     env = {**os.environ, **NO_SERVERS, MARK_ENV: "early-matrix-signal"}
     proc = subprocess.Popen(
@@ -330,6 +333,7 @@ def test_sigterm_early_in_a_matrix_never_leaves_it_running(tmp_path: Path, after
          "--evidence", "quick", "--results-dir", str(tmp_path / "r"), "--no-report"],
         cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
+    wait_until_catching(proc)
     time.sleep(after_s)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
