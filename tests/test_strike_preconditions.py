@@ -397,6 +397,17 @@ def test_a_restart_finds_the_holder_s_master_by_its_owner_value_whatever_the_key
             redis_lib.Redis.from_url(first.url).hset("myapp/locks/h", "owner-of-a", 1)
             target, missed = restart_target(thread.servers, thread.mailboxes)
             assert target is first and missed == {}
+            # a lock that stores no owner (redis.setnx-getset keeps its expiry time): by bench's key
+            # names, when one master alone holds them (a single-server lock beside RedLock's masters)
+            redis_lib.Redis.from_url(first.url).flushall()
+            redis_lib.Redis.from_url(second.url).flushall()
+            redis_lib.Redis.from_url(second.url).set("lockbench:lock:m0:flash-sale:item-0", "1733240000.5")
+            target, missed = restart_target(thread.servers, thread.mailboxes)
+            assert target is second and missed == {}
+            # where both hold such a key (a RedLock's waiters), a key by name proves nothing: missed
+            redis_lib.Redis.from_url(first.url).set("lockbench:lock:m0:flash-sale:item-0", "1733240001.5")
+            _, missed = restart_target(thread.servers, thread.mailboxes)
+            assert "held no key of this holder" in missed["0"]
         finally:
             second.stop()
 

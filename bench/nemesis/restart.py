@@ -82,7 +82,38 @@ def holders_by_server(servers: list[Any], mailboxes: list[Any]) -> list[set[str]
                 client.close()
         except (redis.RedisError, AttributeError):
             out.append(set())
+    # A lock whose stored value is not its owner (redis.setnx-getset keeps an expiry time there)
+    # is found on no server by its owner. Its keys by bench's names decide, but only where one
+    # server alone holds them: a single-server lock in a stack of several masters. Where several
+    # do (a RedLock's waiters), a key by name may be a waiter's, and the strike stays missed.
+    unfound = [b for b in mailboxes if b.holder and b.owner and not any(b.label in found for found in out)]
+    if unfound and len(servers) > 1:
+        by_name = [_named_on(server, unfound) for server in servers]
+        for b in unfound:
+            where = [i for i, labels in enumerate(by_name) if b.label in labels]
+            if len(where) == 1:
+                out[where[0]].add(b.label)
     return out
+
+
+def _named_on(server: Any, mailboxes: list[Any]) -> set[str]:
+    """The labels of ``mailboxes`` with a key on ``server`` by bench's key names (none if unreachable)."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
+        try:
+            return {
+                b.label
+                for key in client.scan_iter(count=1000)
+                for b in mailboxes
+                if f":{namespace(b.label)}" in (text := key.decode(errors="replace"))
+                and not text.endswith(":fence")
+            }
+        finally:
+            client.close()
+    except (redis.RedisError, AttributeError):
+        return set()
 
 
 def restart_target(servers: list[Any], mailboxes: list[Any]) -> tuple[Any, dict[str, str]]:
