@@ -152,11 +152,8 @@ class RunData:
     _encoded: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _bases: dict[str, Path] = field(default_factory=dict, repr=False)
     _extras: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
-    _histories: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
-    _events: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
     _acquires: dict[str, AcquireRows | None] = field(default_factory=dict, repr=False)
     _event_rows: dict[str, EventRows | None] = field(default_factory=dict, repr=False)
-    _event_tables: dict[str, Any] = field(default_factory=dict, repr=False)
     _merged: dict[str, dict[str, HdrHistogram | None]] = field(default_factory=dict, repr=False)
     _groups: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
     _rows: dict[Any, dict[str, Any]] | None = field(default=None, repr=False)
@@ -328,22 +325,14 @@ class RunData:
         cached[name] = merged
         return merged
 
-    def acquire_history(self, case: str) -> pd.DataFrame | None:
-        """The case's acquire rows (client, seq, op, type, t_ns) as a DataFrame, read once per report.
-
-        The page's figures read :meth:`acquires` (numpy columns) instead; this is for a caller that
-        wants the rows themselves.
-        """
-        if case not in self._histories:
-            self._histories[case] = self.history(case, HISTORY_COLUMNS)
-        return self._histories[case]
-
     def acquires(self, case: str) -> AcquireRows | None:
         """The case's acquire rows as numpy columns, read once per report; None (with a note) without a history."""
         if case not in self._acquires:
             self._read_both(case)
         if case not in self._acquires:
-            history = self.acquire_history(case)  # an older or odd file: the DataFrame reader, its notes
+            history = self.history(
+                case, HISTORY_COLUMNS
+            )  # an older or odd file: the DataFrame reader, its notes
             self._acquires[case] = None if history is None else AcquireRows.from_frame(history)
         return self._acquires[case]
 
@@ -353,7 +342,7 @@ class RunData:
         Only where the file has every column of both; otherwise each is read on its own, with its own note.
         """
         path = self._case_file("history", case, ".parquet")
-        if path is None or case in self._events:
+        if path is None or case in self._acquires:
             return
         try:
             import pyarrow as pa
@@ -400,31 +389,20 @@ class RunData:
         except Exception:  # noqa: BLE001 - the reads on their own name what is wrong
             return
         self._acquires[case] = acquires
-        self._event_tables[case] = rest
         self._event_rows[case] = event_rows
 
-    def events(self, case: str) -> pd.DataFrame | None:
-        """The case's fault, pause and crash rows (client, seq, op, type, lock, t_ns), read once.
+    def event_rows(self, case: str) -> EventRows | None:
+        """The case's fault, pause and crash rows (client, seq, op, type, lock, t_ns) as lists, read once.
 
         None, without a note, when the history is absent or older than these ops: the
         acquire history already says so where it matters.
         """
-        if case not in self._events and case not in self._acquires:
-            self._read_both(case)
-        if case not in self._events and case in self._event_tables:
-            table = self._event_tables[case]
-            self._events[case] = table.to_pandas() if table.num_rows else pd.DataFrame(columns=EVENT_COLUMNS)
-        if case not in self._events:
-            self._events[case] = self.history(case, EVENT_COLUMNS, ops=EVENT_OPS, quiet=True)
-        return self._events[case]
-
-    def event_rows(self, case: str) -> EventRows | None:
-        """:meth:`events` as plain lists, read once; None when the history is absent or older than these ops."""
         if case not in self._event_rows:
             if case not in self._acquires:
                 self._read_both(case)
             if case not in self._event_rows:
-                frame = self.events(case)
+                # an older or odd file: the DataFrame reader
+                frame = self.history(case, EVENT_COLUMNS, ops=EVENT_OPS, quiet=True)
                 self._event_rows[case] = None if frame is None else EventRows.from_frame(frame)
         return self._event_rows[case]
 
@@ -466,13 +444,6 @@ class RunData:
         except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
             self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
             return None
-
-
-def acquisitions_per_client(history: pd.DataFrame) -> pd.Series:
-    """Successful acquires per client; clients that tried and never got the lock count 0."""
-    tried = pd.unique(history["client"])
-    got = history.loc[(history["op"] == "acquire") & (history["type"] == "ok"), "client"]
-    return got.value_counts().reindex(tried, fill_value=0)
 
 
 def load_run(path: Path) -> RunData:

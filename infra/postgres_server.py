@@ -38,6 +38,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.procfs import is_zombie
 from infra.server import ManagedServer
 
 #: Where Debian (and Ubuntu) put the server binaries: not on PATH. Listed up front, newest
@@ -292,7 +293,7 @@ class PostgresServer(ManagedServer):
             try:
                 if os.readlink(f"/proc/{entry.name}/cwd") != datadir:
                     continue
-                if Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                if is_zombie(int(entry.name)):
                     continue
             except (OSError, IndexError):
                 continue

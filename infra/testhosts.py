@@ -33,6 +33,7 @@ from typing import Any
 from infra.errors import InfraError
 from infra.placement import Placement, Placer
 from infra.process import die_with_parent
+from infra.procfs import is_zombie
 
 NETNS_DIR = Path("/run/netns")
 NETWORK = ipaddress.ip_network("198.18.0.0/15")
@@ -153,10 +154,7 @@ def _pid_alive(pid: int) -> bool:
     if not pid_alive(pid):
         return False
     # a zombie is dead for our purpose (its namespace reference is gone)
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+    return not is_zombie(pid)
 
 
 def remove_namespaces(names: Iterable[str], grace: float = 2.0) -> list[str]:

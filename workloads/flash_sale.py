@@ -27,7 +27,7 @@ from workloads.checks.core import check_flash_sale
 from workloads.harness import holder_first
 from workloads.harness import locust_glue as harness
 from workloads.harness.distributions import parse_distribution, zipf_weights
-from workloads.harness.recording import RecordedLock
+from workloads.harness.recording import STOPPED_ERROR, RecordedLock
 from workloads.harness.resource import PAUSE_PREFIX, FlashSaleResource, StaleToken
 
 
@@ -166,7 +166,7 @@ class FlashSaleUser(User):
         started = time.monotonic_ns()
         lease, error = lock.acquire(timeout=self.opts.acquire_timeout)
         if lease is None:
-            if error != "stopped":  # a wait the case's end cut short is no failure of the lock
+            if error != STOPPED_ERROR:  # a wait the case's end cut short is no failure of the lock
                 self._fire("acquire", started, RuntimeError(error))
             return
         acquired = time.monotonic_ns()
@@ -212,18 +212,16 @@ class FlashSaleUser(User):
         if not self.opts.fault_signal:
             return
         armed_ns = self.resource.armed_at()
+        if armed_ns is None or lease.acquired_at_ns <= armed_ns:
+            return
         # the claim's time is taken before bench is told: bench strikes as soon as it hears, and a
         # holder descheduled between telling and recording would log its claim after the strike
         # (counted "had not claimed it", a strike lost to the recording's order)
         claimed_ns = time.monotonic_ns()
-        if (
-            armed_ns is not None
-            and lease.acquired_at_ns > armed_ns
-            and self.resource.signal_held(
-                self.client_id,
-                str(getattr(lease, "owner", "") or ""),
-                None if lease.remaining() is None else int(lease.remaining() * 1000),
-            )
+        if self.resource.signal_held(
+            self.client_id,
+            str(getattr(lease, "owner", "") or ""),
+            None if lease.remaining() is None else int(lease.remaining() * 1000),
         ):
             seq = self.mark(lock, "fault-hold", "invoke", t_ns=claimed_ns)
             # hold until bench says the fault is over (at most --fault-hold s)

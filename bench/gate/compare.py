@@ -38,6 +38,7 @@ import pandas as pd
 
 from bench.errors import UserError
 from bench.gate.rules import DEFAULT_RULES, Rule, parse_rules
+from bench.measure.stalls import failed_under_stall
 from bench.measure.stats import holm, mann_whitney_u, min_p_value
 from resultsio import FINISHED, VIOLATION_COLUMNS, read_results, trial_group
 
@@ -177,11 +178,8 @@ def _stalled(rows: pd.DataFrame) -> pd.Series:
     takes them as undecided: a runner that froze the generator past a share of the lease says
     nothing about the change (and a change that busies the loop shows in the timing rows).
     """
-    if "stall_reason" not in rows.columns:
-        return pd.Series(False, index=rows.index)
-    reason = rows["stall_reason"].map(lambda r: isinstance(r, str) and r.strip() not in ("", "nan"))
-    invalid = rows["verdict"].fillna("").astype(str).str.strip().str.lower().eq("invalid")
-    return reason & invalid
+    flags = [failed_under_stall(row) for row in rows.to_dict("records")]
+    return pd.Series(flags, index=rows.index, dtype=bool)
 
 
 def _violations(rows: pd.DataFrame) -> tuple[int, bool, bool]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.measure.stalls import failed_under_stall
 from bench.nemesis import kinds
 
 #: scenario -> backend -> the control impl (a lock that must fail there), each declared by its
@@ -62,7 +63,7 @@ def failed(row: dict[str, Any]) -> bool:
         return False
     if _number(row, "stuck_locks") > 0 or _number(row, "unrecovered_strikes") > 0:
         return True
-    if row.get("verdict") != "invalid" or _text(row, "stall_reason"):
+    if row.get("verdict") != "invalid" or failed_under_stall(row):
         return False
     return _yes(row.get("violation_after_strike"))
 
@@ -74,7 +75,7 @@ def _why_not(rows: list[dict[str, Any]]) -> str:
             continue
         if _number(r, "strikes") <= 0:
             return "its violation came with no strike"
-        if _text(r, "stall_reason"):
+        if failed_under_stall(r):
             return "its violation came under a stall"
         return "its violation came before any strike"
     return ""

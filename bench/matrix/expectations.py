@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bench.measure.stalls import failed_under_stall
+
 OUTCOMES = ("survives", "violates", "stuck", "")
 
 S, V, X = "survives", "violates", "stuck"
@@ -307,8 +309,7 @@ def observed_outcome(row: dict[str, Any]) -> str:
     verdict = row.get("verdict")
     if verdict == "unknown" or verdict not in ("valid", "invalid"):
         return "unknown"
-    stall = row.get("stall_reason")
-    if verdict == "invalid" and isinstance(stall, str) and stall:
+    if failed_under_stall(row):
         return "unknown"  # a failure a generator stall could explain is compared with nothing
     if verdict == "valid":
         return "stuck" if _positive(row, "stuck_locks") else "survives"

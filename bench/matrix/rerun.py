@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.measure.stalls import failed_under_stall
 from bench.run.case import CaseFailed
 
 #: ``rerun_reason`` / a lost case's reason when no client of the case ever asked for the lock.
@@ -41,9 +42,8 @@ def rerun_reason(result: dict[str, Any] | Exception) -> str:
     asked = sum(_count(row, k) for k in ("acquisitions", "acquire_timeouts", "acquire_unknown"))
     if asked == 0:
         return NO_BUYERS
-    stall = row.get("stall_reason")
-    if row.get("verdict") == "invalid" and isinstance(stall, str) and stall:
-        return f"a failure a stall could explain ({stall})"
+    if failed_under_stall(row):
+        return f"a failure a stall could explain ({row['stall_reason']})"
     return ""
 
 

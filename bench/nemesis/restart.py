@@ -34,16 +34,17 @@ def restart_server(server: Any) -> str:
     return f"killed (SIGKILL) and restarted {server.process.name}"
 
 
-def holders_on(client: redis.Redis, mailboxes: list[Any]) -> set[str]:
+def holders_on(client: redis.Redis, mailboxes: list[Any], by_name: bool = False) -> set[str]:
     """The labels of the cases whose strike holder has its key on this Redis server.
 
     Reach, per holder and per strike: a server holds a holder's key when some key there has the
     holder's owner value (a string equal to it, or a hash with it as a field: Redisson's layout),
     whatever the lock names its keys, so a user's own lock is struck as ours is. A holder whose
-    owner is not known (a workload that did not send it) is found by bench's key names.
+    owner is not known (a workload that did not send it), or every holder with ``by_name``, is
+    found by bench's key names.
     """
-    owners = {b.owner: b.label for b in mailboxes if b.holder and b.owner}
-    named = [b for b in mailboxes if b.holder and not b.owner]
+    owners = {} if by_name else {b.owner: b.label for b in mailboxes if b.holder and b.owner}
+    named = [b for b in mailboxes if b.holder and (by_name or not b.owner)]
     found: set[str] = set()
     for key in client.scan_iter(count=1000):
         text = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
@@ -68,8 +69,8 @@ def holders_on(client: redis.Redis, mailboxes: list[Any]) -> set[str]:
     return found
 
 
-def holders_by_server(servers: list[Any], mailboxes: list[Any]) -> list[set[str]]:
-    """For each Redis server, the cases whose holder's key it holds (an unreachable one: none)."""
+def _on_each(servers: list[Any], mailboxes: list[Any], by_name: bool = False) -> list[set[str]]:
+    """:func:`holders_on` of each Redis server (an unreachable one: none)."""
     import redis
 
     out: list[set[str]] = []
@@ -77,43 +78,29 @@ def holders_by_server(servers: list[Any], mailboxes: list[Any]) -> list[set[str]
         try:
             client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
             try:
-                out.append(holders_on(client, mailboxes))
+                out.append(holders_on(client, mailboxes, by_name))
             finally:
                 client.close()
         except (redis.RedisError, AttributeError):
             out.append(set())
+    return out
+
+
+def holders_by_server(servers: list[Any], mailboxes: list[Any]) -> list[set[str]]:
+    """For each Redis server, the cases whose holder's key it holds (an unreachable one: none)."""
+    out = _on_each(servers, mailboxes)
     # A lock whose stored value is not its owner (redis.setnx-getset keeps an expiry time there)
     # is found on no server by its owner. Its keys by bench's names decide, but only where one
     # server alone holds them: a single-server lock in a stack of several masters. Where several
     # do (a RedLock's waiters), a key by name may be a waiter's, and the strike stays missed.
     unfound = [b for b in mailboxes if b.holder and b.owner and not any(b.label in found for found in out)]
     if unfound and len(servers) > 1:
-        by_name = [_named_on(server, unfound) for server in servers]
+        by_name = _on_each(servers, unfound, by_name=True)
         for b in unfound:
             where = [i for i, labels in enumerate(by_name) if b.label in labels]
             if len(where) == 1:
                 out[where[0]].add(b.label)
     return out
-
-
-def _named_on(server: Any, mailboxes: list[Any]) -> set[str]:
-    """The labels of ``mailboxes`` with a key on ``server`` by bench's key names (none if unreachable)."""
-    import redis
-
-    try:
-        client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=2)
-        try:
-            return {
-                b.label
-                for key in client.scan_iter(count=1000)
-                for b in mailboxes
-                if f":{namespace(b.label)}" in (text := key.decode(errors="replace"))
-                and not text.endswith(":fence")
-            }
-        finally:
-            client.close()
-    except (redis.RedisError, AttributeError):
-        return set()
 
 
 def restart_target(servers: list[Any], mailboxes: list[Any]) -> tuple[Any, dict[str, str]]:

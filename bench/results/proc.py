@@ -7,8 +7,9 @@ pandas with the results folder's readers (bench/results/folder.py).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
+
+from infra.procfs import stat_fields
 
 
 def process_start(pid: int) -> int | None:
@@ -16,12 +17,9 @@ def process_start(pid: int) -> int | None:
 
     A pid with its start time names one process for good: a pid alone may have been reused.
     """
+    fields = stat_fields(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        return None if fields is None else int(fields[19])
     except (IndexError, ValueError):
         return None
 

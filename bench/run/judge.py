@@ -15,6 +15,7 @@ import pandas as pd
 
 from bench.measure import analysis, arrival_metrics, evidence, fidelity, strikes
 from bench.measure.evidence import checker_reason
+from bench.measure.stalls import STALL_SHARE
 from bench.nemesis import partitions
 from bench.nemesis.faults import FaultWindow, StrikeMark
 from bench.run.case import (
@@ -284,14 +285,6 @@ def _extra(recording: dict[str, Any], verdict: Any) -> dict[str, Any]:
             for r in verdict.results
         ],
     }
-
-
-#: A stall could explain a violation when the generator's loop stopped for at least this share of
-#: the lease (or session) the lock rests on, in the lease before the violation: a holder frozen
-#: that long may have outlived its lease, or its watchdog may have missed a renewal (every third
-#: of the lease), through the generator and not the scenario's fault. Below it, a stall cannot
-#: matter: 6 ms of loop lag against a 1 s lease once drew a failure "found under a stall".
-STALL_SHARE = 0.3
 
 
 def stall_reason(

@@ -39,6 +39,8 @@ INTERRUPTED = "interrupted: "
 #: its last attempt had failed and none was in flight, so the lock was not granted (a definite
 #: ``fail``). Not a timeout: the client did not give up, the case ended.
 STOPPED = "stopped: "
+#: What :meth:`RecordedLock.acquire` returns as its error for such an acquire (the caller's test).
+STOPPED_ERROR = "stopped"
 
 
 def without_stopped_waits(history: pd.DataFrame) -> pd.DataFrame:
@@ -275,7 +277,7 @@ class RecordedLock:
                 t1,
                 error=f"{STOPPED}the case ended while it waited",
             )
-            return None, "stopped"
+            return None, STOPPED_ERROR
         except BaseException as exc:
             # a client library's own error, or the user killed mid-acquire (GreenletExit):
             # the lock may have been granted, so the outcome is unknown; the caller sees it too
