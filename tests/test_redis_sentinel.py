@@ -9,6 +9,7 @@ the loss every run instead of hoping for a race.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +102,11 @@ def test_group_on_loopback_and_stop_leaves_nothing(group: RedisSentinelGroup) ->
 
     # A fault left in place (replica stopped) must not survive stop().
     group.pause_replica()
+    # SIGSTOP lands when the kernel next schedules the replica: on a loaded machine it may still
+    # read R for a moment
+    deadline = time.monotonic() + 10
+    while process_groups_alive({replica.process.pid})[0][1] != "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert process_groups_alive({replica.process.pid})[0][1] == "T"
     pgids = {p.pid for p in group.processes}
     assert len(pgids) == 5 and all(p.alive() for p in group.processes)
