@@ -10,7 +10,9 @@ let go; a lease that already expired, or was taken over, returns False.
 Subclasses implement ``_try_acquire`` (one attempt, no waiting) and ``_release``; the
 template method ``acquire`` owns the waiting policy, so every polling lock waits the
 same way and ``retry_interval`` means one thing across backends. Locks that are woken
-by the server (pub/sub, watches, server-side queues) override ``acquire`` instead.
+by the server (pub/sub, watches, server-side queues) override ``acquire`` instead. Every
+wait between two attempts, the template's or a lock's own, goes through
+:meth:`Lock._between_attempts`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 WaitKind = Literal["poll", "notify", "server-queue"]
 
@@ -34,6 +36,12 @@ DEFAULT_RETRY_INTERVAL = 0.01
 
 #: Default lease (time to live) of locks that have one, in seconds.
 DEFAULT_TTL = 10.0
+
+
+class Wake(Protocol):
+    """Something a waiter can be woken by: ``threading.Event.wait`` or ``threading.Semaphore.acquire``."""
+
+    def __call__(self, *, timeout: float | None) -> bool: ...
 
 
 class LockError(Exception):
@@ -251,7 +259,26 @@ class Lock(ABC):
                 return lease
             if timeout is not None and time.monotonic() - start + interval > timeout:
                 raise LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout:.3f}s")
-            time.sleep(interval)
+            self._between_attempts(interval)
+
+    def _between_attempts(self, seconds: float | None, wake: Wake | None = None) -> bool:
+        """Wait ``seconds`` (None: until woken) between two attempts; True when ``wake`` woke it.
+
+        Why one place: here the acquire's last attempt has failed and none of its requests is in
+        flight, nor a grant pending for it (no queue entry, no parked request), so ending the wait
+        leaves a definite outcome: not granted. A harness may end a wait here and nowhere else
+        (``workloads.harness.locust_glue`` ends its case's waiters at the stop by this frame).
+        The polling template waits here, and so must every lock with its own acquire loop, at the
+        point where that holds; a wait that keeps a place in a queue must not. Not to be
+        overridden: the harness knows this function's code. ``wake`` (called as
+        ``wake(timeout=seconds)``) waits on a notification instead of sleeping.
+        """
+        if wake is not None:
+            return bool(wake(timeout=seconds))
+        if seconds is None:
+            raise ValueError("_between_attempts: a sleep without wake needs seconds")
+        time.sleep(seconds)
+        return False
 
     def try_acquire(self) -> Lease | None:
         """One attempt without waiting: a Lease, or None when the lock is held."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -95,6 +96,13 @@ class RedisPyLock(_Adapter):
     ``redis.set-nx-px-lua``): the lease expires under a holder whose critical section
     outlives it. It polls every ``sleep`` seconds; the adapter passes
     ``options.retry_interval`` (the library's own default is 0.1 s).
+
+    The wait loop is the adapter's, not the library's: each attempt is the library's own
+    non-blocking ``Lock.acquire`` (its SET NX PX with the grant's token, the same token on
+    every attempt), and between attempts the adapter waits ``sleep`` seconds through
+    ``_between_attempts``, where a harness may end the wait. Kept from redis-py 8.1's loop:
+    the attempt comes first, and the loop gives up without sleeping when the next attempt
+    would start after the timeout (``monotonic() + sleep > stop_trying_at``).
     """
 
     id = "redis.redis-py"
@@ -120,11 +128,17 @@ class RedisPyLock(_Adapter):
 
     def acquire(self, timeout: float | None = None) -> Lease:
         lib, owner = self._lib(), new_owner_id(self.options.owner_prefix)
-        started = time.monotonic_ns()
-        with self._call("acquire"):
-            ok = lib.acquire(blocking=timeout != 0, blocking_timeout=timeout or None, token=owner)
-        if not ok:
-            raise self._timeout(timeout)
+        sleep = self.options.retry_interval
+        stop_trying_at = None if timeout is None else time.monotonic() + timeout
+        while True:
+            started = time.monotonic_ns()
+            with self._call("acquire"):
+                ok = lib.acquire(blocking=False, token=owner)
+            if ok:
+                break
+            if stop_trying_at is not None and time.monotonic() + sleep > stop_trying_at:
+                raise self._timeout(timeout)
+            self._between_attempts(sleep)
         lease = self._new_lease(owner)
         lease.deadline_ns = started + int(self.options.ttl * 1e9)
         lease.extra["lib"] = lib
@@ -259,6 +273,17 @@ class PotteryRedlock(_Adapter):
     gevent), returns once a quorum answered, and retries after a random pause of up to
     0.2 s (its fixed ``_RETRY_DELAY``, left as the library ships it). It wants the same
     five masters as ``redis.redlock``.
+
+    The wait loop is the adapter's, not the library's: each attempt is the library's own
+    non-blocking ``Redlock.acquire`` (a new uuid, the SETs fanned out, the quorum and validity
+    check, the attempt's keys released when it fails, ``QuorumIsImpossible`` when too many
+    masters fail), and the pause between attempts goes through ``_between_attempts``, where a
+    harness may end the wait. Kept from pottery 3.0's loop: the pause is
+    ``random.uniform(0, _RETRY_DELAY)``, the attempt comes first, and the loop stops when the
+    time since the start has reached the timeout after a pause (so a wait may overrun its
+    timeout by up to one pause). Not kept: its log line of the time spent enqueued. A failed
+    attempt whose quorum came too late may leave the release of its own keys in flight on a
+    background greenlet (pottery's ``BailOutExecutor``); that release cannot grant anything.
     """
 
     @staticmethod
@@ -294,16 +319,23 @@ class PotteryRedlock(_Adapter):
 
     def acquire(self, timeout: float | None = None) -> Lease:
         lib = self._lib()
-        started = time.monotonic_ns()
-        try:
-            with self._call("acquire"):
-                ok = lib.acquire(blocking=False) if timeout == 0 else lib.acquire(timeout=timeout or -1)
-        except self._mod.QuorumIsImpossible as exc:
-            raise BackendUnavailable(
-                f"{self.id}: too many masters failed for {self.name!r} ({exc})"
-            ) from None
-        if not ok:
-            raise self._timeout(timeout)
+        start = time.monotonic()
+        while True:
+            started = time.monotonic_ns()
+            try:
+                with self._call("acquire"):
+                    ok = lib.acquire(blocking=False)
+            except self._mod.QuorumIsImpossible as exc:
+                raise BackendUnavailable(
+                    f"{self.id}: too many masters failed for {self.name!r} ({exc})"
+                ) from None
+            if ok:
+                break
+            if timeout == 0:
+                raise self._timeout(timeout)
+            self._between_attempts(random.uniform(0, self._mod.Redlock._RETRY_DELAY))  # noqa: S311
+            if timeout is not None and time.monotonic() - start >= timeout:
+                raise self._timeout(timeout)
         lease = self._new_lease(lib._uuid)
         lease.deadline_ns = started + int(self.options.ttl * 1e9)
         lease.extra["lib"] = lib

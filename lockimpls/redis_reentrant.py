@@ -445,8 +445,10 @@ class ReentrantLock(Lock):
                 continue
             self._count("subscribes")
             try:
-                if not waiters.ready.wait(
-                    None if deadline is None else max(0.0, deadline - time.monotonic())
+                # The last attempt failed and none is in flight (the SUBSCRIBE belongs to the
+                # shared subscriber): both waits may be ended there, see _between_attempts.
+                if not self._between_attempts(
+                    None if deadline is None else max(0.0, deadline - time.monotonic()), waiters.ready.wait
                 ):
                     return None  # the subscription was not confirmed in time (Redisson: acquireFailed)
                 while not sub.closed:
@@ -460,7 +462,7 @@ class ReentrantLock(Lock):
                     if left is not None and (sleep is None or sleep > left):
                         sleep = left
                     self._count("waits")
-                    if waiters.permits.acquire(timeout=sleep):
+                    if self._between_attempts(sleep, waiters.permits.acquire):
                         self._count("woken_by_message")
                     else:
                         self._count("woken_by_timeout")

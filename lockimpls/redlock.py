@@ -292,7 +292,7 @@ class RedLock(Lock):
             pause = self._rng.uniform(0, 2 * self.retry_delay)
             if timeout is not None and time.monotonic() - start + pause > timeout:
                 raise LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout:.3f}s")
-            time.sleep(pause)
+            self._between_attempts(pause)  # the failed attempt's keys are unlocked: nothing in flight
 
     def _attempt(self, first: bool) -> Lease | None:
         owner = new_owner_id(self.options.owner_prefix)

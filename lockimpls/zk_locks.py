@@ -116,9 +116,16 @@ class _ZkLock(Lock):
     def _timeout(self, timeout: float | None) -> LockTimeout:
         return LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout or 0:.3f}s")
 
-    def _wait(self, event: Any, deadline: float | None) -> bool:
-        """Wait for a watch to fire; True when it did (a wakeup), False at the deadline."""
-        if not event.wait(self._remaining(deadline)):
+    def _wait(self, event: Any, deadline: float | None, between_attempts: bool = False) -> bool:
+        """Wait for a watch to fire; True when it did (a wakeup), False at the deadline.
+
+        ``between_attempts``: the caller holds no node and has no request in flight (a watch is
+        not a request), so the wait goes through ``_between_attempts`` and may be ended there.
+        A waiter that keeps a node in the queue must not say so: ending it leaves its node.
+        """
+        remaining = self._remaining(deadline)
+        woken = self._between_attempts(remaining, event.wait) if between_attempts else event.wait(remaining)
+        if not woken:
             return False
         self._counters["wakeups"] += 1
         return True
@@ -254,7 +261,7 @@ class Ephemeral(_ZkLock):
             event, callback = self.session.watcher(self._notified)
             if self.session.call(f"{self.id} watch", "exists", self.path, callback) is None:
                 continue  # released in between: try again at once
-            if not self._wait(event, deadline):
+            if not self._wait(event, deadline, between_attempts=True):
                 raise self._timeout(timeout)
 
     def _release(self, lease: Lease) -> bool:

@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -552,28 +553,54 @@ def _let_waiting_users_finish(environment: Any) -> None:
         gevent.spawn(_stop_waiters, environment, time.monotonic() + environment.stop_timeout)
 
 
-#: The frames of a client waiting between two polls: gevent's sleep, called by the polling
-#: template (``Lock.acquire``), called by the recording wrapper.
+#: The frames of a client waiting between two attempts: the lock's wait (gevent's sleep, or a
+#: threading primitive's), called by ``Lock._between_attempts``, called through the lock's own
+#: frames by the recording wrapper.
 _SLEEP_CODE = gevent.sleep.__code__
-_POLL_CODE = Lock.acquire.__code__
+_BETWEEN_ATTEMPTS_CODE = Lock._between_attempts.__code__
+_CONDITION_WAIT_CODE = threading.Condition.wait.__code__
 _RECORDED_ACQUIRE_CODE = RecordedLock.acquire.__code__
 
 
-def _waiting_between_polls(greenlet: Any) -> bool:
-    """Is this client asleep between two attempts of the polling template, right under its recording?
+def _module(frame: Any) -> str:
+    return frame.f_globals.get("__name__", "")
 
-    There, its last attempt failed and no command is in flight, so ending the acquire leaves a
-    definite outcome (not granted). Anywhere else (a command on the wire, a lock's own wait, a
-    holder) it is left to finish.
+
+def _waiting_between_polls(greenlet: Any) -> bool:
+    """Is this client asleep between two attempts of its lock, under its recording?
+
+    There, its last attempt failed and no request of the acquire is in flight
+    (``Lock._between_attempts`` says so for every lock that waits through it: the polling
+    template, and the locks with their own loop), so ending the acquire leaves a definite
+    outcome (not granted). Anywhere else (a command on the wire, a place in a queue, a holder)
+    it is left to finish.
+
+    The wait itself is one of: gevent's sleep (a patched ``time.sleep``); a gevent event's wait,
+    compiled, so the hook's frame is the top one; a ``threading`` primitive blocked on its
+    waiter lock inside ``Condition.wait`` (``Semaphore.acquire``), but not one re-taking its
+    condition's lock after a wakeup, where an exception would leave the condition unbalanced.
+    Between the hook and the recording only frames of ``lockimpls`` may stand (a lock's own
+    loop, a wrapper such as ``test.slowed``), so a user's code that merely calls a lock from
+    inside its own wait is never taken for one.
     """
     frame = getattr(greenlet, "gr_frame", None)
-    if frame is None or frame.f_code is not _SLEEP_CODE:
+    if frame is None:
         return False
-    poll = frame.f_back
-    if poll is None or poll.f_code is not _POLL_CODE:
+    if frame.f_code is _SLEEP_CODE:
+        frame = frame.f_back
+    elif frame.f_code is not _BETWEEN_ATTEMPTS_CODE:
+        while frame is not None and _module(frame).startswith("gevent"):
+            frame = frame.f_back  # the waiter lock's acquire
+        if frame is None or frame.f_code is not _CONDITION_WAIT_CODE:
+            return False
+        while frame is not None and _module(frame) == "threading":
+            frame = frame.f_back  # Semaphore.acquire, Event.wait
+    if frame is None or frame.f_code is not _BETWEEN_ATTEMPTS_CODE:
         return False
-    caller = poll.f_back
-    return caller is not None and caller.f_code is _RECORDED_ACQUIRE_CODE
+    frame = frame.f_back
+    while frame is not None and _module(frame).startswith("lockimpls."):
+        frame = frame.f_back
+    return frame is not None and frame.f_code is _RECORDED_ACQUIRE_CODE
 
 
 def _stop_waiting(greenlet: Any) -> None:
