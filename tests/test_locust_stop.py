@@ -30,13 +30,19 @@ from workloads.harness.worker_env import child_gone
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _argv(redis_url: str, resource_url: str, out: Path) -> list[str]:
+def _argv(
+    redis_url: str, resource_url: str, out: Path, impl: str = "redis.set-nx-px-lua", masters: int = 1
+) -> list[str]:
     port = free_port()
+    # several masters: databases 1..n of the one lock server, each its own keyspace
+    urls = (
+        [redis_url] if masters == 1 else [redis_url.rsplit("/", 1)[0] + f"/{i + 1}" for i in range(masters)]
+    )
     return [
         sys.executable, "-m", "locust", "-f", str(ROOT / "workloads" / "flash_sale.py"), "--headless",
         "--users", "20", "--spawn-rate", "20", "--run-time", "3s", "--stop-timeout", "10",
         "--exit-code-on-error", "0", "--only-summary", "--loglevel", "WARNING",
-        "--lock-impl", "redis.set-nx-px-lua", "--lock-url", redis_url,
+        "--lock-impl", impl, *[a for url in urls for a in ("--lock-url", url)],
         "--resource-url", resource_url, "--cs", "1ms",
         "--lockbench-out", str(out), "--lockbench-case", "stop", "--lockbench-no-summary",
         "--lockbench-stop-waiters",
@@ -65,7 +71,29 @@ def test_every_row_the_workers_recorded_reaches_the_history(
     else:
         code = run_locust(argv, log, timeout=120)
     assert code == 0, log.read_text()[-2000:]
+    _assert_every_row_kept_and_only_waits_stopped(out, log)
 
+
+#: Locks with an acquire loop of their own (not the polling template), and their masters.
+OWN_LOOPS = {"redis.reentrant": 1, "redis.redlock": 5, "redis.redis-py": 1, "redis.pottery-redlock": 5}
+
+
+@pytest.mark.parametrize("impl", sorted(OWN_LOOPS))
+def test_a_lock_with_its_own_loop_has_its_waiters_stopped_and_loses_no_row(
+    impl: str, redis_url: str, resource_server: RedisServer, tmp_path: Path
+) -> None:
+    """Their waiters wait in ``Lock._between_attempts`` too, so the stop ends them (issue 42 item 3):
+    each ended acquire a ``fail`` with ``stopped:``, no row lost, no purchase half-done."""
+    out = tmp_path / "case"
+    out.mkdir()
+    argv = _argv(redis_url, resource_server.url, out, impl, OWN_LOOPS[impl])
+    log = out / "locust.log"
+    code = run_locust(argv, log, timeout=120)
+    assert code == 0, log.read_text()[-2000:]
+    _assert_every_row_kept_and_only_waits_stopped(out, log)
+
+
+def _assert_every_row_kept_and_only_waits_stopped(out: Path, log: Path) -> None:
     recording = json.loads((out / "recording.json").read_text())
     history = pd.read_parquet(out / "history.parquet")
     assert recording["complete"], recording["problems"]
