@@ -35,7 +35,7 @@ HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "valu
 UNFINISHED = "unfinished: "
 #: ``error`` prefix of an operation interrupted inside :class:`RecordedLock` (Locust killed the user).
 INTERRUPTED = "interrupted: "
-#: ``error`` prefix of an acquire ended as its case stopped, while it waited between two polls:
+#: ``error`` prefix of an acquire ended as its case stopped, while it waited between two attempts:
 #: its last attempt had failed and none was in flight, so the lock was not granted (a definite
 #: ``fail``). Not a timeout: the client did not give up, the case ended.
 STOPPED = "stopped: "
@@ -62,7 +62,7 @@ def without_stopped_waits(history: pd.DataFrame) -> pd.DataFrame:
 
 
 class StopWaiting(BaseException):
-    """Thrown into a client waiting between polls when its case stops (see ``locust_glue``).
+    """Thrown into a client waiting between two attempts when its case stops (see ``locust_glue``).
 
     Why a BaseException: no lock's ``except Exception`` may take it for its own error; only
     :meth:`RecordedLock.acquire` catches it, and records the acquire as not granted.
@@ -266,7 +266,7 @@ class RecordedLock:
             )
             return None, type(exc).__name__
         except StopWaiting:
-            # thrown only while the lock's polling loop slept between attempts: nothing in flight
+            # thrown only while the lock waited in Lock._between_attempts: nothing in flight
             t1 = time.monotonic_ns()
             rec.event(
                 self.client,
