@@ -22,21 +22,23 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
 import pydantic
 import pydantic_core
 
 from resultsio.schema import (
     ALWAYS_COUNTED,
-    CASES_SCHEMA,
+    COLUMNS,
     JSON_KIND,
     NUMBER_CHECKS,
     SCHEMA_VERSION,
+    TABLE_CHECKS,
     TEXT_COLUMNS,
     RunMeta,
+    cases_schema,
     non_finite,
     numbers,
     required_files,
+    table_passes,
     trial_group,
 )
 
@@ -338,15 +340,23 @@ _NULL_TEXT = {
 
 
 def _schema_problems(frame: pd.DataFrame, file: str) -> list[Problem]:
-    """Validate ``frame`` against CASES_SCHEMA; each failed check (per column) is one Problem."""
+    """Validate ``frame`` against the schema; each failed check (per column) is one Problem.
+
+    A table that passes every check is told so without pandera (resultsio.schema.table_passes);
+    pandera names the failed cells of one that does not.
+    """
+    if table_passes(frame):
+        return []
+    import pandera.pandas as pa
+
     try:
-        CASES_SCHEMA.validate(frame, lazy=True)
+        cases_schema().validate(frame, lazy=True)
         return []
     except pa.errors.SchemaErrors as exc:
         failures = exc.failure_cases
     except pa.errors.SchemaError as exc:  # pragma: no cover - lazy validation collects them
         return [Problem(file, f"does not match the schema ({_first_line(exc)})", FIX_TABLE, cases=None)]
-    declared = list(CASES_SCHEMA.columns)
+    declared = list(COLUMNS)
     order = {c: i for i, c in enumerate(frame.columns)}
     found: list[tuple[tuple[Any, ...], Problem]] = []
     missing = sorted(
@@ -401,7 +411,7 @@ def _schema_problems(frame: pd.DataFrame, file: str) -> list[Problem]:
 
 
 def _table_checks() -> list[str]:
-    return [str(c.name) for c in CASES_SCHEMA.checks]
+    return [f"{t.column}|{t.error}" for t in TABLE_CHECKS]
 
 
 def _cell(value: Any) -> float | str:

@@ -15,20 +15,29 @@ cell with its column, check and row, which is what a one-line error needs.
 Cells are checked as read (text that is no number is itself damage), so each numeric
 check coerces its column with ``pd.to_numeric(errors="coerce")`` first and counts only
 numbers; the "is a number" check catches the rest.
+
+Most tables pass. :func:`table_passes` runs the very same check functions over the table
+without pandera (pandera's own cost per column and check was about 30 ms a table, most of
+``bench report`` and ``bench gate`` on a small folder); only a table where some check fails
+goes through pandera (:func:`cases_schema`, built on first use), whose failure cases name
+the cells. pandera is imported only then.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+if TYPE_CHECKING:
+    import pandera.pandas as pa
 
 #: The results folder layout this lockbench reads and writes (run.json ``schema``).
 SCHEMA_VERSION = 1
@@ -104,6 +113,8 @@ PERCENTILE_ORDER = (
 
 def numbers(column: pd.Series) -> pd.Series:
     """A column as float64: text that is no number becomes NaN (the "is a number" check reports it)."""
+    if column.dtype == np.float64:
+        return column  # already numbers (pandas copies on write: no caller's change reaches the table)
     if pd.api.types.is_bool_dtype(column.dtype):
         return column.astype("float64")
     if pd.api.types.is_float_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype):
@@ -156,10 +167,6 @@ def _flag(column: pd.Series) -> bool | pd.Series:
     return _verdict(column, (_blank(column) | text.isin(_FLAG_TEXT).fillna(False)).to_numpy(dtype=bool))
 
 
-def _check(fn: Callable[[pd.Series], pd.Series], error: str) -> pa.Check:
-    return pa.Check(fn, element_wise=False, ignore_na=False, name=error, error=error)
-
-
 IS_NUMBER = "is not a number"
 NOT_FINITE = "is infinite"
 
@@ -199,11 +206,16 @@ class NumberCheck:
         return out
 
     def __call__(self, column: pd.Series) -> bool | pd.Series:
-        ok = np.ones(len(column), dtype=bool)
-        for _, rule in self.rules():
-            result = rule(column)
-            if result is not True:
-                ok &= np.asarray(result, dtype=bool)
+        # every rule of :meth:`rules` at once, on one conversion of the column (their AND)
+        values = numbers(column).to_numpy()
+        low = 0.0 if self.lo >= 0 else self.lo
+        finite = np.isfinite(values)
+        with np.errstate(invalid="ignore"):
+            ok = ~np.isinf(values) & (~finite | ((values >= low) & (values <= self.hi)))
+            if self.whole:
+                ok &= ~finite | (values % 1 == 0)
+        if not pd.api.types.is_numeric_dtype(column.dtype):
+            ok &= ~np.isnan(values) | _blank(column).to_numpy(dtype=bool)
         return _verdict(column, ok)
 
     def reasons(self, column: pd.Series) -> list[tuple[str, list[Any]]]:
@@ -225,40 +237,52 @@ class NumberCheck:
 NUMBER_CHECKS: dict[str, NumberCheck] = {}
 
 
-def _number_checks(lo: float, hi: float, whole: bool = False) -> list[pa.Check]:
+@dataclass(frozen=True)
+class ColumnRule:
+    """One declared column (or a regex of column names): its one check, whether it may be empty or repeat.
+
+    Why a plain record and not a pandera Column: :func:`table_passes` runs these checks itself on
+    a table that passes (most do), and pandera is built from the same records, for a table that
+    fails, only then.
+    """
+
+    name: str
+    check: Callable[[pd.Series], bool | pd.Series] | None = None
+    error: str = ""
+    nullable: bool = True
+    unique: bool = False
+    regex: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.name in REQUIRED_COLUMNS
+
+
+def _numbers(name: str, lo: float, hi: float, whole: bool = False, **kw: Any) -> ColumnRule:
     check = NumberCheck(lo, hi, whole)
     NUMBER_CHECKS[check.name] = check
-    return [pa.Check(check, element_wise=False, ignore_na=False, name=check.name, error=check.name)]
+    return ColumnRule(name, check, check.name, **kw)
 
 
-def _count(name: str, nullable: bool = True) -> pa.Column:
-    return pa.Column(
-        None, checks=_number_checks(0, MAX_COUNT, whole=True), nullable=nullable, required=False, name=name
-    )
+def _count(name: str, nullable: bool = True) -> ColumnRule:
+    return _numbers(name, 0, MAX_COUNT, whole=True, nullable=nullable)
 
 
-def _columns() -> dict[str, pa.Column]:
-    cols: dict[str, pa.Column] = {
-        "case": pa.Column(None, nullable=False, unique=True, name="case"),
-        "impl": pa.Column(None, nullable=False, name="impl"),
-        "workload": pa.Column(None, nullable=False, name="workload"),
-        "verdict": pa.Column(
-            None,
-            checks=_check(
-                lambda c: c.astype("string").isin(VERDICTS).fillna(False),
-                f"is not one of {', '.join(VERDICTS)} (exactly, in lower case)",
-            ),
+def _columns() -> dict[str, ColumnRule]:
+    cols: dict[str, ColumnRule] = {
+        "case": ColumnRule("case", nullable=False, unique=True),
+        "impl": ColumnRule("impl", nullable=False),
+        "workload": ColumnRule("workload", nullable=False),
+        "verdict": ColumnRule(
+            "verdict",
+            lambda c: c.astype("string").isin(VERDICTS).fillna(False),
+            f"is not one of {', '.join(VERDICTS)} (exactly, in lower case)",
             nullable=False,
-            name="verdict",
         ),
-        "evidence": pa.Column(
-            None,
-            checks=_check(
-                lambda c: _blank(c) | c.astype("string").isin(EVIDENCE_GRADES).fillna(False),
-                f"is not one of {', '.join(EVIDENCE_GRADES)} or empty",
-            ),
-            nullable=True,
-            name="evidence",
+        "evidence": ColumnRule(
+            "evidence",
+            lambda c: _blank(c) | c.astype("string").isin(EVIDENCE_GRADES).fillna(False),
+            f"is not one of {', '.join(EVIDENCE_GRADES)} or empty",
         ),
     }
     cols[ALWAYS_COUNTED] = _count(ALWAYS_COUNTED, nullable=False)
@@ -269,31 +293,25 @@ def _columns() -> dict[str, pa.Column]:
     for name in _COUNTS:
         cols[name] = _count(name)
     for name in _RATES:
-        cols[name] = pa.Column(
-            None,
-            checks=_number_checks(0, MAX_RATE),
-            nullable=True,
-            required=name in REQUIRED_COLUMNS,
-            name=name,
-        )
+        cols[name] = _numbers(name, 0, MAX_RATE)
     for name in _FRACTIONS:
-        cols[name] = pa.Column(None, checks=_number_checks(0, 1), nullable=True, name=name)
+        cols[name] = _numbers(name, 0, 1)
     for name in _RATIOS:
-        cols[name] = pa.Column(None, checks=_number_checks(0, MAX_COUNT), nullable=True, name=name)
+        cols[name] = _numbers(name, 0, MAX_COUNT)
     for name in FLAG_COLUMNS:
-        cols[name] = pa.Column(
-            None, checks=_check(_flag, "is not true, false or empty"), nullable=True, name=name
-        )
-    cols["duration_s"] = pa.Column(None, checks=_number_checks(0, MAX_S), nullable=True, name="duration_s")
-    cols[_LATENCY.pattern] = pa.Column(None, checks=_number_checks(0, MAX_US), nullable=True, regex=True)
-    cols[r"^lockstat_\w+$"] = pa.Column(None, checks=_number_checks(0, MAX_COUNT), nullable=True, regex=True)
+        cols[name] = ColumnRule(name, _flag, "is not true, false or empty")
+    cols["duration_s"] = _numbers("duration_s", 0, MAX_S)
+    cols[_LATENCY.pattern] = _numbers(_LATENCY.pattern, 0, MAX_US, regex=True)
+    cols[r"^lockstat_\w+$"] = _numbers(r"^lockstat_\w+$", 0, MAX_COUNT, regex=True)
     # the other numbers bench writes: finite where they are numbers (handoff gaps and lags may be negative)
-    cols[_OTHER_NUMBERS] = pa.Column(None, checks=_number_checks(-MAX_US, MAX_US), nullable=True, regex=True)
+    cols[_OTHER_NUMBERS] = _numbers(_OTHER_NUMBERS, -MAX_US, MAX_US, regex=True)
     for name in TEXT_COLUMNS:  # text: any string, or empty
-        cols.setdefault(name, pa.Column(None, nullable=True, name=name))
-    for name, column in cols.items():
-        column.required = name in REQUIRED_COLUMNS
+        cols.setdefault(name, ColumnRule(name))
     return cols
+
+
+#: The case tables' declared columns (cases.csv, cases.parquet), in order; checks between them in TABLE_CHECKS.
+COLUMNS: dict[str, ColumnRule] = _columns()
 
 
 # checks between columns -----------------------------------------------------------------------
@@ -458,15 +476,91 @@ TABLE_CHECKS: tuple[TableCheck, ...] = (
     ),  # fmt: skip
 )
 
-#: The case tables' declared schema (cases.csv, cases.parquet): columns here, checks between them in TABLE_CHECKS.
-CASES_SCHEMA = pa.DataFrameSchema(
-    _columns(),
-    checks=[
-        pa.Check(t, element_wise=False, ignore_na=False, name=f"{t.column}|{t.error}") for t in TABLE_CHECKS
-    ],
-    strict=False,
-    name="cases",
-)
+
+def _passed(result: Any) -> bool:
+    """A check's outcome as pandera reads it, or False where that reading is in any doubt (pandera decides)."""
+    if isinstance(result, bool | np.bool_):
+        return bool(result)
+    if isinstance(result, pd.Series) and pd.api.types.is_bool_dtype(result.dtype):
+        return not result.isna().any() and bool(result.all())
+    return False
+
+
+def table_passes(frame: pd.DataFrame) -> bool:
+    """True only when :func:`cases_schema` would pass ``frame``: the same checks, run without pandera.
+
+    False means "let pandera say": a failed check, and anything this shortcut does not model
+    (repeated or non-text column names, a check that raised, an outcome that is not plainly
+    true or false). So a False costs the full validation, never a wrong answer.
+    """
+    names = list(frame.columns)
+    if not all(isinstance(c, str) for c in names) or len(set(names)) != len(names):
+        return False
+    present = set(names)
+    try:
+        for rule in COLUMNS.values():
+            if rule.regex:
+                pattern = re.compile(rule.name)
+                matched = [c for c in names if pattern.match(c)]
+            elif rule.name in present:
+                matched = [rule.name]
+            elif rule.required:
+                return False
+            else:
+                continue
+            for name in matched:
+                column = frame[name]
+                if not rule.nullable and column.isna().any():
+                    return False
+                if rule.unique and not column.is_unique:
+                    return False
+                if rule.check is not None and not _passed(rule.check(column)):
+                    return False
+        return all(_passed(check(frame)) for check in TABLE_CHECKS)
+    except Exception:  # noqa: BLE001 - a check that raised is pandera's to report
+        return False
+
+
+def _pandera_check(fn: Callable[..., Any], name: str, error: str | None = None) -> pa.Check:
+    import pandera.pandas as pa
+
+    return pa.Check(fn, element_wise=False, ignore_na=False, name=name, error=error)
+
+
+@functools.cache
+def cases_schema() -> pa.DataFrameSchema:
+    """The case tables' declared schema as pandera's (COLUMNS and TABLE_CHECKS), built on first use.
+
+    Why only then: importing pandera and building the schema cost about 0.15 s of CPU, which
+    a process reading only tables that pass (:func:`table_passes`) no longer pays.
+    """
+    import pandera.pandas as pa
+
+    columns = {
+        key: pa.Column(
+            None,
+            checks=[_pandera_check(rule.check, rule.error, rule.error)] if rule.check is not None else None,
+            nullable=rule.nullable,
+            unique=rule.unique,
+            required=rule.required,
+            regex=rule.regex,
+            name=None if rule.regex else rule.name,
+        )
+        for key, rule in COLUMNS.items()
+    }
+    return pa.DataFrameSchema(
+        columns,
+        checks=[_pandera_check(t, f"{t.column}|{t.error}") for t in TABLE_CHECKS],
+        strict=False,
+        name="cases",
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # CASES_SCHEMA stays importable by name (bench history, the matrix's lost rows, tests), built on first use
+    if name == "CASES_SCHEMA":
+        return cases_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # run.json ---------------------------------------------------------------------------------------
