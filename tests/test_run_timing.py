@@ -44,10 +44,29 @@ def _run(
     return run, r
 
 
+@pytest.fixture(scope="module")
+def warm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One warm run of IMPLS, which both tests below read: the timing test and the warm = cold test.
+
+    Why one: the two asked for the same run (same locks, options, launcher), each its own,
+    a full run of CPU for nothing on a 2-core runner. Each test reads its own copy.
+    """
+    return _run(tmp_path_factory.mktemp("warm-run"), "warm")
+
+
+def _own_copy(run: Path, tmp_path: Path) -> Path:
+    """The shared run's folder copied into the test's own folder: what the test reads is its own."""
+    return Path(shutil.copytree(run, tmp_path / run.parent.name / run.name))
+
+
 @pytest.mark.slow
 @pytest.mark.server
-def test_run_json_timing_and_the_last_line(tmp_path: Path) -> None:
-    run, r = _run(tmp_path, "results")
+def test_run_json_timing_and_the_last_line(
+    warm_run: tuple[Path, subprocess.CompletedProcess], tmp_path: Path
+) -> None:
+    shared, r = warm_run
+    assert r.stdout.strip() == str(shared / "report.html")  # stdout stays the report's path
+    run = _own_copy(shared, tmp_path)
     meta = json.loads((run / "run.json").read_text())
     timing = meta["timing"]
     assert timing["launcher"] == "warm"
@@ -72,8 +91,7 @@ def test_run_json_timing_and_the_last_line(tmp_path: Path) -> None:
     assert timing["calibration_s"] == pytest.approx(
         sum(timing["cases"][c]["wall_s"] for c in solos), abs=0.01
     )
-    # stdout stays the report's path; the console's (stderr's) last line is the time
-    assert r.stdout.strip() == str(run / "report.html")
+    # the console's (stderr's) last line is the time
     match = LAST_LINE.match(r.stderr.strip().splitlines()[-1])
     assert match, r.stderr.strip().splitlines()[-1]
     said_wall = 60 * int(match[1] or 0) + float(match[2])
@@ -94,8 +112,10 @@ def _histogram_counts(run: Path, case: str) -> dict[str, int]:
 
 @pytest.mark.slow
 @pytest.mark.server
-def test_warm_run_gives_what_a_cold_run_gives(tmp_path: Path) -> None:
-    warm, _ = _run(tmp_path, "warm")
+def test_warm_run_gives_what_a_cold_run_gives(
+    warm_run: tuple[Path, subprocess.CompletedProcess], tmp_path: Path
+) -> None:
+    warm = _own_copy(warm_run[0], tmp_path)
     cold, _ = _run(tmp_path, "cold", env={"LOCKBENCH_WARM": "0"})
     metas = {
         name: json.loads((run / "run.json").read_text()) for name, run in (("warm", warm), ("cold", cold))
