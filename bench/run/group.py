@@ -46,6 +46,7 @@ from bench.run.reset import reset_lock_state
 from bench.run.runner import fault_thread, finish_case, lock_servers_of
 from infra import server_stats
 from infra.stack import Stack
+from workloads.harness.start_gate import GATE_WAIT_S, POLL_S, READY_FILE
 
 #: At most this many cases share one strike: every impl and fencing mode of a ZooKeeper or
 #: etcd lane with its control (11), so each of their strikes is paid once. Each case is a
@@ -183,6 +184,9 @@ def _launch_side_by_side(
     """
     codes: list[int | BaseException] = [0] * len(cases)
     exited: list[int] = [0] * len(cases)
+    gate = StartGate(outs) if len(cases) > 1 else None
+    if gate is not None:
+        argvs = [[*argv, "--lockbench-start-gate", str(gate.path)] for argv in argvs]
 
     def one(i: int) -> None:
         try:
@@ -203,11 +207,50 @@ def _launch_side_by_side(
     try:
         for t in threads:
             t.start()
+        if gate is not None:
+            gate.open_when_ready(threads)
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
     finally:
+        if gate is not None:
+            gate.open()
         if fault is not None:
             fault.stop()
             fault.join(60)
     return launched_ns, codes, exited
+
+
+class StartGate:
+    """The start gate of a group (workloads/harness/start_gate.py): opened once every case is set up.
+
+    Why: cases launched together and started one by one as each got ready, so the first ran
+    their buyers through the others' start-up (forks, imports, connections), and their loops
+    ran late for it. Opening one gate for all moves that burst out of every case's window.
+    """
+
+    def __init__(self, outs: list[Path]) -> None:
+        self.outs = outs
+        self.path = outs[0].parent / f".start-gate-{os.getpid()}-{time.monotonic_ns()}"
+        self.waited_s: float | None = None
+        for out in outs:  # a re-run case's folder may keep the mark of its first run
+            (out / READY_FILE).unlink(missing_ok=True)
+
+    def ready(self, threads: list[threading.Thread]) -> bool:
+        """Is every case waiting at the gate, or over (a Locust that failed to start waits for nothing)?"""
+        return all(
+            (out / READY_FILE).exists() or not thread.is_alive()
+            for out, thread in zip(self.outs, threads, strict=True)
+        )
+
+    def open_when_ready(self, threads: list[threading.Thread]) -> None:
+        """Wait until every case is ready (at most the gate's own bound), then open it."""
+        started = time.monotonic()
+        while not self.ready(threads) and time.monotonic() - started < GATE_WAIT_S:
+            time.sleep(POLL_S)
+        self.waited_s = time.monotonic() - started
+        self.open()
+
+    def open(self) -> None:
+        if not self.path.exists():
+            self.path.touch()

@@ -51,6 +51,7 @@ from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.netns import enter_own_host
 from workloads.harness.prompt_runner import make_prompt
 from workloads.harness.recording import HIST_NAMES, RecordedLock, Recorder, StopWaiting
+from workloads.harness.start_gate import wait_at_gate
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
 log = logging.getLogger("lockbench")
@@ -142,6 +143,11 @@ def _add_options(parser: Any) -> None:
     g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
     g.add_argument("--lockbench-out", default="", help="directory for the merged recording")
     g.add_argument("--lockbench-case", default="", help="case id (labels only)")
+    g.add_argument(
+        "--lockbench-start-gate",
+        default="",
+        help="a group's start gate: wait until this file exists before the test starts (start_gate.py)",
+    )
     g.add_argument(
         "--lock-namespace",
         default="",
@@ -306,6 +312,10 @@ def _on_init(environment: Any, **_: Any) -> None:
         runner.register_message("lockbench_final", _on_final)
         runner.register_message("lockbench_pong", _on_pong)
         make_prompt(environment)  # start when the workers are ready, end when they have left
+    gate = getattr(environment.parsed_options, "lockbench_start_gate", "")
+    if gate and not isinstance(runner, WorkerRunner):
+        wait_at_gate(gate, environment.parsed_options.lockbench_out)
+        gevent.get_hub().loop.update_now()  # the --run-time timer is set from it, right after this event
 
 
 def _clock_shift_ns() -> int:
