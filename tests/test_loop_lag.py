@@ -60,6 +60,46 @@ def test_the_probe_counts_a_stalled_loop_as_late_for_as_long_as_it_stalled() -> 
 
 
 # --- the rule ------------------------------------------------------------------------------
+def test_a_deliberate_stop_of_the_process_is_excused_and_an_unexcused_one_is_not() -> None:
+    """lease-expiry's "world" pause stops the process on purpose: the experiment, not the generator.
+
+    The same 300 ms stop is run twice on one probe's loop; told (``excuse``) it leaves no lag,
+    no late time and no stall mark; untold it is 300 ms late and one stall.
+    """
+    import time
+
+    import gevent
+    from gevent import monkey
+
+    from workloads.harness.loop_lag import LoopLagProbe
+
+    blocking_sleep = monkey.get_original("time", "sleep")
+
+    def stop_the_world(probe: LoopLagProbe, excuse: bool) -> tuple[dict, list[float]]:
+        stalls: list[float] = []
+        probe.on_stall = lambda _now, lag_us: stalls.append(lag_us)
+        probe.start()
+        try:
+            gevent.sleep(0.02)
+            began = time.monotonic_ns()
+            blocking_sleep(0.3)
+            if excuse:
+                probe.excuse(time.monotonic_ns() - began)
+            gevent.sleep(0.02)
+        finally:
+            probe.stop()
+        return probe.figures(), stalls
+
+    probe = LoopLagProbe()
+    told, told_stalls = stop_the_world(probe, excuse=True)
+    told_late = probe.late_us
+    untold, untold_stalls = stop_the_world(probe, excuse=False)
+    assert told_late < 50_000 and told_stalls == []  # on a busy machine a few ms of real lag remain
+    assert told["loop_lag_late_share"] < 0.5
+    assert probe.late_us >= 290_000 and len(untold_stalls) == 1
+    assert untold["loop_lag_late_share"] > 0.5
+
+
 def test_the_rule_from_synthetic_lag_and_inflation() -> None:
     limit = fidelity.LATE_SHARE_LIMIT
     # a loop late beyond the limit binds a case, whatever the workload; the reason has the numbers
