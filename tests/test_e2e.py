@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -64,12 +65,27 @@ def test_broken_lock_is_caught(tmp_path: Path) -> None:
     assert row["lost_updates"] > 0
 
 
-def test_merge_across_two_processes_is_lossless(tmp_path: Path) -> None:
-    results = tmp_path / "results"
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of one lock in two Locust processes without a report, which two tests below read.
+
+    Why one: the merge test and the re-render test each started the same kind of run (one
+    lock, --no-report; the re-render test's had two processes too, by --processes auto on 2
+    cores), a full run of CPU for nothing. Each test works on its own copy.
+    """
+    results = tmp_path_factory.mktemp("two-process") / "results"
     r = bench("run", "--impl", "redis.set-nx-px-lua", *SHORT, "--processes", "2", "--no-report",
               "--results-dir", str(results))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    run = _only_run(results)
+    return _only_run(results)
+
+
+def _own_copy(run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run, tmp_path / "results" / run.name))
+
+
+def test_merge_across_two_processes_is_lossless(two_process_run: Path, tmp_path: Path) -> None:
+    run = _own_copy(two_process_run, tmp_path)
     case = "redis.set-nx-px-lua__flash-sale"
     hist = json.loads((run / "hist" / f"{case}.json").read_text())
     assert hist["recording_complete"] is True, hist["recording_problems"]
@@ -92,11 +108,8 @@ def test_merge_across_two_processes_is_lossless(tmp_path: Path) -> None:
     assert clients.str.split("-u").str[0].nunique() == 2
 
 
-def test_report_rerenders_from_files_alone(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    r = bench("run", "--impl", "redis.set-nx-px", *SHORT, "--no-report", "--results-dir", str(results))
-    assert r.returncode == 0, r.stderr
-    run = _only_run(results)
+def test_report_rerenders_from_files_alone(two_process_run: Path, tmp_path: Path) -> None:
+    run = _own_copy(two_process_run, tmp_path)
     assert not (run / "report.html").exists()
     r = bench("report", str(run))
     assert r.returncode == 0, r.stderr
