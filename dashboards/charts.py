@@ -6,11 +6,13 @@ subset of HTML in text, and decodes entities, so escaped names display literally
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import statistics
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +28,37 @@ SPECTRUM_TICKS = [(1, "0%"), (2, "50%"), (10, "90%"), (100, "99%"), (1_000, "99.
 _EXTRA_TICKS = [(100_000, "99.999%"), (1_000_000, "99.9999%"), (10_000_000, "99.99999%")]
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]  # fmt: skip
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 70, "r": 20, "t": 60, "b": 60}, "height": 440}
+_LAYOUT = {"margin": {"l": 70, "r": 20, "t": 60, "b": 60}, "height": 440}
+#: What a figure's ``layout.template`` holds until it is written (page.py puts plotly_white's JSON in its
+#: place): plotly copies a template each time it is set, and copies a figure's default one as it is made.
+WHITE_SLOT = {"layout": {"meta": "lockbench: plotly_white goes here"}}
+
+
+def white_figure(**subplots: Any) -> go.Figure:
+    """A new figure drawn on the plotly_white template (``subplots`` given: make_subplots' arguments).
+
+    Why a slot and not ``template="plotly_white"``: plotly validates and deep-copies the whole
+    template each time one is set, as a figure is made (its default template) and again when
+    it is replaced: three copies a figure, about a fifth of a small run's report. The page
+    writes the same template's JSON where the slot is (:func:`with_white_template`), so the
+    page's figures are what they were, key for key.
+    """
+    fig = go.Figure(layout={"template": WHITE_SLOT})
+    return make_subplots(**subplots, figure=fig) if subplots else fig
+
+
+@functools.cache
+def _white_json() -> dict[str, Any]:
+    # as a figure given template="plotly_white" writes it (plotly orders a figure's template's keys its own way)
+    return go.Figure(layout={"template": "plotly_white"}).to_dict()["layout"]["template"]
+
+
+def with_white_template(spec: dict[str, Any]) -> dict[str, Any]:
+    """A figure's plain JSON with plotly_white's JSON where :func:`white_figure` left its slot."""
+    layout = spec.get("layout")
+    if isinstance(layout, dict) and layout.get("template") == WHITE_SLOT:
+        layout["template"] = _white_json()
+    return spec
 
 
 def _percentile_walk(hist: HdrHistogram, ticks_per_half_distance: int) -> list[tuple[float, float]]:
@@ -252,7 +284,7 @@ def throughput_figure(runs: list[RunData], glabels: dict[str, str], rlabels: lis
     has_ops = any(run.values(g, "throughput_ops_s") for run in runs for g in groups)
     cols = 2 if has_ops else 1
     titles = ["acquisitions/s", "purchases/s"][:cols]
-    fig = make_subplots(rows=1, cols=cols, subplot_titles=titles)
+    fig = white_figure(rows=1, cols=cols, subplot_titles=titles)
     fig.update_layout(**_LAYOUT, barmode="group")
     found = _group_bars(fig, runs, groups, glabels, rlabels, "throughput_acq_s", 1, 1, hatch_bound=True)
     if has_ops:
@@ -298,7 +330,7 @@ def spectrum_figure(
     shift between runs reads as the gap between a dashed and a solid line of one colour.
     Plain JSON (data, layout) when it has lines.
     """
-    fig = go.Figure()
+    fig = white_figure()
     traces: list[dict] = []
     max_x = 10_000.0
     groups = all_groups(runs)
@@ -355,7 +387,7 @@ def spectrum_figure(
 def handoff_utilization_figure(runs: list[RunData], glabels: dict[str, str], rlabels: list[str]) -> go.Figure:
     """Handoff gap p50 and p99 (ms) and lock utilization per impl x scenario and run."""
     groups = all_groups(runs)
-    fig = make_subplots(
+    fig = white_figure(
         rows=1, cols=3, subplot_titles=["handoff gap p50 (ms)", "handoff gap p99 (ms)", "utilization"]
     )
     fig.update_layout(**_LAYOUT, barmode="group")
@@ -390,7 +422,7 @@ def fairness_figure(run: RunData, glabels: dict[str, str]) -> go.Figure | dict:
     flatten every other line. Trials are pooled: each trial's clients are separate clients.
     x is the client's rank as a fraction of all clients, so runs with different user counts overlay.
     """
-    fig = go.Figure()
+    fig = white_figure()
     fig.update_layout(**_LAYOUT)
     traces: list[dict] = []
     for g, (group, rows) in enumerate(run.groups().items()):
@@ -657,7 +689,7 @@ def over_time_figure(run: RunData, glabels: dict[str, str], slo_us: float | None
     lines and two thousand marks, and plotly's validation of each took minutes (page.py draws
     either form).
     """
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig = white_figure(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     longest = 0.0
     all_marks: list[tuple[list[Mark], str, str]] = []
     traces: list[dict] = []

@@ -25,6 +25,7 @@ from dashboards.charts import (
     percentile_us,
     spectrum_figure,
     throughput_figure,
+    with_white_template,
 )
 from dashboards.compare import (
     deltas_section,
@@ -377,9 +378,11 @@ def _figure(fig: go.Figure | dict, title: str, caption: str, plot_title: str) ->
         fig["layout"]["title"] = {"text": plot_title, "font": {"size": 13}}
     else:
         fig.update_layout(title={"text": plot_title, "font": {"size": 13}})
+        fig = fig.to_dict()  # what plotly.io.to_html does with a figure, before its template goes in
     fragment = plotly.io.to_html(
-        fig, full_html=False, include_plotlyjs=False, config={"displaylogo": False}, validate=False
-    )
+        with_white_template(fig), full_html=False, include_plotlyjs=False, config={"displaylogo": False},
+        validate=False,
+    )  # fmt: skip
     return f'<h2>{e(title)}</h2>{fragment}<p class="caption">{e(caption)}</p>'
 
 
