@@ -486,39 +486,59 @@ def _passed(result: Any) -> bool:
     return False
 
 
+def doubtful(frame: pd.DataFrame) -> tuple[frozenset[str], frozenset[int]] | None:
+    """The declared columns (COLUMNS keys) and table checks (TABLE_CHECKS indexes) that ``frame`` may fail.
+
+    Each is run on ``frame`` as pandera would run it, without pandera; one whose outcome is
+    not plainly a pass (a failure, an exception, a result that is not plainly true or false)
+    is named. None: the table is beyond this reading (repeated or non-text column names), so
+    every check is in doubt.
+    """
+    names = list(frame.columns)
+    if not all(isinstance(c, str) for c in names) or len(set(names)) != len(names):
+        return None
+    present = set(names)
+    columns: set[str] = set()
+    for key, rule in COLUMNS.items():
+        if rule.regex:
+            pattern = re.compile(rule.name)
+            matched = [c for c in names if pattern.match(c)]
+        elif rule.name in present:
+            matched = [rule.name]
+        else:
+            if rule.required:
+                columns.add(key)
+            continue
+        try:
+            for name in matched:
+                column = frame[name]
+                if (
+                    (not rule.nullable and column.isna().any())
+                    or (rule.unique and not column.is_unique)
+                    or (rule.check is not None and not _passed(rule.check(column)))
+                ):
+                    columns.add(key)
+                    break
+        except Exception:  # noqa: BLE001 - a check that raised is pandera's to report
+            columns.add(key)
+    table: set[int] = set()
+    for i, check in enumerate(TABLE_CHECKS):
+        try:
+            if not _passed(check(frame)):
+                table.add(i)
+        except Exception:  # noqa: BLE001 - as above
+            table.add(i)
+    return frozenset(columns), frozenset(table)
+
+
 def table_passes(frame: pd.DataFrame) -> bool:
     """True only when :func:`cases_schema` would pass ``frame``: the same checks, run without pandera.
 
     False means "let pandera say": a failed check, and anything this shortcut does not model
     (repeated or non-text column names, a check that raised, an outcome that is not plainly
-    true or false). So a False costs the full validation, never a wrong answer.
+    true or false). So a False costs a validation, never a wrong answer.
     """
-    names = list(frame.columns)
-    if not all(isinstance(c, str) for c in names) or len(set(names)) != len(names):
-        return False
-    present = set(names)
-    try:
-        for rule in COLUMNS.values():
-            if rule.regex:
-                pattern = re.compile(rule.name)
-                matched = [c for c in names if pattern.match(c)]
-            elif rule.name in present:
-                matched = [rule.name]
-            elif rule.required:
-                return False
-            else:
-                continue
-            for name in matched:
-                column = frame[name]
-                if not rule.nullable and column.isna().any():
-                    return False
-                if rule.unique and not column.is_unique:
-                    return False
-                if rule.check is not None and not _passed(rule.check(column)):
-                    return False
-        return all(_passed(check(frame)) for check in TABLE_CHECKS)
-    except Exception:  # noqa: BLE001 - a check that raised is pandera's to report
-        return False
+    return doubtful(frame) == (frozenset(), frozenset())
 
 
 def _pandera_check(fn: Callable[..., Any], name: str, error: str | None = None) -> pa.Check:
@@ -528,15 +548,22 @@ def _pandera_check(fn: Callable[..., Any], name: str, error: str | None = None) 
 
 
 @functools.cache
-def cases_schema() -> pa.DataFrameSchema:
+def cases_schema(
+    columns: frozenset[str] | None = None, table: frozenset[int] | None = None
+) -> pa.DataFrameSchema:
     """The case tables' declared schema as pandera's (COLUMNS and TABLE_CHECKS), built on first use.
 
     Why only then: importing pandera and building the schema cost about 0.15 s of CPU, which
-    a process reading only tables that pass (:func:`table_passes`) no longer pays.
+    a process reading only tables that pass (:func:`table_passes`) no longer pays. Given
+    ``columns`` and ``table`` (:func:`doubtful`), only those declarations, in their declared
+    order: pandera checks each column and table check on its own, so a table's failures
+    under them are its failures under the whole schema, at the cost of the few in doubt.
     """
     import pandera.pandas as pa
 
-    columns = {
+    declared = {key: rule for key, rule in COLUMNS.items() if columns is None or key in columns}
+    checks = [t for i, t in enumerate(TABLE_CHECKS) if table is None or i in table]
+    columns_ = {
         key: pa.Column(
             None,
             checks=[_pandera_check(rule.check, rule.error, rule.error)] if rule.check is not None else None,
@@ -546,11 +573,11 @@ def cases_schema() -> pa.DataFrameSchema:
             regex=rule.regex,
             name=None if rule.regex else rule.name,
         )
-        for key, rule in COLUMNS.items()
+        for key, rule in declared.items()
     }
     return pa.DataFrameSchema(
-        columns,
-        checks=[_pandera_check(t, f"{t.column}|{t.error}") for t in TABLE_CHECKS],
+        columns_,
+        checks=[_pandera_check(t, f"{t.column}|{t.error}") for t in checks],
         strict=False,
         name="cases",
     )

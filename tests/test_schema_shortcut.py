@@ -141,3 +141,19 @@ def test_reading_a_clean_folder_imports_no_pandera_and_a_damaged_one_names_the_c
     assert first.column == "overlapping_holds" and "is negative in case" in first.what, [
         str(p) for p in problems
     ]
+
+
+def test_a_damaged_table_s_problems_under_the_doubtful_declarations_are_those_of_the_whole_schema(
+    clean_table: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import resultsio.read as reader
+
+    rng = random.Random(7)
+    frames = [f for f in (_spoiled(clean_table, rng) for _ in range(80)) if not table_passes(f)]
+    narrowed = [[str(p) for p in reader._schema_problems(f, "cases.csv")] for f in frames]
+    monkeypatch.setattr(
+        reader, "doubtful", lambda frame: None
+    )  # every declaration in doubt: the whole schema
+    whole = [[str(p) for p in reader._schema_problems(f, "cases.csv")] for f in frames]
+    assert narrowed == whole
+    assert len(frames) >= 40 and sum(1 for p in whole if p) >= 40  # damage of many kinds, each named
