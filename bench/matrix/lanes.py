@@ -48,7 +48,7 @@ def lost_row(case: MatrixCase, reason: str) -> dict[str, Any]:
     """The row of a case that could not run or finish (its servers did not start, or died, or its
     Locust failed): verdict ``unknown`` with the reason, every column a real row has that says what
     the case was, and zero for the counts nothing was there to count (none is a finding)."""
-    from resultsio.schema import CASES_SCHEMA, VIOLATION_COLUMNS
+    from resultsio.schema import COLUMNS, VIOLATION_COLUMNS
 
     row: dict[str, Any] = {
         "case": case.case_id, "impl": case.impl, "backend": case.backend, "workload": case.workload.name,
@@ -60,7 +60,7 @@ def lost_row(case: MatrixCase, reason: str) -> dict[str, Any]:
     }  # fmt: skip
     row.update({name: 0 for name in VIOLATION_COLUMNS})
     # and every other count a row must have (resultsio's schema: a column that may not be empty)
-    for name, column in CASES_SCHEMA.columns.items():
+    for name, column in COLUMNS.items():
         if not column.regex and not column.nullable and name not in row:
             row[name] = 0
     return row
