@@ -48,6 +48,12 @@ def test_the_second_answer_is_recorded_with_why_there_were_two() -> None:
     assert again["row"]["rerun_reason"].startswith("run twice: the first attempt showed a failure a stall")
     lost = settle(NO_BUYERS, _result(acquisitions=0))
     assert isinstance(lost, CaseFailed) and "in both of its two attempts" in str(lost)
+    logged = settle(NO_BUYERS, {**_result(acquisitions=0), "log": "locust said this"})
+    assert isinstance(logged, CaseFailed) and logged.log == "locust said this"
+    # a case run again for a stall whose second attempt never started says so, not "both"
+    after_stall = settle("a failure a stall could explain (...)", _result(acquisitions=0))
+    assert isinstance(after_stall, CaseFailed) and "both" not in str(after_stall)
+    assert "the first attempt showed a failure a stall could explain" in str(after_stall)
 
 
 @pytest.mark.server
@@ -77,3 +83,6 @@ def test_a_matrix_case_whose_buyers_never_start_twice_is_unknown(tmp_path: Path)
     row = pd.read_csv(run / "cases.csv").iloc[0]
     assert row["verdict"] == "unknown"
     assert NO_BUYERS in row["verdict_reason"] and "in both of its two attempts" in row["verdict_reason"]
+    # the second attempt's Locust output is kept, and the reason names it
+    kept = run / "logs" / f"{row['case']}.log"
+    assert f"logs/{row['case']}.log" in row["verdict_reason"] and kept.stat().st_size > 0

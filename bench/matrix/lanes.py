@@ -241,8 +241,12 @@ class Shared:
                 markup=False,
             )
 
-    def lose(self, lane: Lane, case: MatrixCase, reason: str) -> None:
-        """Record a case that got no result as ``unknown`` with ``reason`` (a row like any other)."""
+    def lose(self, lane: Lane, case: MatrixCase, reason: str, log: str | None = None) -> None:
+        """Record a case that got no result as ``unknown`` with ``reason`` (a row like any other).
+
+        ``log``: its Locust output where one exists (a case whose buyers never started twice),
+        kept as ``logs/<case>.log`` like a finished case's.
+        """
         from workloads.harness.recording import history_frame
 
         reason = " ".join(reason.split())
@@ -258,7 +262,7 @@ class Shared:
             empty = Path(self.folder.path) / "history" / f".{case.case_id}.empty.parquet"
             try:
                 history_frame([]).to_parquet(empty, index=False)
-                self.folder.add_case(row, {}, empty, {"lost": reason})
+                self.folder.add_case(row, {}, empty, {"lost": reason}, log)
             finally:
                 empty.unlink(missing_ok=True)
             self.done += 1
@@ -555,7 +559,8 @@ class _LaneRun:
             # a ServerDied names the kept log itself (runner.dead_servers_text); a failed
             # restart names the server's log in the scratch folder: the kept copy instead
             said = self.stack.naming_logs(str(result))
-            self.shared.lose(self.lane, case, said if str(self.logs) in said else f"{said}{where}")
+            log = result.log if isinstance(result, CaseFailed) else None
+            self.shared.lose(self.lane, case, said if str(self.logs) in said else f"{said}{where}", log)
             return
         row = result["row"]
         if isinstance(row.get("verdict_reason"), str):

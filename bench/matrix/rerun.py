@@ -56,6 +56,14 @@ def settle(first: str, second: dict[str, Any] | Exception) -> dict[str, Any] | E
     if isinstance(second, Exception):
         return second
     if rerun_reason(second) == NO_BUYERS:
-        return CaseFailed(f"{second['row'].get('case')}: {NO_BUYERS}, in both of its two attempts")
+        case = second["row"].get("case")
+        log = second.get("log")
+        kept = f" (its Locust output: logs/{case}.log)" if log else ""
+        attempts = (
+            "in both of its two attempts"
+            if first == NO_BUYERS
+            else f"when run again (the first attempt showed {first})"
+        )
+        return CaseFailed(f"{case}: {NO_BUYERS}, {attempts}{kept}", log=log)
     second["row"]["rerun_reason"] = f"run twice: the first attempt showed {first}"
     return second

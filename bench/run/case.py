@@ -33,7 +33,15 @@ class ServerDied(Exception):
 
 
 class CaseFailed(Exception):
-    """A case produced no usable recording (Locust crashed, a server died)."""
+    """A case produced no usable recording (Locust crashed, a server died).
+
+    ``log``: the case's Locust output where there was one, so the results folder keeps it
+    (``logs/<case>.log``) even though the case has no row of its own to hang it on.
+    """
+
+    def __init__(self, message: str, log: str | None = None) -> None:
+        super().__init__(message)
+        self.log = log
 
 
 @dataclass
