@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import module_json
 
 
 class Outside:
@@ -104,16 +102,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def probed(redis_server: Any) -> dict[str, dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.test_stop_waiters_frames", redis_server.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return module_json("tests.test_stop_waiters_frames", redis_server.url)
 
 
 @pytest.mark.parametrize(("impl", "how", "ended"), CASES)

@@ -19,7 +19,6 @@ process has been patched depends on which modules it imported first.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -33,8 +32,7 @@ import pytest
 
 from lockimpls.base import Lock, LockOptions, LockTimeout
 from lockimpls.registry import BUILTIN, CANARIES, resolve
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import module_json
 
 #: Locks whose waiter, while it waits, keeps a place the stop could not simply drop: ending the
 #: wait would leave its node or key in the queue (or a grant pending for it), so it is left to
@@ -118,16 +116,7 @@ def probe(impl: str, urls: list[str]) -> dict[str, Any]:
 
 def run_probes(specs: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     """Each impl's probe in one fresh interpreter (no gevent), as JSON."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.test_stop_waiters_hook", json.dumps(specs)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return module_json("tests.test_stop_waiters_hook", json.dumps(specs))
 
 
 # ---- the servers and the catalog --------------------------------------------------------------
