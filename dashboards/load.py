@@ -330,9 +330,8 @@ class RunData:
         if case not in self._acquires:
             self._read_both(case)
         if case not in self._acquires:
-            history = self.history(
-                case, HISTORY_COLUMNS
-            )  # an older or odd file: the DataFrame reader, its notes
+            # an older or odd file: the DataFrame reader, its notes
+            history = self.history(case, HISTORY_COLUMNS)
             self._acquires[case] = None if history is None else AcquireRows.from_frame(history)
         return self._acquires[case]
 

@@ -34,11 +34,10 @@ from resultsio.schema import (
     TABLE_CHECKS,
     TEXT_COLUMNS,
     RunMeta,
-    cases_schema,
-    doubtful,
     non_finite,
     numbers,
     required_files,
+    schema_failures,
     trial_group,
 )
 
@@ -345,18 +344,11 @@ def _schema_problems(frame: pd.DataFrame, file: str) -> list[Problem]:
     A table that passes every check is told so without pandera (resultsio.schema.doubtful);
     pandera names the failed cells of one that does not, under the declarations it may fail.
     """
-    doubt = doubtful(frame)
-    if doubt == (frozenset(), frozenset()):
+    failures = schema_failures(frame)
+    if failures is None:
         return []
-    import pandera.pandas as pa
-
-    try:
-        (cases_schema() if doubt is None else cases_schema(*doubt)).validate(frame, lazy=True)
-        return []
-    except pa.errors.SchemaErrors as exc:
-        failures = exc.failure_cases
-    except pa.errors.SchemaError as exc:  # pragma: no cover - lazy validation collects them
-        return [Problem(file, f"does not match the schema ({_first_line(exc)})", FIX_TABLE, cases=None)]
+    if isinstance(failures, str):  # pragma: no cover - lazy validation collects them
+        return [Problem(file, f"does not match the schema ({failures})", FIX_TABLE, cases=None)]
     declared = list(COLUMNS)
     order = {c: i for i, c in enumerate(frame.columns)}
     found: list[tuple[tuple[Any, ...], Problem]] = []

@@ -583,8 +583,30 @@ def cases_schema(
     )
 
 
+def schema_failures(frame: pd.DataFrame) -> pd.DataFrame | str | None:
+    """What the schema refuses in ``frame``: None when it passes, else pandera's failure cases.
+
+    A table that passes every declaration is told so without pandera (:func:`doubtful`); one in
+    doubt is validated under only the declarations in doubt (:func:`cases_schema`). A str: the
+    first line of a failure lazy validation could not collect (the whole table is in doubt).
+    """
+    doubt = doubtful(frame)
+    if doubt == (frozenset(), frozenset()):
+        return None
+    import pandera.errors as pa_errors
+
+    try:
+        (cases_schema() if doubt is None else cases_schema(*doubt)).validate(frame, lazy=True)
+        return None
+    except pa_errors.SchemaErrors as exc:
+        return exc.failure_cases
+    except pa_errors.SchemaError as exc:
+        text = str(exc).strip()
+        return (text.splitlines()[0] if text else type(exc).__name__)[:160]
+
+
 def __getattr__(name: str) -> Any:
-    # CASES_SCHEMA stays importable by name (bench history, the matrix's lost rows, tests), built on first use
+    # CASES_SCHEMA stays importable by name (tests), built on first use
     if name == "CASES_SCHEMA":
         return cases_schema()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

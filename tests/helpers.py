@@ -241,19 +241,15 @@ def add_case_files(run: Path, *, hists: bool = True, history: bool = True, merge
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def module_json(module: str, *args: str) -> Any:
-    """Run ``python -m module args`` in a fresh interpreter (from the project root) and read its last line as JSON.
+def python_json(*args: str) -> Any:
+    """Run ``python args`` (``-m module ...`` or ``-c script ...``) in a fresh interpreter from the
+    project root and read its last line of output as JSON.
 
     Why: probes that must not share this process's state (gevent patched or not, fresh imports)
     print their findings as one JSON line; a failure shows the end of their stderr.
     """
     done = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

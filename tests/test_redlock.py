@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -19,6 +16,7 @@ from lockimpls.base import BackendUnavailable, LockOptions, LockTimeout
 from lockimpls.redlock import ANSWERED, DRIFT_FIXED_MS, RedLock, close_pools, fan_out, lock_key
 from lockimpls.registry import resolve
 from tests import lock_contract as contract
+from tests.helpers import python_json
 
 
 def _start_five(server_dir: Path, tag: str) -> list[RedisServer]:
@@ -213,16 +211,7 @@ GEVENT_SCRIPT = textwrap.dedent(
 
 
 def test_parallel_and_exclusive_under_gevent(masters: list[str]) -> None:
-    root = Path(__file__).resolve().parent.parent
-    out = subprocess.run(
-        [sys.executable, "-c", GEVENT_SCRIPT, *masters],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = python_json("-c", GEVENT_SCRIPT, *masters)
     assert report["together"] is True, "under gevent the fan-out must also be pending on every master at once"
     assert report["answered"] == ["answered"] * 5
     assert report["state"] == {"inside": 0, "worst": 1, "done": 32}

@@ -147,13 +147,13 @@ def test_a_damaged_table_s_problems_under_the_doubtful_declarations_are_those_of
     clean_table: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import resultsio.read as reader
+    import resultsio.schema as schema
 
     rng = random.Random(7)
     frames = [f for f in (_spoiled(clean_table, rng) for _ in range(80)) if not table_passes(f)]
     narrowed = [[str(p) for p in reader._schema_problems(f, "cases.csv")] for f in frames]
-    monkeypatch.setattr(
-        reader, "doubtful", lambda frame: None
-    )  # every declaration in doubt: the whole schema
+    # every declaration in doubt: the whole schema
+    monkeypatch.setattr(schema, "doubtful", lambda frame: None)
     whole = [[str(p) for p in reader._schema_problems(f, "cases.csv")] for f in frames]
     assert narrowed == whole
     assert len(frames) >= 40 and sum(1 for p in whole if p) >= 40  # damage of many kinds, each named

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import module_json
+from tests.helpers import python_json
 
 
 class Outside:
@@ -102,7 +102,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def probed(redis_server: Any) -> dict[str, dict[str, Any]]:
-    return module_json("tests.test_stop_waiters_frames", redis_server.url)
+    return python_json("-m", "tests.test_stop_waiters_frames", redis_server.url)
 
 
 @pytest.mark.parametrize(("impl", "how", "ended"), CASES)

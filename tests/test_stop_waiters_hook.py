@@ -32,7 +32,7 @@ import pytest
 
 from lockimpls.base import Lock, LockOptions, LockTimeout
 from lockimpls.registry import BUILTIN, CANARIES, resolve
-from tests.helpers import module_json
+from tests.helpers import python_json
 
 #: Locks whose waiter, while it waits, keeps a place the stop could not simply drop: ending the
 #: wait would leave its node or key in the queue (or a grant pending for it), so it is left to
@@ -116,7 +116,7 @@ def probe(impl: str, urls: list[str]) -> dict[str, Any]:
 
 def run_probes(specs: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     """Each impl's probe in one fresh interpreter (no gevent), as JSON."""
-    return module_json("tests.test_stop_waiters_hook", json.dumps(specs))
+    return python_json("-m", "tests.test_stop_waiters_hook", json.dumps(specs))
 
 
 # ---- the servers and the catalog --------------------------------------------------------------

@@ -31,7 +31,7 @@ from bench.history.records import RunInfo, Skipped
 from resultsio import Problem, read_results
 from resultsio.read import FINISHED, _check_files, _check_plan, _schema_problems
 from resultsio.read import _read_meta as read_meta_json
-from resultsio.schema import cases_schema, doubtful, required_files
+from resultsio.schema import required_files, schema_failures
 
 #: Folders under a results root that hold no runs: baselines are copies of runs (they would
 #: count a run twice), comparisons and history are pages made from runs.
@@ -159,17 +159,10 @@ def _failing_folders(cases: pd.DataFrame) -> set[int] | None:
     prefix = "f" + cases["_n"].astype(str) + "."
     frame["case"] = prefix + cases["case"].astype("string")
     frame["impl"] = prefix + cases["impl"].astype("string")
-    doubt = doubtful(frame)
-    if doubt == (frozenset(), frozenset()):  # every declaration plainly passes: no pandera needed
+    failures = schema_failures(frame)
+    if failures is None:
         return set()
-    from pandera import errors as pa_errors  # only for a table in doubt (its import costs 0.13 s)
-
-    try:
-        (cases_schema() if doubt is None else cases_schema(*doubt)).validate(frame, lazy=True)
-        return set()
-    except pa_errors.SchemaErrors as exc:
-        failures = exc.failure_cases
-    except pa_errors.SchemaError:
+    if isinstance(failures, str):
         return None
     index = failures["index"]
     if index.isna().any():  # a check of a whole column (a missing column, a dtype): no row to blame

@@ -232,7 +232,6 @@ class StartGate:
     def __init__(self, outs: list[Path]) -> None:
         self.outs = outs
         self.path = outs[0].parent / f".start-gate-{os.getpid()}-{time.monotonic_ns()}"
-        self.waited_s: float | None = None
         for out in outs:  # a re-run case's folder may keep the mark of its first run
             (out / READY_FILE).unlink(missing_ok=True)
 
@@ -248,7 +247,6 @@ class StartGate:
         started = time.monotonic()
         while not self.ready(threads) and time.monotonic() - started < GATE_WAIT_S:
             time.sleep(POLL_S)
-        self.waited_s = time.monotonic() - started
         self.open()
 
     def open(self) -> None:

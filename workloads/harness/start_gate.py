@@ -35,8 +35,8 @@ POLL_S = 0.005
 log = logging.getLogger(__name__)
 
 
-def wait_at_gate(gate: str, out: str, sleep: Callable[[float], None] = time.sleep) -> float:
-    """Say this case is ready, then wait until ``gate`` exists; return the seconds waited.
+def wait_at_gate(gate: str, out: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Say this case is ready, then wait until ``gate`` exists (at most :data:`GATE_WAIT_S`).
 
     ``sleep`` is the process's sleep (gevent's, once patched): the wait runs before Locust's
     loop has work, so nothing of the case is held up but its own start.
@@ -54,4 +54,3 @@ def wait_at_gate(gate: str, out: str, sleep: Callable[[float], None] = time.slee
             )
             break
         sleep(POLL_S)
-    return time.monotonic() - started
