@@ -29,7 +29,7 @@ FIGURES = (
     ("client_cpu_ms_per_acq", "client CPU per acquire", "ms"),
     ("polls_per_acq", "polls per acquire", "ratio"),
     ("loop_lag_p99_us", "loop lag p99 (worst process)", "us"),
-    ("loop_lag_late_share", "time loop >1 ms late", "pct"),
+    ("loop_lag_late_share", "time loop >2 ms late", "pct"),
 )
 
 

@@ -51,7 +51,7 @@ MAX_LANES = 6
 #: Padding around the violation: this share of its span on each side, at least MIN_PAD_NS.
 PAD_SHARE = 0.1
 MIN_PAD_NS = 20_000_000
-#: A process whose loop ran more than 1 ms late this share of the time "stalled" (fidelity's limit).
+#: A process whose loop ran more than 2 ms late this share of the time "stalled" (fidelity's limit).
 LATE_SHARE_LIMIT = 0.25
 #: Counters that make a case "failed" beside its verdict.
 FAILURE_COUNTERS = (*VIOLATIONS, "fencing_order_violations", "stale_writes_accepted", "legit_writes_refused")

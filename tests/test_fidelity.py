@@ -77,7 +77,7 @@ def test_without_calibration_the_loop_lag_decides_and_without_it_nothing_is_meas
     cols = fidelity.columns(row, None, False, late, {}, None)
     assert cols["generator_bound"] is True
     assert cols["generator_bound_reason"].startswith(
-        "a Locust process's loop ran over 1 ms late 60% of the time"
+        "a Locust process's loop ran over 2 ms late 60% of the time"
     )
     assert cols["hold_inflation"] != cols["hold_inflation"] and cols["model_acq_s"] != cols["model_acq_s"]
     on_time = {"1": {**late["1"], "loop_lag_late_share": 0.0, "loop_lag_p99_us": 300.0}}
@@ -182,7 +182,7 @@ def test_an_overloaded_generator_is_flagged(tmp_path: Path) -> None:
     solo = meta["calibration"]["solo"]["redis.set-nx-px-lua"]
     assert solo["acquisitions"] > 0 and solo["hold_p50_us"] > 1000  # a 1 ms critical section inside
     assert row["generator_bound"] == True, row.to_dict()  # noqa: E712 - True, not just truthy
-    assert "loop ran over 1 ms late" in row["generator_bound_reason"]  # the probe saw the queue
+    assert "loop ran over 2 ms late" in row["generator_bound_reason"]  # the probe saw the queue
     assert row["loop_lag_processes"] == 1 and row["loop_lag_late_share"] > fidelity.LATE_SHARE_LIMIT
     assert row["polls_per_acq"] > 1 and row["client_cpu_ms_per_acq"] > 0
     assert row["server_cpu_us_per_acq"] > 0

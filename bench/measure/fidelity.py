@@ -4,7 +4,7 @@ One rule, three answers (``generator_bound``: True, False, or None = not measure
 
 * **the loop-lag probe** (workloads/harness/loop_lag.py) in every Locust process: a greenlet
   that asks to wake every millisecond records how late it woke. A process whose loop ran
-  more than 1 ms late for more than :data:`LATE_SHARE_LIMIT` of the time was a queue of its
+  more than 2 ms late for more than :data:`LATE_SHARE_LIMIT` of the time was a queue of its
   own: every simulated client waited for the others. The worst process decides, and only
   where a process ran more than one client. It runs in every workload and mode;
 * **hold inflation**, where a solo calibration exists (flash-sale, reentrant, read-mostly):
@@ -36,7 +36,7 @@ from typing import Any
 #: (redis.pottery-redlock at 50, its loop late 56% of the time). 2.0 lies in the gap.
 INFLATION_THRESHOLD = 2.0
 
-#: Share of a case's time one Locust process's loop may run more than 1 ms late
+#: Share of a case's time one Locust process's loop may run more than 2 ms late
 #: (``loop_lag_late_share``, workloads/harness/loop_lag.py LATE_LIMIT_US) before the case is
 #: generator-bound. Quiet machine (2026-12-01, load average 0.3-1.6): the default Redis run
 #: 0.024-0.043 for nine impls and 0.071 for redis.redlock (5-master fan-out, hold inflation
@@ -208,7 +208,7 @@ def judge_bound(
         shared = users is None or users > loop.processes
         if shared and late is not None and late > LATE_SHARE_LIMIT:
             reasons.append(
-                f"a Locust process's loop ran over 1 ms late {late:.0%} of the time "
+                f"a Locust process's loop ran over 2 ms late {late:.0%} of the time "
                 f"(limit {LATE_SHARE_LIMIT:.0%}; lag p99 {_ms(loop.p99_us)})"
             )
     hold = _finite(hold_p50_us)

@@ -535,6 +535,7 @@ def _on_final(environment: Any, msg: Any, **_: Any) -> None:
 @events.test_stopping.add_listener
 def _on_test_stopping(environment: Any, **_: Any) -> None:
     STATE.stopping = True
+    LOOP_LAG.freeze()  # the load window ends here; the figures describe the load, not its teardown
     _let_waiting_users_finish(environment)
 
 

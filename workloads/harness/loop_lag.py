@@ -2,7 +2,7 @@
 
 Every simulated client of a Locust process shares one gevent loop. When the loop has more
 work than one core can do, every client's next step waits for the others: acquire times
-grow by the loop's queue, not by the lock. A greenlet that asks to wake every millisecond
+grow by the loop's queue, not by the lock. A greenlet that asks to wake at fixed times
 and records how late it woke measures that queue directly, in every workload and mode
 (closed, open, matrix, ``--processes`` workers, ``bench worker`` hosts, test hosts),
 where the solo calibration (bench/measure/fidelity.py) covers only three workloads.
@@ -10,11 +10,14 @@ where the solo calibration (bench/measure/fidelity.py) covers only three workloa
 Figures per process, since the probe started (the harness starts it at each test start):
 
 * ``loop_lag_p50_us`` / ``loop_lag_p99_us``: how late a wake-up was (HDR, microseconds);
-* ``loop_lag_late_share``: the share of wall time during which the loop ran more than
-  :data:`LATE_LIMIT_US` behind. A wake-up ``lag`` late means the loop was busy from the
-  due time until it woke, so it was more than the limit behind for ``lag - limit`` of that
-  time; summed over wake-ups and divided by the time measured;
-* ``loop_lag_wakes``: how many wake-ups the figures rest on.
+* ``loop_lag_late_share``: the share of the load window during which the loop ran more than
+  :data:`LATE_LIMIT_US` behind, sampled: the probe's due times form a fixed grid
+  (:data:`INTERVAL_S` apart), and a grid point is late when the probe woke more than the limit
+  after it. A wake-up after a long stall accounts for every grid point the stall covered;
+* ``loop_lag_wakes``: how many grid points (samples) the figures rest on.
+
+The window opens at the test's start (:meth:`LoopLagProbe.start`) and closes when Locust
+begins to stop the users (:meth:`LoopLagProbe.freeze`).
 
 The probe records, it never judges: bench decides what the figures mean.
 """
@@ -26,18 +29,27 @@ from typing import Any
 
 import gevent
 from gevent import Greenlet
-from greenlet import getcurrent
 
 from workloads.harness.recording import encode_histogram, new_histogram
 
-#: How often the probe asks to wake (seconds): short enough to see a loop that runs a few
-#: milliseconds late, long enough to cost little (benchmarks/loop_lag_cost.py measures it).
-INTERVAL_S = 0.001
+#: How often the probe samples the loop (seconds). Each sample is one point of a fixed grid, so
+#: the late share is the share of grid points at which the loop was behind: the same quantity
+#: at any spacing, only with fewer samples. 10 ms: a 0.2 s case still has 20 of them, and the
+#: probe costs next to nothing. At 1 ms it woke each process 1,000 times a second and cost 0.025
+#: of a core each (benchmarks/loop_lag_cost.py): a group of 14 cases was 0.74 cores busy with
+#: it and 0.61 with 10 ms (redis restart, one lane, load 0.7), a sixth of the machine's work
+#: spent watching the other five.
+INTERVAL_S = 0.01
 
 #: Lag (microseconds) beyond which the loop counts as running late for ``loop_lag_late_share``.
-#: 1 ms: an acquire that takes one round trip to a local server (about 0.1 ms) is then held
-#: up by the load generator ten times over.
-LATE_LIMIT_US = 1000.0
+#: 2 ms: 1 ms beyond what an idle loop shows. gevent's loop (libev on epoll) sleeps in whole
+#: milliseconds, rounded up, so an idle process's wake-ups come 0.5 ms late at the median and
+#: 1.07 ms at the 99th percentile (one process, nothing else on it, 2026-12-05). With a 1 ms
+#: limit 7-9% of an idle loop's samples counted as "late", and any process that shared a core
+#: for a moment crossed the 15% that makes a case generator-bound. Beyond 2 ms an acquire
+#: that takes one round trip to a local server (about 0.1 ms) is held up by the load
+#: generator ten times over, as the old 1 ms limit meant to say.
+LATE_LIMIT_US = 2000.0
 
 
 #: A wake-up this late (microseconds) is a stall worth placing in time: the probe hands it to
@@ -48,7 +60,7 @@ STALL_MARK_US = 50_000.0
 
 
 class LoopLagProbe:
-    """A greenlet waking every :data:`INTERVAL_S`, recording how late it woke.
+    """A greenlet sampling the loop every :data:`INTERVAL_S`, recording how late it woke.
 
     Why a greenlet rather than a watcher callback in the hub: a greenlet waits in the same
     run queue as the simulated clients, so it is late exactly when they are.
@@ -59,6 +71,7 @@ class LoopLagProbe:
         self.late_limit_us = late_limit_us
         self.hist = new_histogram()
         self.late_us = 0.0
+        self.late = 0
         self.wakes = 0
         self.t0_ns: int | None = None
         self._greenlet: Greenlet | None = None
@@ -68,6 +81,8 @@ class LoopLagProbe:
         #: called with (when the wake-up came, monotonic ns; how late, us) for every stall of at
         #: least STALL_MARK_US; None: nobody listens
         self.on_stall: Any = None
+        #: the figures as they were when the load window closed (:meth:`freeze`); None: still open
+        self._frozen: dict[str, Any] | None = None
 
     @property
     def running(self) -> bool:
@@ -78,9 +93,11 @@ class LoopLagProbe:
         self.stop()
         self.hist = new_histogram()
         self.late_us = 0.0
+        self.late = 0
         self.wakes = 0
         self._excused_ns = 0
         self.excused_total_ns = 0
+        self._frozen = None
         self.t0_ns = time.monotonic_ns()
         self._greenlet = gevent.spawn(self._run)
 
@@ -88,6 +105,17 @@ class LoopLagProbe:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
             self._greenlet = None
+
+    def freeze(self) -> None:
+        """Close the figures' window: the load is over, what follows is the harness taking it down.
+
+        Why: stopping users, closing their locks and writing the history ran up to 150 ms of
+        one process's loop after cases whose load lasted 0.2 s (the matrix's fault-free
+        controls end on their evidence), so half of such a case's "late" time was its own
+        teardown. The probe keeps running, so a stall in the stop is still marked in the history.
+        """
+        if self._frozen is None:
+            self._frozen = self._figures()
 
     def excuse(self, ns: int) -> None:
         """Take a deliberate stop of this whole process (``ns`` long) out of the figures.
@@ -103,40 +131,50 @@ class LoopLagProbe:
         self.excused_total_ns += ns
 
     def _run(self) -> None:
-        """Wake on one repeating timer; each wake-up records how late it came.
+        """Wake at each point of the grid; each grid point passed is one sample of the lag.
 
-        One timer started once, rather than ``gevent.sleep`` (a new timer per wake-up):
-        measured on the shared 2-core machine with an idle loop, 0.045 of a core for
-        ``gevent.sleep(0.001)`` against 0.025 for this (the rest is the loop's own wake-up).
-        The hub switches into this greenlet from the timer's callback, as gevent's own
+        A one-shot timer armed for the next grid point each time, not libev's repeating timer:
+        after a late wake-up libev moves its repeating timer's schedule, and samples taken
+        against a grid it no longer kept read as late for ever after (76% "late" on an idle
+        stretch). ``hub.wait`` switches back from the timer's callback, as gevent's own
         ``Waiter`` does, so the probe still queues behind every client the hub runs first.
         """
         interval_ns = int(self.interval_s * 1e9)
-        limit = self.late_limit_us
+        interval_us = interval_ns / 1000
+        limit_ns = int(self.late_limit_us * 1000)
         clock, record = time.monotonic_ns, self.hist.record_value
         hub = gevent.get_hub()
-        timer = hub.loop.timer(self.interval_s, self.interval_s)
-        timer.start(getcurrent().switch)
-        try:
-            due = clock() + interval_ns
-            while True:
-                hub.switch()
-                now = clock()
-                # gevent's timers run from the loop's cached "now": a wake-up can come a little early
-                lag_us = max((now - due - self._excused_ns) / 1000, 0.0)
+        loop = hub.loop
+        due = clock() + interval_ns
+        while True:
+            timer = loop.timer(max(due - clock(), 0) / 1e9)
+            try:
+                hub.wait(timer)
+            finally:
+                timer.close()
+            now = clock()
+            if self._excused_ns:  # the points of the grid inside a deliberate stop are no samples
+                due += self._excused_ns
                 self._excused_ns = 0
-                due = now + interval_ns
-                record(max(1, int(lag_us)))
+            if due > now:  # the loop's cached "now" started the timer a little early: wait the rest
+                continue
+            first_lag_ns = now - due
+            while due <= now:
+                lag_ns = now - due
+                record(max(1, lag_ns // 1000))
                 self.wakes += 1
-                if lag_us > limit:
-                    self.late_us += lag_us - limit
-                    if lag_us >= STALL_MARK_US and self.on_stall is not None:
-                        self.on_stall(now, lag_us)
-        finally:
-            timer.stop()
+                if lag_ns > limit_ns:
+                    self.late += 1
+                    self.late_us += interval_us
+                due += interval_ns
+            if first_lag_ns >= STALL_MARK_US * 1000 and self.on_stall is not None:
+                self.on_stall(now, first_lag_ns / 1000)
 
     def figures(self) -> dict[str, Any]:
-        """This process's figures since :meth:`start` (None each when the probe never ran)."""
+        """This process's figures from :meth:`start` to :meth:`freeze` or now (None each when it never ran)."""
+        return self._frozen if self._frozen is not None else self._figures()
+
+    def _figures(self) -> dict[str, Any]:
         if self.t0_ns is None or not self.wakes:
             return {
                 "loop_lag_p50_us": None,
@@ -144,11 +182,10 @@ class LoopLagProbe:
                 "loop_lag_late_share": None,
                 "loop_lag_wakes": 0,
             }
-        wall_us = (time.monotonic_ns() - self.t0_ns - self.excused_total_ns) / 1000
         return {
             "loop_lag_p50_us": float(self.hist.get_value_at_percentile(50)),
             "loop_lag_p99_us": float(self.hist.get_value_at_percentile(99)),
-            "loop_lag_late_share": min(1.0, self.late_us / wall_us) if wall_us > 0 else None,
+            "loop_lag_late_share": self.late / self.wakes,
             "loop_lag_wakes": self.wakes,
             "loop_lag_hist": encode_histogram(self.hist),
         }
