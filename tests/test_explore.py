@@ -239,6 +239,7 @@ def test_the_plan_command_prints_the_same_schedules_for_the_same_seed() -> None:
     assert one.returncode == 0 and one.stdout == two.stdout and "restart" in one.stdout
 
 
+@pytest.mark.server  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
 def test_nothing_found_exits_0_and_says_how_many_schedules(tmp_path: Path) -> None:
     """A pause well inside the lease breaks no lock: one real schedule runs, then the budget is spent."""
     done = _bench(
@@ -251,6 +252,7 @@ def test_nothing_found_exits_0_and_says_how_many_schedules(tmp_path: Path) -> No
     assert run["kind"] == "explore" and run["explore"]["redis.set-nx-px-lua"]["schedules_tried"] == 1
 
 
+@pytest.mark.server  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
 @pytest.mark.parametrize(
     "event",
     [

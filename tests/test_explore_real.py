@@ -20,6 +20,10 @@ from bench.explore.draw import reach, schedule_for
 from bench.explore.execute import explore_settings
 from bench.explore.schedule import Event
 
+pytestmark = (
+    pytest.mark.server
+)  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
+
 ROOT = Path(__file__).resolve().parents[1]
 COINCIDENCE = "tests.coincidence_locks:RestartDuringStopLock"
 STUCK = "tests.coincidence_locks:StuckAfterRestartLock"

@@ -16,6 +16,10 @@ from lockimpls import pg_conn
 from lockimpls.base import BackendUnavailable, LockOutcomeUnknown
 from lockimpls.registry import resolve
 
+pytestmark = (
+    pytest.mark.server
+)  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
+
 
 def _ids_of(pid: int) -> tuple[int, int]:
     """(real uid, real gid) of a running process."""

@@ -20,6 +20,10 @@ import pytest
 from infra.redis_server import RedisServer
 from tests.helpers import MARK_ENV, PROJECT, bench, marked_processes, refused
 
+pytestmark = (
+    pytest.mark.server
+)  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
+
 NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
 PASSWORD = "s3cret-h1"
 

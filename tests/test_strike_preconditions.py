@@ -340,6 +340,7 @@ def test_controls_read_back_from_cases_csv_ignore_empty_cells() -> None:
     assert rows[1]["control_outcome"].startswith("failed (redis.setnx-del")
 
 
+@pytest.mark.server  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
 def test_a_holder_whose_strike_missed_is_told_so_and_its_case_waits_for_one_that_hit(
     servers: tuple[RedisServer, RedisServer],
 ) -> None:

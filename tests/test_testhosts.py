@@ -284,6 +284,7 @@ with ThreadPoolExecutor(1) as pool:
 """
 
 
+@pytest.mark.server  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
 def test_a_loopback_server_after_a_partition_lane_starts_on_loopback() -> None:
     """The spawner thread (infra/process.py) was born inside the first partition lane's control host
     and forked every later server there: a loopback lane's Redis never answered on 127.0.0.1 (issue 39)."""
