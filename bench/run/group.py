@@ -81,8 +81,12 @@ def resource_db(url: str, index: int) -> str:
 #: (0.1-0.3 s of load), so a group's start took longer than its cases (1.9-4.4 s waiting at the
 #: gate for the others' warm processes, against 0.03 s for a lone case's start) and four cases
 #: buying at once from a standing start kept their loops late 16-20% of that short window
-#: (loop late 0-15% alone; the redis+postgres matrix, 2026-12-05).
-GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 1, "session-pause": 4}
+#: (loop late 0-15% alone; the redis+postgres matrix, 2026-12-05). A lease-expiry-world case is
+#: three Locust processes (a master and two workers) contending flat out for one lock: seven
+#: side by side kept 16 of 18 cases generator-bound (loops late 24-29%), four side by side none
+#: of 20 (late 2-10%), at 84 s against 135 s and the same 11 cells (redis and etcd, 2 lanes,
+#: load 0.7-2.1 at the start, 2026-12-05).
+GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 1, "lease-expiry-world": 4, "session-pause": 4}
 
 
 def groupable(case: Case) -> bool:
