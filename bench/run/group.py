@@ -85,8 +85,19 @@ def resource_db(url: str, index: int) -> str:
 #: three Locust processes (a master and two workers) contending flat out for one lock: seven
 #: side by side kept 16 of 18 cases generator-bound (loops late 24-29%), four side by side none
 #: of 20 (late 2-10%), at 84 s against 135 s and the same 11 cells (redis and etcd, 2 lanes,
-#: load 0.7-2.1 at the start, 2026-12-05).
-GROUP_SIZES = {"crash": 2, "clock-skew": 4, "flash-sale": 1, "lease-expiry-world": 4, "session-pause": 4}
+#: load 0.7-2.1 at the start, 2026-12-05). A ZooKeeper ensemble's member kills share two cores
+#: with three JVMs: eleven cases under one kill were all generator-bound (loops late 22%), two
+#: groups of six none of 12, kill-member in 113 s against 92 s with the same 5 cells; kill-leader
+#: in groups of six, none of 12 (152 s; one lane, load 1.8-5.5 at the start, 2026-12-05).
+GROUP_SIZES = {
+    "crash": 2,
+    "clock-skew": 4,
+    "flash-sale": 1,
+    "kill-leader": 6,
+    "kill-member": 6,
+    "lease-expiry-world": 4,
+    "session-pause": 4,
+}
 
 
 def groupable(case: Case) -> bool:
