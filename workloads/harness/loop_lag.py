@@ -44,7 +44,7 @@ INTERVAL_S = 0.01
 #: Lag (microseconds) beyond which the loop counts as running late for ``loop_lag_late_share``.
 #: 2 ms: 1 ms beyond what an idle loop shows. gevent's loop (libev on epoll) sleeps in whole
 #: milliseconds, rounded up, so an idle process's wake-ups come 0.5 ms late at the median and
-#: 1.07 ms at the 99th percentile (one process, nothing else on it, 2026-12-05). With a 1 ms
+#: 1.07 ms at the 99th percentile (one process, nothing else running, 2026-12-05). With a 1 ms
 #: limit 7-9% of an idle loop's samples counted as "late", and any process that shared a core
 #: for a moment crossed the 15% that makes a case generator-bound. Beyond 2 ms an acquire
 #: that takes one round trip to a local server (about 0.1 ms) is held up by the load
