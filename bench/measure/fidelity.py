@@ -3,7 +3,7 @@
 One rule, three answers (``generator_bound``: True, False, or None = not measured):
 
 * **the loop-lag probe** (workloads/harness/loop_lag.py) in every Locust process: a greenlet
-  that asks to wake every millisecond records how late it woke. A process whose loop ran
+  that wakes on a fixed 10 ms grid records how late it woke. A process whose loop ran
   more than 2 ms late for more than :data:`LATE_SHARE_LIMIT` of the time was a queue of its
   own: every simulated client waited for the others. The worst process decides, and only
   where a process ran more than one client. It runs in every workload and mode;

@@ -37,8 +37,8 @@ from workloads.harness.recording import encode_histogram, new_histogram
 #: at any spacing, only with fewer samples. 10 ms: a 0.2 s case still has 20 of them, and the
 #: probe costs next to nothing. At 1 ms it woke each process 1,000 times a second and cost 0.025
 #: of a core each (benchmarks/loop_lag_cost.py): a group of 14 cases was 0.74 cores busy with
-#: it and 0.61 with 10 ms (redis restart, one lane, load 0.7), a sixth of the machine's work
-#: spent watching the other five.
+#: it and 0.61 with 10 ms (redis restart, one lane, load 0.7): a sixth of the group's CPU
+#: spent watching the rest.
 INTERVAL_S = 0.01
 
 #: Lag (microseconds) beyond which the loop counts as running late for ``loop_lag_late_share``.
@@ -70,19 +70,22 @@ class LoopLagProbe:
         self.interval_s = interval_s
         self.late_limit_us = late_limit_us
         self.hist = new_histogram()
-        self.late_us = 0.0
         self.late = 0
         self.wakes = 0
         self.t0_ns: int | None = None
         self._greenlet: Greenlet | None = None
-        #: a deliberate stop of the whole process not yet taken off a wake-up's lag, and all of them
+        #: a deliberate stop of the whole process not yet taken off the grid
         self._excused_ns = 0
-        self.excused_total_ns = 0
         #: called with (when the wake-up came, monotonic ns; how late, us) for every stall of at
         #: least STALL_MARK_US; None: nobody listens
         self.on_stall: Any = None
         #: the figures as they were when the load window closed (:meth:`freeze`); None: still open
         self._frozen: dict[str, Any] | None = None
+
+    @property
+    def late_us(self) -> float:
+        """Time the loop ran more than the limit behind (microseconds): each late sample stands for its interval."""
+        return self.late * self.interval_s * 1e6
 
     @property
     def running(self) -> bool:
@@ -92,11 +95,9 @@ class LoopLagProbe:
         """Forget earlier figures and (re)start the probe: one case, one set of figures."""
         self.stop()
         self.hist = new_histogram()
-        self.late_us = 0.0
         self.late = 0
         self.wakes = 0
         self._excused_ns = 0
-        self.excused_total_ns = 0
         self._frozen = None
         self.t0_ns = time.monotonic_ns()
         self._greenlet = gevent.spawn(self._run)
@@ -124,11 +125,10 @@ class LoopLagProbe:
         pause would; the wake-up after it came seconds late, and counted as the load generator's
         queue it made every such case generator-bound (loop late 60-87% of the time in the
         2026-12-03 matrices) and marked a 2 s "stall" that was the experiment itself. Call it
-        right after the stop, before the loop runs again: the next wake-up's lag loses it, and
-        the late share's time leaves it out.
+        right after the stop, before the loop runs again: the grid moves past it, so none of
+        its points is a sample.
         """
         self._excused_ns += ns
-        self.excused_total_ns += ns
 
     def _run(self) -> None:
         """Wake at each point of the grid; each grid point passed is one sample of the lag.
@@ -140,7 +140,6 @@ class LoopLagProbe:
         ``Waiter`` does, so the probe still queues behind every client the hub runs first.
         """
         interval_ns = int(self.interval_s * 1e9)
-        interval_us = interval_ns / 1000
         limit_ns = int(self.late_limit_us * 1000)
         clock, record = time.monotonic_ns, self.hist.record_value
         hub = gevent.get_hub()
@@ -165,7 +164,6 @@ class LoopLagProbe:
                 self.wakes += 1
                 if lag_ns > limit_ns:
                     self.late += 1
-                    self.late_us += interval_us
                 due += interval_ns
             if first_lag_ns >= STALL_MARK_US * 1000 and self.on_stall is not None:
                 self.on_stall(now, first_lag_ns / 1000)
