@@ -7,7 +7,7 @@ machine falls on both alike. CPU is this process's user + system time. Prints on
 line: the median CPU s/s without and with the probe, their difference (the probe's cost,
 as a share of one core) and the probe's own figures of the last round.
 
-    .venv/bin/python benchmarks/loop_lag_cost.py [DURATION_S] [ROUNDS] [CLIENTS] [--client-sleep S]
+    .venv/bin/python benchmarks/loop_lag_cost.py [DURATION_S] [ROUNDS] [CLIENTS] [--client-sleep S] [--interval S]
 
 Aim (issue 22): under 0.01 of a core. Measure on a quiet machine (load average < 1).
 """
@@ -28,7 +28,7 @@ import gevent  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workloads.harness.loop_lag import LoopLagProbe  # noqa: E402
+from workloads.harness.loop_lag import INTERVAL_S, LoopLagProbe  # noqa: E402
 
 
 def _cpu() -> float:
@@ -60,8 +60,9 @@ def main() -> None:
     parser.add_argument("rounds", nargs="?", type=int, default=3)
     parser.add_argument("clients", nargs="?", type=int, default=1)
     parser.add_argument("--client-sleep", type=float, default=0.01)
+    parser.add_argument("--interval", type=float, default=INTERVAL_S, help="the probe's grid spacing (s)")
     args = parser.parse_args()
-    probe = LoopLagProbe()
+    probe = LoopLagProbe(interval_s=args.interval)
     without, with_ = [], []
     for _ in range(args.rounds):
         without.append(one_round(args.duration_s, args.clients, args.client_sleep, None))
@@ -71,6 +72,7 @@ def main() -> None:
         "duration_s": args.duration_s,
         "rounds": args.rounds,
         "clients": args.clients,
+        "interval_s": args.interval,
         "cpu_s_per_s_without": statistics.median(without),
         "cpu_s_per_s_with": statistics.median(with_),
         "probe_cost_share_of_core": statistics.median(with_) - statistics.median(without),
