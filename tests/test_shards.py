@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from bench.errors import UserError
+from bench.matrix.machine import auto_lanes
 from bench.matrix.plan import Lane, plan_lanes, plan_matrix
-from bench.matrix.shards import auto_lanes, deal, parse_shard
+from bench.matrix.shards import deal, parse_shard
 from bench.matrix.tables import grid
 from tests.helpers import bench
 
@@ -52,11 +53,18 @@ def test_the_lanes_are_dealt_whole_the_same_way_every_time_and_each_once() -> No
 
 
 def test_auto_lanes_follow_the_spare_cores() -> None:
-    assert auto_lanes(cores=2, load1=0.1)[0] == 1
-    assert auto_lanes(cores=8, load1=0.5)[0] == 4  # never more than 4
-    assert auto_lanes(cores=8, load1=5.5)[0] == 2
-    lanes, why = auto_lanes(cores=2, load1=3.0)
-    assert lanes == 1 and "load average 3.00" in why  # a busy machine still runs one lane
+    assert auto_lanes(cores=2, busy=0.1)[0] == 3  # a quiet 2-core machine: three lanes of 0.6 core
+    assert auto_lanes(cores=2, busy=0.9)[0] == 1
+    assert auto_lanes(cores=8, busy=0.5)[0] == 4  # never more than 4
+    assert auto_lanes(cores=8, busy=6.5)[0] == 2
+    lanes, why = auto_lanes(cores=2, busy=3.0)
+    assert lanes == 1 and "3.00 busy now" in why  # a busy machine still runs one lane
+
+
+def test_auto_lanes_measure_the_machine_now() -> None:
+    """Without a figure given, the busy cores are sampled from /proc/stat, not the load average."""
+    lanes, why = auto_lanes(cores=2)
+    assert "busy now" in why and 1 <= lanes <= 3
 
 
 def _run(tmp: Path, name: str, *extra: str) -> Path:

@@ -201,7 +201,7 @@ def _declarations() -> dict[str, Spec]:
         # bench matrix
         s("parallel", int | None, None,
           "lanes (cases sharing no server) run side by side (default: --lanes auto)", "N"),
-        s("lanes", str, "auto", "lanes side by side: auto (the cores spare now, one a lane, at most 4) or N",
+        s("lanes", str, "auto", "lanes side by side: auto (the cores idle over a second, 0.6 of a core a lane, at most 4) or N; heavy units never meet",
           "auto|N"),
         s("shard", str | None, None,
           "run only slice I of N (whole lanes, the same slice on every machine); join with bench merge", "I/N"),

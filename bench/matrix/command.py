@@ -30,10 +30,11 @@ from rich.console import Console
 
 from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
-from bench.matrix.lanes import Shared, busy_cores, cpu_ticks, load_average, run_lanes, strike_cycles
+from bench.matrix.lanes import Shared, run_lanes, strike_cycles
+from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, load_average
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.request import MatrixRequest
-from bench.matrix.shards import Shard, auto_lanes, deal
+from bench.matrix.shards import Shard, deal
 from bench.matrix.tables import markdown_table, print_summary, timing_summary, undecided
 from bench.measure.strikes import LEVELS, EvidenceTarget
 from bench.nemesis.scenarios import USERS, scenarios_at
@@ -257,6 +258,7 @@ def _run(plan: _Plan, folder: RunFolder, shared: Shared, parallel: int, request:
         folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
                                "load_average": {"start": load_start, "end": load_average()},
                                "busy_cores": busy_cores(ticks, cpu_ticks()),
+                               "admission_wait_s": round(shared.admission.waited_s, 1),
                                "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})

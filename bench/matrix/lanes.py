@@ -8,7 +8,6 @@ clears lock state between them; ``run_lanes`` runs ``--lanes`` of them side by s
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.matrix.admission import Admission
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
 from bench.matrix.rerun import rerun_reason, settle
@@ -93,31 +93,6 @@ def strike_cycles(cycles: dict[str, dict[str, list[dict[str, float]]]]) -> dict[
     return out
 
 
-def load_average() -> list[float]:
-    """The 1, 5 and 15 minute load averages (the matrix's figures are read beside them)."""
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return []
-
-
-def cpu_ticks() -> tuple[int, int] | None:
-    """(busy, total) CPU ticks of the whole machine so far (/proc/stat), None where unreadable."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def busy_cores(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
-    """Mean cores busy between two :func:`cpu_ticks` readings (the matrix, its servers and anything else)."""
-    if start is None or end is None or end[1] <= start[1]:
-        return None
-    return round((end[0] - start[0]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
-
-
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
@@ -188,6 +163,8 @@ class Shared:
         self.cancel = threading.Event()
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
+        #: what the running units weigh together: heavy ones are kept apart (admission.py)
+        self.admission = Admission()
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
@@ -442,27 +419,37 @@ class _LaneRun:
         self.fresh_each = lane.topology == "sentinel"
         self.logs = lane_log_dir(shared.folder.path, lane)
         self.units = lane.units or form_groups(lane)
+        #: the units not run yet, in the lane's order (a unit that does not fit now waits its turn)
+        self.pending = list(self.units)
         self.stack: Stack | None = None
         self.restarts = 0
 
     def run(self) -> None:
         t0 = time.monotonic()
-        index = 0
+        admission = self.shared.admission
         try:
-            while index < len(self.units):
+            while self.pending:
                 if self.shared.cancel.is_set():
                     return
-                if self.stack is None and not self._start(index):
+                if self.stack is None and not self._start():
                     return
-                if not self._unit(index):
+                # the first unit of the lane's that fits beside what the other lanes run now
+                at = admission.take(self.pending, self.shared.cancel)
+                if at is None:
                     return
-                index += 1
+                unit = self.pending.pop(at)
+                try:
+                    going_on = self._unit(unit)
+                finally:
+                    admission.give_back(unit)
+                if not going_on:
+                    return
         finally:
             if self.stack is not None:
                 self.stack.close()
             self.timing["wall_s"] = time.monotonic() - t0
 
-    def _start(self, index: int) -> bool:
+    def _start(self) -> bool:
         """Start the lane's servers, a second time on fresh ports if the first start failed.
 
         False when they could not be started: the lane's remaining cases are then lost.
@@ -486,7 +473,7 @@ class _LaneRun:
                 self.restarts += 1
                 what = f"lane {lane.name}: its servers did not start: {' '.join(str(exc).split())}"
                 if self.user_urls.get(lane.backend) or self.restarts > MAX_LANE_RESTARTS:
-                    _lose_rest(lane, self.shared, self.units[index:], what)
+                    _lose_rest(lane, self.shared, self.pending, what)
                     return False
                 self.shared.incident(f"{what}; trying once more with fresh servers on fresh ports")
             finally:
@@ -521,10 +508,9 @@ class _LaneRun:
             results[i] = settle(why, result)
         return results, self._dead()
 
-    def _unit(self, index: int) -> bool:
+    def _unit(self, unit: list[MatrixCase]) -> bool:
         """Run one unit, record its cases, get the lane ready for the next; False when the lane stops."""
         assert self.stack is not None
-        unit = self.units[index]
         t_unit = time.monotonic()
         results, dead = self._attempt(unit)
         where = _kept_logs(self.stack.keep_logs(dead, why="died")) if dead else f" (server logs: {self.logs})"
@@ -549,7 +535,7 @@ class _LaneRun:
             if dead:
                 live = [d for d in dead if d in self.stack.servers]
                 where = _kept_logs(self.stack.keep_logs(live, why="died"))
-        return not dead or self._after_death(index, unit, dead, where)
+        return not dead or self._after_death(unit, dead, where)
 
     def _record(
         self, case: MatrixCase, result: dict[str, Any] | Exception, dead: list[str], where: str
@@ -577,7 +563,7 @@ class _LaneRun:
             self.timing["locust_startup_s"] += (t["test_start_ns"] - t["launched_ns"]) / 1e9
             self.timing["load_s"] += (t["test_stop_ns"] - t["test_start_ns"]) / 1e9
 
-    def _after_death(self, index: int, unit: list[MatrixCase], dead: list[str], where: str) -> bool:
+    def _after_death(self, unit: list[MatrixCase], dead: list[str], where: str) -> bool:
         """Fresh servers for the lane's next case after a death; False when the lane stops.
 
         A nightly matrix should not lose a lane's later cases to one death: its cases are marked
@@ -592,10 +578,9 @@ class _LaneRun:
         self.stack = None
         if self.user_urls.get(lane.backend) or self.restarts > MAX_LANE_RESTARTS:
             self.shared.fail(f"{what}; lane stopped")
-            rest = self.units[index + 1 :]
-            _lose_rest(lane, self.shared, rest, f"{what}; lane stopped (fresh servers failed before)")
+            _lose_rest(lane, self.shared, self.pending, f"{what}; lane stopped (fresh servers failed before)")
             return False
-        if index + 1 < len(self.units):
+        if self.pending:
             self.shared.fail(f"{what}; the lane's servers were started afresh for its next case")
         else:
             self.shared.fail(what)

@@ -14,20 +14,11 @@ ids, which is what the merge checks.
 
 from __future__ import annotations
 
-import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from bench.errors import UserError
-
-#: What one lane keeps busy, in cores, when it runs a group of cases under one strike
-#: (several Locust processes, their servers, the fault thread). Measured on the 2-core machine:
-#: a group of 6 cases kept both cores about half busy.
-LANE_CPU = 1.0
-#: Never more lanes side by side than this, whatever the machine has spare.
-MAX_AUTO_LANES = 4
 
 
 @dataclass(frozen=True)
@@ -75,21 +66,3 @@ def deal(lanes: list[Any], of: int) -> list[list[Any]]:
         shards[i].append(lane)
         load[i] += lane_cost(lane)
     return shards
-
-
-def auto_lanes(cores: int | None = None, load1: float | None = None) -> tuple[int, str]:
-    """How many lanes to run side by side here, and why: the spare cores now, at ``LANE_CPU`` a lane.
-
-    A starved lane makes sessions expire and holders stall (a loaded standard run drew a
-    ZooKeeper crash cell as a violation while its Locust loop was late 61% of the time), so
-    the matrix is made shorter by doing less work per answer, never by more lanes than fit.
-    """
-    cores = cores or os.cpu_count() or 1
-    if load1 is None:
-        try:
-            load1 = os.getloadavg()[0]
-        except OSError:
-            load1 = 0.0
-    spare = max(0.0, cores - load1)
-    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / LANE_CPU)))
-    return lanes, f"{cores} cores, load average {load1:.2f}: {spare:.1f} spare, {LANE_CPU:g} a lane"

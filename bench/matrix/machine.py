@@ -1,0 +1,77 @@
+"""What this machine has spare: load averages, CPU ticks, and how many lanes to run side by side.
+
+Why its own module: the matrix reads the machine at its start (how many lanes fit) and at its end
+(how busy it was), and both must read it the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+#: What one lane keeps busy, in cores, at its busiest. Measured on the 2-core machine over the full
+#: standard matrix at ``--lanes 2`` (c7a4b1f, four shards, loads 0.3-1.9 at their starts): the
+#: machine was 0.62, 0.85, 1.23 and 1.08 cores busy, 0.31-0.62 a lane. The highest is used, so a
+#: quiet 2-core machine runs three lanes; the admission budget (admission.py) keeps heavy units apart.
+LANE_CPU = 0.6
+#: Never more lanes side by side than this, whatever the machine has spare.
+MAX_AUTO_LANES = 4
+#: How long the busy cores are sampled before choosing the lanes.
+SAMPLE_S = 1.0
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the matrix's figures are read beside them)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat), None where unreadable."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """Mean cores busy between two :func:`cpu_ticks` readings (the matrix, its servers and anything else)."""
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return round((end[0] - start[0]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
+
+
+def busy_now(seconds: float = SAMPLE_S) -> float | None:
+    """Cores busy over the next ``seconds`` (anything running here), None where /proc/stat is unreadable."""
+    start = cpu_ticks()
+    time.sleep(seconds)
+    return busy_cores(start, cpu_ticks())
+
+
+def auto_lanes(cores: int | None = None, busy: float | None = None) -> tuple[int, str]:
+    """How many lanes to run side by side here, and why: the cores spare now, at ``LANE_CPU`` a lane.
+
+    The spare cores are measured (a second of /proc/stat), not taken from the load average: a
+    shard that starts as the one before it ends would see that one's load for minutes and run
+    on one lane. Where /proc/stat cannot be read, the 1-minute load average stands in.
+    A starved lane makes sessions expire and holders stall, so never more lanes than fit.
+    """
+    cores = cores or os.cpu_count() or 1
+    source = "busy now"
+    if busy is None:
+        busy = busy_now()
+    if busy is None:
+        source = "load average"
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:
+            busy = 0.0
+    spare = max(0.0, cores - busy)
+    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / LANE_CPU)))
+    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {LANE_CPU:g} a lane"
