@@ -72,6 +72,19 @@ def test_a_failure_of_two_coinciding_events_is_found_and_shrunk_to_exactly_them(
     assert finding.confirmed == "2 of 2 confirming runs failed"
 
 
+def test_shrink_runs_bound_the_shrinking_in_runs_and_the_failure_is_still_confirmed() -> None:
+    free = Coincidence()
+    unbound = Explorer(FAKE, _make, free, 3, 3600).explore()
+    assert unbound.shrink_steps > 2 and not unbound.shrink_out  # so the bound below is what stops it
+    space = Coincidence()
+    finding = Explorer(FAKE, _make, space, 3, 3600, max_shrink_runs=2).explore()
+    assert finding.shrink_out and finding.shrink_steps == 2
+    assert finding.found and finding.reproduced  # what was in hand is kept and confirmed
+    assert finding.shrunk.size() <= finding.first.size()
+    kept = Explorer(FAKE, _make, Coincidence(), 3, 3600, max_shrink_runs=0).explore()
+    assert kept.shrink_steps == 0 and kept.shrunk.text() == kept.first.text()
+
+
 def test_a_lock_that_never_fails_is_nothing_found_with_the_count_tried() -> None:
     space = Coincidence("none", "none")
     finding = Explorer(FAKE, _make, space, 5, 3600, max_schedules=40).explore()

@@ -174,8 +174,8 @@ def matrix_compare_cmd(ctx: typer.Context, **given: Any) -> None:
     "explore", short_help="Random combined fault schedules from a seed; a failure shrunk and written."
 )
 @o.takes(
-    "backend", "impl", "seed", "budget", "faults", "explore.fencing", "plan", *o.SERVER_OPTIONS, "results_dir",
-    "report",
+    "backend", "impl", "seed", "budget", "shrink_runs", "faults", "explore.fencing", "plan", *o.SERVER_OPTIONS,
+    "results_dir", "report",
 )  # fmt: skip
 def explore_cmd(ctx: typer.Context, **given: Any) -> None:
     """Search for a short combination of faults that breaks a lock; shrink it; write it for bench replay.
@@ -192,7 +192,7 @@ def explore_cmd(ctx: typer.Context, **given: Any) -> None:
         impls=v["impl"], backends=v["backend"], seed=v["seed"], budget=v["budget"], plan=v["plan"],
         fencing=v["fencing"], faults=[f.strip() for f in v["faults"].split(",") if f.strip()],
         results_dir=v["results_dir"], user_urls=o.user_urls(v), argv=typed_argv(), console=console,
-        render=v["report"],
+        render=v["report"], shrink_runs=v["shrink_runs"],
     )  # fmt: skip
     raise typer.Exit(code)
 

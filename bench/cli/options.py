@@ -213,6 +213,8 @@ def _declarations() -> dict[str, Spec]:
         s("budget", str, "5m", "time to search, all impls together: 5m, 90s, 1h (a failure found is then confirmed: up to a few runs more)", "DURATION"),
         s("faults", str, "", "event kinds to draw, comma-separated (default: every kind that reaches the lock)",
           "KINDS"),
+        s("shrink_runs", int | None, None,
+          "runs spent shrinking a failure at most, then it is confirmed (default: the budget decides)", "N"),
         s("explore.fencing", bool, False, "the holders write with fencing tokens (enforced)"),
         s("plan", bool, False, "print the schedules the search would try, in order, and run nothing"),
         s("runs", int, 1, "how many times to run it", "N"),

@@ -75,13 +75,16 @@ def reaches_of(chosen: list[str], named: list[str], faults: list[str]) -> tuple[
     return reaches, passed_over
 
 
-def _explorer(r: Reach, seed: int, budget_s: float, fencing: str, run: Any, progress: Any = None) -> Explorer:
+def _explorer(
+    r: Reach, seed: int, budget_s: float, fencing: str, run: Any, progress: Any = None,
+    shrink_runs: int | None = None,
+) -> Explorer:  # fmt: skip
     settings = explore_settings()
 
     def make(events: list[Event]) -> Schedule:
         return schedule_for(r, events, seed, settings, {}, fencing)
 
-    return Explorer(r, make, run, seed, budget_s, on_progress=progress)
+    return Explorer(r, make, run, seed, budget_s, on_progress=progress, max_shrink_runs=shrink_runs)
 
 
 def plan_command(
@@ -219,10 +222,14 @@ def _render(folder: RunFolder, console: Console) -> None:
 def explore_command(
     *, impls: list[str], backends: list[str], seed: int, budget: str, faults: list[str], fencing: bool,
     plan: bool, results_dir: Path, user_urls: dict[str, list[str]], argv: list[str], console: Console,
-    render: bool = True,
+    render: bool = True, shrink_runs: int | None = None,
 ) -> int:  # fmt: skip
     """Explore each impl for the budget (split evenly); the exit code (0 nothing found, 1 found)."""
     budget_s = parse_budget(budget)
+    if shrink_runs is not None and shrink_runs < 0:
+        raise UserError(
+            f"--shrink-runs must be 0 or more, got {shrink_runs} (0: keep the failure as first found)"
+        )
     chosen = choose_impls(impls, backends)
     mode = "enforce" if fencing else "off"
     reaches, passed_over = reaches_of(chosen, impls, faults)  # bad input is said before anything starts
@@ -235,7 +242,8 @@ def explore_command(
 
     install_all.ensure(r.backend for r in reaches if not user_urls.get(r.backend))
     params = {
-        "seed": seed, "budget_s": budget_s, "faults": faults, "fencing": mode, "settings": explore_settings(),
+        "seed": seed, "budget_s": budget_s, "shrink_runs": shrink_runs, "faults": faults, "fencing": mode,
+        "settings": explore_settings(),
         "reproduction": "a candidate fails when its run fails; the shrunk schedule is confirmed when 2 of 3 runs fail",
     }  # fmt: skip
     folder = _folder(results_dir, argv, params, chosen)
@@ -250,7 +258,7 @@ def explore_command(
                 break
             runs = _Runs(r, folder, Path(tmp), user_urls)
             progress = Progress(r.impl)
-            explorer = _explorer(r, seed, per_impl, mode, runs, progress)
+            explorer = _explorer(r, seed, per_impl, mode, runs, progress, shrink_runs)
             t0 = time.monotonic()
             try:
                 finding = explorer.explore()
@@ -276,6 +284,7 @@ def _say(
         "kinds": list(r.kinds), "topology": r.topology, "schedules_tried": finding.tried,
         "events_tried": finding.events_tried, "runs": finding.runs, "shrink_runs": finding.shrink_steps,
         "wall_s": round(wall_s, 1), "interrupted": finding.interrupted, "found": finding.found,
+        "shrink_stopped_at_runs": finding.shrink_out,
     }  # fmt: skip
     if not finding.found or finding.shrunk is None:
         why = "before the interrupt" if finding.interrupted else "within the budget"
@@ -299,7 +308,8 @@ def _say(
     console.print(
         f"lockbench: {r.impl}: FAILED after {finding.tried} schedule(s) ({finding.runs} run(s), {wall_s:.0f} s)\n"
         f"  found:  {first}\n  shrunk: {finding.shrunk.text().split(': ', 1)[1]} "
-        f"({len(finding.shrunk.events)} event(s); {finding.confirmed or 'not confirmed'})\n"
+        f"({len(finding.shrunk.events)} event(s); {finding.confirmed or 'not confirmed'}"
+        f"{f'; shrinking stopped at --shrink-runs {finding.shrink_steps}' if finding.shrink_out else ''})\n"
         f"  why:    {outcome.reason}\n  replay: bench replay {path}",
         markup=False, soft_wrap=True,
     )  # fmt: skip

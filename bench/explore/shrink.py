@@ -25,7 +25,9 @@ schedule no smaller than it (:meth:`Schedule.size`) counts as passing
 without a run: it could not improve the answer, and a run costs tens of seconds.
 
 Budget: once it is spent, every schedule Hypothesis asks for counts as passing without a run,
-so its generation and shrinking end at once; what was found is kept. Ctrl-C does the same.
+so its generation and shrinking end at once; what was found is kept. Ctrl-C does the same, and
+so does ``--shrink-runs N`` once N runs have gone into shrinking a failure: a bound in runs, not
+seconds, says how hard to shrink whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class Finding:
     interrupted: bool = False
     budget_out: bool = False
     shrink_steps: int = 0
+    #: shrinking ended at ``--shrink-runs`` runs, before the budget
+    shrink_out: bool = False
     #: every failing schedule seen, in the order seen (the confirmation's candidates)
     failures: list[Schedule] = field(default_factory=list)
 
@@ -113,6 +117,7 @@ class Explorer:
         on_progress: Callable[[Finding, float, str], None] | None = None,
         max_schedules: int = MAX_SCHEDULES,
         max_events: int | None = None,
+        max_shrink_runs: int | None = None,
     ) -> None:
         self.reach = reach
         self.make = make
@@ -122,6 +127,8 @@ class Explorer:
         self.on_progress = on_progress
         self.max_schedules = max_schedules
         self.max_events = max_events
+        #: runs spent shrinking a failure at most (None: the budget decides)
+        self.max_shrink_runs = max_shrink_runs
         self.finding = Finding()
         self._known: dict[tuple, Outcome] = {}
         self._deadline = 0.0
@@ -187,8 +194,11 @@ class Explorer:
         if self._stop or time.monotonic() >= self._deadline:
             self.finding.budget_out = not self._stop
             return False  # the budget is spent (or Ctrl-C): every schedule passes, Hypothesis ends
-        schedule = self.make(events)
         f = self.finding
+        if self._shrunk_enough():
+            f.shrink_out = True
+            return False  # as the budget's end: the failure in hand is kept and confirmed
+        schedule = self.make(events)
         shrinking = f.first is not None
         if f.shrunk is not None and schedule.size() >= f.shrunk.size():
             return False  # no smaller than the failure in hand: not worth a run (Hypothesis moves on)
@@ -214,6 +224,14 @@ class Explorer:
                 self._fewer_events(events)
         return outcome.failed
 
+    def _shrunk_enough(self) -> bool:
+        f = self.finding
+        return (
+            f.first is not None
+            and self.max_shrink_runs is not None
+            and f.shrink_steps >= self.max_shrink_runs
+        )
+
     def _fewer_events(self, events: list[Event]) -> None:
         """Drop the events a failure does not need, one at a time, before Hypothesis shrinks the rest.
 
@@ -224,7 +242,10 @@ class Explorer:
         """
         current = list(events)
         shrunk = True
-        while shrunk and len(current) > 1 and not self._stop and time.monotonic() < self._deadline:
+        while (
+            shrunk and len(current) > 1 and not self._stop and time.monotonic() < self._deadline
+            and not self._shrunk_enough()
+        ):  # fmt: skip
             shrunk = False
             for i in range(len(current)):
                 fewer = current[:i] + current[i + 1 :]

@@ -201,7 +201,15 @@ CATALOG: dict[str, dict[str, Expectation]] = {
                 "the dead client's nodes go when its session expires (3 s in the matrix): it recovers in "
                 "about the session timeout, well inside its 9 s stuck bound",
             ),
-            "restart": _e(S, "sessions outlive a restart shorter than their timeout"),
+            "restart": _e(
+                "",
+                "a session outlives a short restart only if its reconnect is answered, and here that is a "
+                "race: ZooKeeper 3.8.0 (Debian's) can accept a connection while it starts and then neither "
+                "answer nor close it (NPE in ZooKeeperServer.removeCnxn, ZOOKEEPER-5051), and kazoo waits "
+                "session timeout / hosts for the Connect reply, the whole 10 s session with one server; the "
+                "session then expires about half the time and the holder's probe finds its node gone (11 "
+                "hung reconnects in 60 strikes, 5 sessions lost, fenced and unfenced alike)",
+            ),
             "session-pause": _e(
                 V,
                 "a pause past the session timeout: the servers expire the session and delete the holder's "
