@@ -1,4 +1,5 @@
-"""The lanes' shared budget: heavy units never meet, a lane runs a later unit that fits, nobody starves."""
+"""The lanes' shared slots: a heavy unit meets at most one light one and never another heavy one,
+a lane runs a later unit that fits, and nobody starves."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from bench.matrix.admission import BIG_GROUP, HEAVY, MEDIUM, Admission, unit_weight
+from bench.matrix.admission import BIG_GROUP, HEAVY, LIGHT, Admission, unit_weight
 
 
 def _unit(scenario: str, n: int = 4) -> list[SimpleNamespace]:
@@ -17,17 +18,17 @@ def test_weights_follow_what_was_measured_to_collide() -> None:
     assert unit_weight(_unit("kill-member", 6)) == HEAVY
     assert unit_weight(_unit("session-pause", 4)) == HEAVY
     assert unit_weight(_unit("failover", 13)) == HEAVY
+    assert unit_weight(_unit("lease-expiry-world", 4)) == HEAVY
     assert unit_weight(_unit("restart", 12)) == HEAVY  # PostgreSQL's restart group of 12
-    assert unit_weight(_unit("restart", BIG_GROUP - 1)) == MEDIUM
-    assert unit_weight(_unit("crash", 2)) == MEDIUM
-    assert unit_weight(_unit("lease-expiry-world", 4)) == MEDIUM
-    assert unit_weight(_unit("flash-sale", 1)) == 0
-    assert unit_weight(_unit("partition-client", 7)) == 0
+    assert unit_weight(_unit("restart", BIG_GROUP - 1)) == LIGHT
+    assert unit_weight(_unit("crash", 2)) == LIGHT
+    assert unit_weight(_unit("flash-sale", 1)) == LIGHT
+    assert unit_weight(_unit("partition-client", 7)) == LIGHT
     assert unit_weight([]) == 0
 
 
 def _lanes(admission: Admission, lanes: list[list[list[SimpleNamespace]]], hold_s: float) -> list[tuple]:
-    """Run each lane's units in threads through ``admission``; the (start, end, weight, lane) of each."""
+    """Run each lane's units in threads through ``admission``; (start, end, weight, lane, scenario) of each."""
     ran: list[tuple] = []
     lock = threading.Lock()
     cancel = threading.Event()
@@ -52,63 +53,76 @@ def _lanes(admission: Admission, lanes: list[list[list[SimpleNamespace]]], hold_
     return ran
 
 
-def _heavy_overlaps(ran: list[tuple]) -> int:
-    heavy = [r for r in ran if r[2] == HEAVY]
-    return sum(1 for a in heavy for b in ran if a is not b and b[2] > 0 and a[0] < b[1] and b[0] < a[1])
+def _most_beside_a_heavy(ran: list[tuple]) -> tuple[int, int]:
+    """(the most units that ran beside one heavy unit at one moment, heavy units that met another)."""
+    most = met = 0
+    for a in (r for r in ran if r[2] == HEAVY):
+        beside = [b for b in ran if b is not a and b[0] < a[1] and a[0] < b[1]]
+        met += sum(1 for b in beside if b[2] == HEAVY)
+        for b in beside:  # at b's start, who else was running beside a
+            most = max(most, sum(1 for c in beside if c[0] <= b[0] < c[1]))
+    return most, met
 
 
 LANES = [
     [_unit("kill-member"), _unit("flash-sale", 1), _unit("kill-leader")],
-    [_unit("crash", 2), _unit("crash", 2), _unit("long-cs")],
-    [_unit("session-pause"), _unit("partition-client")],
+    [_unit("crash", 2), _unit("lease-expiry-world"), _unit("long-cs")],
+    [_unit("session-pause"), _unit("partition-client"), _unit("crash", 2)],
 ]
 
 
-def test_a_heavy_unit_meets_no_other_weighted_unit() -> None:
-    ran = _lanes(Admission(), LANES, hold_s=0.05)
-    assert len(ran) == 8  # every unit ran: nobody starved
-    assert _heavy_overlaps(ran) == 0
+def test_a_heavy_unit_meets_at_most_one_light_one_and_no_heavy_one() -> None:
+    ran = _lanes(Admission(3), LANES, hold_s=0.05)
+    assert len(ran) == 9  # every unit ran: nobody starved
+    assert _most_beside_a_heavy(ran) == (1, 0)
 
 
-def test_without_the_budget_they_would_have_met() -> None:
-    """The same lanes with room for everything: the heavy units meet, so the test above can fail."""
-    ran = _lanes(Admission(budget=100), LANES, hold_s=0.05)
-    assert _heavy_overlaps(ran) > 0
+def test_without_the_slots_they_would_have_met() -> None:
+    """The same lanes with room for everything: heavy units meet, so the test above can fail."""
+    ran = _lanes(Admission(100, max_heavy=100), LANES, hold_s=0.05)
+    most, met = _most_beside_a_heavy(ran)
+    assert met > 0 and most == 2
 
 
 def test_a_lane_runs_its_next_unit_that_fits_instead_of_waiting() -> None:
-    admission = Admission()
+    admission = Admission(3)
     cancel = threading.Event()
     other = _unit("kill-leader")
     assert admission.take([other], cancel) == 0  # another lane's heavy unit is running
-    mine = [_unit("crash", 2), _unit("long-cs")]
-    assert admission.take(mine, cancel) == 1  # the crash group waits; the fault-free one goes
+    mine = [_unit("session-pause"), _unit("long-cs")]
+    assert admission.take(mine, cancel) == 1  # the heavy one waits; the light one goes
     cancel.set()
-    assert admission.take([_unit("crash", 2)], cancel) is None  # nothing fits and the run stops
+    assert admission.take([_unit("crash", 2)], cancel) is None  # no slot left, and the run stops
     admission.give_back(other)
     assert admission.take([_unit("crash", 2)], threading.Event()) == 0
 
 
-def test_a_unit_heavier_than_the_budget_still_runs_alone() -> None:
-    admission = Admission(budget=1)
-    assert admission.take([_unit("failover", 13)], threading.Event()) == 0
-
-
-def test_a_waiting_heavy_unit_is_not_overtaken_by_weighted_ones() -> None:
-    admission = Admission()
-    crash = admission.take([_unit("crash", 2)], threading.Event())  # lane 1 runs a crash group
-    assert crash == 0
+def test_a_waiting_heavy_unit_is_not_overtaken_by_light_ones() -> None:
+    admission = Admission(3)
+    first, second = _unit("crash", 2), _unit("long-cs")
+    assert admission.take([first], threading.Event()) == 0
+    assert admission.take([second], threading.Event()) == 0  # two light units: one slot left
     got: list[int | None] = []
     waiter = threading.Thread(
         target=lambda: got.append(admission.take([_unit("kill-member")], threading.Event()))
     )
     waiter.start()
-    time.sleep(0.2)  # the heavy unit waits for the crash group
+    time.sleep(0.2)  # the heavy unit waits for two free slots
     cancel = threading.Event()
     cancel.set()
-    # lane 3's next crash group would fit the budget (1 + 1), but it would keep the heavy unit waiting
+    # a third light unit would fit the last slot, and keep the heavy one waiting behind it
     assert admission.take([_unit("crash", 2)], cancel) is None
-    assert admission.take([_unit("crash", 2), _unit("long-cs")], cancel) == 1  # weightless ones go on
-    admission.give_back(_unit("crash", 2))
+    admission.give_back(first)
     waiter.join(timeout=5)
     assert got == [0]
+    admission.give_back(second)
+    # while a heavy unit runs, one light unit may join it (it leaves room for the next heavy one)
+    assert admission.take([_unit("crash", 2)], threading.Event()) == 0
+
+
+def test_a_unit_heavier_than_every_slot_still_runs_alone() -> None:
+    admission = Admission(1)
+    assert admission.take([_unit("failover", 13)], threading.Event()) == 0
+    cancel = threading.Event()
+    cancel.set()
+    assert admission.take([_unit("long-cs")], cancel) is None

@@ -1,25 +1,29 @@
-"""Which units of a matrix may run side by side: a weight per unit, and a budget the lanes share.
+"""Which units of a matrix may run side by side: lane slots the units take, heavy ones two.
 
-Why: lanes fill the machine, but two heavy units meeting on two cores make each other's
-generator late, and a generator-bound case decides nothing. In the full standard matrix on
-c7a4b1f (four shards, ``--lanes 2``, 2 cores) every group that came out generator-bound had run
-beside another heavy unit, and each of them measured 0 bound alone on a lane:
+Why: lanes fill the machine, but a heavy unit crowded by others makes its generator late, and a
+generator-bound case decides nothing. Measured on the 2-core machine, full standard matrix:
 
-- ZooKeeper ensemble kill-member (12 of 12) and kill-leader (6 of 12) beside Redis crash groups
-  and lease-expiry-world;
-- ZooKeeper session-pause (4 of 4) beside etcd ensemble kills;
-- PostgreSQL restart, a group of 12 (12 of 12), beside the Redis Sentinel failover group of 13;
-- Redis lease-expiry-world (4 of 8) beside ZooKeeper kill-leader.
+- At 2 lanes (c7a4b1f) every group that came out generator-bound had run beside another heavy
+  unit, and each measured 0 bound alone on a lane: ZooKeeper ensemble kill-member (12 of 12) and
+  kill-leader (6 of 12) beside Redis crash groups and lease-expiry-world; ZooKeeper
+  session-pause (4 of 4) beside etcd ensemble kills; PostgreSQL's restart group of 12 (12 of
+  12) beside the Redis Sentinel failover group of 13; Redis lease-expiry-world (4 of 8) beside
+  ZooKeeper kill-leader.
+- At 3 lanes with heavy units kept apart only from each other (29a0d0a, shards 1-2), heavy units
+  came out bound beside two light ones: ZooKeeper session-pause 4 of 4 beside etcd
+  lease-expiry-task and a partition lane, lease-expiry-world 18 of 24 beside crash groups and a
+  ZooKeeper ensemble on test hosts. Light units beside anything stayed unbound (crash groups,
+  restarts of five, partitions, long critical sections, lease expiry by task).
 
-Crash groups beside crash groups, beside lease-expiry-world or beside a restart of five, and any
-unit beside fault-free or partition cases, stayed unbound. So a unit weighs
-:data:`HEAVY` when its strikes restart a JVM ensemble member, pause a session's process for
-seconds, or restart a server under a group of :data:`BIG_GROUP` cases or more; :data:`MEDIUM`
-when it restarts a server for fewer, kills and respawns Locust processes, or pauses its whole
-world; nothing otherwise (fault-free, long critical sections, lease expiry by task, partitions). The lanes share a
-budget of :data:`BUDGET`: one heavy unit runs beside weightless ones only, two medium ones may
-meet. A lane whose next unit does not fit runs a later one of its own that does (a lane's units
-are independent: it clears the lock state between them), and waits only when none fits.
+So each lane running a unit takes a slot, a heavy unit two, and the lanes have as many slots as
+lanes: at 3 lanes a heavy unit runs beside one light unit, never beside two, and never beside
+another heavy one (at most :data:`MAX_HEAVY` at a time, whatever the slots). A unit is heavy when
+its strikes restart a member of a JVM ensemble, pause a session's process for seconds, fail over
+Sentinel, pause a whole Locust process (lease-expiry-world), or restart a server under a group of
+:data:`BIG_GROUP` cases or more. A lane whose next unit does not fit runs a later one of its own
+that does (a lane clears the lock state between units), and waits only when none fits; while a
+lane waits, the others start only what leaves it room once the heavy unit running now ends, so
+a heavy unit is not kept waiting to the end by light ones coming one after another.
 """
 
 from __future__ import annotations
@@ -29,52 +33,60 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-#: What the running units may weigh together.
-BUDGET = 2
 HEAVY = 2
-MEDIUM = 1
-#: A medium group of this many cases or more is heavy (a restart of 12 reconnects 12 Locust processes).
+LIGHT = 1
+#: Heavy units running at once, at most.
+MAX_HEAVY = 1
+#: A restart under a group of this many cases or more is heavy (12 Locust processes reconnecting).
 BIG_GROUP = 8
 
-_HEAVY_SCENARIOS = frozenset({"kill-member", "kill-leader", "session-pause", "failover"})
-_MEDIUM_SCENARIOS = frozenset({"crash", "lease-expiry-world", "restart"})
+_HEAVY_SCENARIOS = frozenset(
+    {"kill-member", "kill-leader", "session-pause", "failover", "lease-expiry-world"}
+)
 
 
 def unit_weight(unit: Sequence[Any]) -> int:
-    """What a unit (a lone case or a group, cases with ``matrix_scenario``) weighs against the budget."""
+    """The lane slots a unit (a lone case or a group: cases with ``matrix_scenario``) takes."""
     if not unit:
         return 0
     scenario = unit[0].matrix_scenario
-    if scenario in _HEAVY_SCENARIOS:
+    if scenario in _HEAVY_SCENARIOS or (scenario == "restart" and len(unit) >= BIG_GROUP):
         return HEAVY
-    if scenario in _MEDIUM_SCENARIOS:
-        return HEAVY if len(unit) >= BIG_GROUP else MEDIUM
-    return 0
+    return LIGHT
 
 
 class Admission:
-    """The budget the lanes of one matrix share: a unit starts only when its weight fits.
+    """The slots the lanes of one matrix share: a unit starts only when its weight fits.
 
     Why a class: lanes are threads; one condition variable lets a finishing unit wake the lanes
     that wait, and ``waited_s`` says in run.json what keeping heavy units apart cost.
     """
 
-    def __init__(self, budget: int = BUDGET) -> None:
-        self.budget = budget
+    def __init__(self, slots: int, max_heavy: int = MAX_HEAVY) -> None:
+        self.slots = max(1, slots)
+        self.max_heavy = max_heavy
         self.used = 0
+        self.heavy = 0
         self.waited_s = 0.0
         self._waiters = 0
         self._cond = threading.Condition()
 
     def fits(self, weight: int) -> bool:
-        # a unit heavier than the whole budget still runs, alone among weighted units
-        return self.used + weight <= self.budget or self.used == 0
+        if weight >= HEAVY and self.heavy >= self.max_heavy:
+            return False
+        # a unit heavier than every slot still runs, alone
+        return self.used + weight <= self.slots or self.used == 0
+
+    def _leaves_room(self, weight: int) -> bool:
+        """Whether a lane may start a unit of ``weight`` while another waits: only if the waiter
+        (heavy, at worst) still fits once the heavy unit running now ends."""
+        if not self._waiters:
+            return True
+        return weight < HEAVY and self.used - self.heavy * HEAVY + weight + HEAVY <= self.slots
 
     def take(self, units: Sequence[Sequence[Any]], cancel: threading.Event) -> int | None:
-        """The index of the first of ``units`` that fits now, its weight taken; waits while none fits.
+        """The index of the first of ``units`` that fits now, its slots taken; waits while none fits.
 
-        While a lane waits, the others start only weightless units, so crash groups coming one
-        after another in other lanes cannot keep a heavy unit waiting to the end of the matrix.
         None when ``cancel`` is set while waiting.
         """
         t0 = time.monotonic()
@@ -84,8 +96,9 @@ class Admission:
                 while True:
                     for i, unit in enumerate(units):
                         weight = unit_weight(unit)
-                        if self.fits(weight) and (weight == 0 or waiting or not self._waiters):
+                        if self.fits(weight) and (waiting or self._leaves_room(weight)):
                             self.used += weight
+                            self.heavy += weight >= HEAVY
                             self.waited_s += time.monotonic() - t0
                             return i
                     if cancel.is_set():
@@ -100,7 +113,9 @@ class Admission:
                     self._cond.notify_all()
 
     def give_back(self, unit: Sequence[Any]) -> None:
-        """The unit ended: its weight is free for the lanes that wait."""
+        """The unit ended: its slots are free for the lanes that wait."""
+        weight = unit_weight(unit)
         with self._cond:
-            self.used = max(0, self.used - unit_weight(unit))
+            self.used = max(0, self.used - weight)
+            self.heavy = max(0, self.heavy - (weight >= HEAVY))
             self._cond.notify_all()

@@ -65,7 +65,9 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
             f"lanes{slice_}, {parallel} side by side ({lanes_why}); results in {folder.path}",
             markup=False,
         )
-        shared = Shared(folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases))
+        shared = Shared(
+            folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases), slots=parallel
+        )
     except KeyboardInterrupt:
         folder.finish("incomplete")
         raise Interrupted(

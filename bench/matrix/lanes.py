@@ -142,7 +142,9 @@ ETA_AFTER = 0.05
 class Shared:
     """What lanes running in threads share: the results folder, the tallies, the stop flag."""
 
-    def __init__(self, folder: RunFolder, console: Console, total: int, caps_s: float = 0.0) -> None:
+    def __init__(
+        self, folder: RunFolder, console: Console, total: int, caps_s: float = 0.0, slots: int = 1
+    ) -> None:
         self.folder = folder
         self.console = console
         self.total = total
@@ -163,8 +165,8 @@ class Shared:
         self.cancel = threading.Event()
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
-        #: what the running units weigh together: heavy ones are kept apart (admission.py)
-        self.admission = Admission()
+        #: the lane slots the running units take: a heavy unit two, never two heavy ones (admission.py)
+        self.admission = Admission(slots)
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:

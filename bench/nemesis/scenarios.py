@@ -156,7 +156,10 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             workload="flash-sale",
             summary="no fault: contended buyers, 1 ms critical sections (the control row)",
             fencing=False,
-            stop=StopRule("start", acquisitions=60),
+            # 600 grants: about 2 s for a Redis lock. At 60 the cases lasted 0.16-0.84 s, 15-80
+            # samples of the loop-lag probe, and the process's own user spawn (up to ~285 ms of
+            # late wake-ups) made 4-5 of them a shard "generator-bound" with nothing beside them
+            stop=StopRule("start", acquisitions=600),
             settings={"duration": 10.0},
         ),
         Scenario(
