@@ -77,8 +77,8 @@ def resource_db(url: str, index: int) -> str:
 #: Smaller groups where each case is heavy for the generator: a crash case runs a Locust process
 #: per crash (six at five strikes; four cases side by side, 24 workers, lost workers' heartbeats
 #: on a loaded machine and two groups never started their buyers); clock-skew is contended flat
-#: out. The fault-free row runs alone: it has no strike to share, and its cases are 60 purchases
-#: (0.1-0.3 s of load), so a group's start took longer than its cases (1.9-4.4 s waiting at the
+#: out. The fault-free row runs alone: it has no strike to share, and its cases were 60 purchases
+#: (0.1-0.3 s of load; 600 since, bench/nemesis/scenarios.py), so a group's start took longer than its cases (1.9-4.4 s waiting at the
 #: gate for the others' warm processes, against 0.03 s for a lone case's start) and four cases
 #: buying at once from a standing start kept their loops late 16-20% of that short window
 #: (loop late 0-15% alone; the redis+postgres matrix, 2026-12-05). A lease-expiry-world case is
@@ -89,6 +89,9 @@ def resource_db(url: str, index: int) -> str:
 #: with three JVMs: eleven cases under one kill were all generator-bound (loops late 22%), two
 #: groups of six none of 12, kill-member in 113 s against 92 s with the same 5 cells; kill-leader
 #: in groups of six, none of 12 (152 s; one lane, load 1.8-5.5 at the start, 2026-12-05).
+#: PostgreSQL's restart reconnects every case's pool at once: its group of twelve came out 6 of
+#: 12 generator-bound with no other unit beside it (loop late 16%; full matrix, 3 lanes,
+#: 2026-12-05), where Redis's group of ten stayed unbound; restarts go in groups of eight.
 GROUP_SIZES = {
     "crash": 2,
     "clock-skew": 4,
@@ -96,6 +99,7 @@ GROUP_SIZES = {
     "kill-leader": 6,
     "kill-member": 6,
     "lease-expiry-world": 4,
+    "restart": 8,
     "session-pause": 4,
 }
 
