@@ -10,8 +10,17 @@ from types import SimpleNamespace
 from bench.matrix.admission import BIG_GROUP, HEAVY, LIGHT, Admission, unit_weight
 
 
-def _unit(scenario: str, n: int = 4) -> list[SimpleNamespace]:
-    return [SimpleNamespace(matrix_scenario=scenario) for _ in range(n)]
+class _Fault:
+    def __init__(self, topology: str | None) -> None:
+        self._topology = topology
+
+    def topology(self, backend: str) -> str | None:
+        return self._topology
+
+
+def _unit(scenario: str, n: int = 4, topology: str | None = None) -> list[SimpleNamespace]:
+    fault = _Fault(topology) if topology else None
+    return [SimpleNamespace(matrix_scenario=scenario, backend="etcd", fault=fault) for _ in range(n)]
 
 
 def test_weights_follow_what_was_measured_to_collide() -> None:
@@ -24,6 +33,7 @@ def test_weights_follow_what_was_measured_to_collide() -> None:
     assert unit_weight(_unit("crash", 2)) == LIGHT
     assert unit_weight(_unit("flash-sale", 1)) == LIGHT
     assert unit_weight(_unit("partition-client", 7)) == LIGHT
+    assert unit_weight(_unit("partition-leader", 3, topology="ensemble")) == HEAVY  # three servers of its own
     assert unit_weight([]) == 0
 
 
