@@ -7,7 +7,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from bench.matrix.admission import BIG_GROUP, HEAVY, LIGHT, Admission, unit_weight
+from bench.matrix.admission import ALONE, BIG_GROUP, HEAVY, LIGHT, Admission, unit_weight
 
 
 class _Fault:
@@ -18,13 +18,17 @@ class _Fault:
         return self._topology
 
 
-def _unit(scenario: str, n: int = 4, topology: str | None = None) -> list[SimpleNamespace]:
+def _unit(
+    scenario: str, n: int = 4, topology: str | None = None, backend: str = "etcd"
+) -> list[SimpleNamespace]:
     fault = _Fault(topology) if topology else None
-    return [SimpleNamespace(matrix_scenario=scenario, backend="etcd", fault=fault) for _ in range(n)]
+    return [SimpleNamespace(matrix_scenario=scenario, backend=backend, fault=fault) for _ in range(n)]
 
 
 def test_weights_follow_what_was_measured_to_collide() -> None:
-    assert unit_weight(_unit("kill-member", 6)) == HEAVY
+    assert unit_weight(_unit("kill-member", 6)) == HEAVY  # etcd's
+    assert unit_weight(_unit("kill-member", 6, backend="zookeeper")) == ALONE  # three JVMs on two cores
+    assert unit_weight(_unit("kill-leader", 6, backend="zookeeper")) == ALONE
     assert unit_weight(_unit("session-pause", 4)) == HEAVY
     assert unit_weight(_unit("failover", 13)) == HEAVY
     assert unit_weight(_unit("lease-expiry-world", 4)) == HEAVY
@@ -136,3 +140,15 @@ def test_a_unit_heavier_than_every_slot_still_runs_alone() -> None:
     cancel = threading.Event()
     cancel.set()
     assert admission.take([_unit("long-cs")], cancel) is None
+
+
+def test_zookeepers_member_kills_run_with_nothing_beside_them() -> None:
+    lanes = [
+        [_unit("long-cs"), _unit("kill-member", 6, backend="zookeeper"), _unit("crash", 2)],
+        [_unit("crash", 2), _unit("crash", 2), _unit("long-cs")],
+        [_unit("partition-client"), _unit("session-pause"), _unit("crash", 2)],
+    ]
+    ran = _lanes(Admission(3), lanes, hold_s=0.05)
+    assert len(ran) == 9
+    alone = next(r for r in ran if r[4] == "kill-member")
+    assert not [r for r in ran if r is not alone and r[0] < alone[1] and alone[0] < r[1]]

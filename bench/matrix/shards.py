@@ -62,36 +62,47 @@ def lane_cost(lane: Any) -> float:
 DEAL_LANES = 3
 
 
-def lane_heavy(lane: Any) -> float:
-    """The caps of a lane's heavy units: they run one at a time across the lanes (admission.py)."""
-    from bench.matrix.admission import HEAVY, unit_weight
+def lane_heavy(lane: Any, alone: bool = False) -> float:
+    """The caps of a lane's heavy units (they run one at a time across the lanes: admission.py);
+    with ``alone``, of only those that run with nothing beside them."""
+    from bench.matrix.admission import ALONE, HEAVY, unit_weight
 
+    least = ALONE if alone else HEAVY
     return sum(
         max(c.settings.duration for c in unit)
         for unit in lane.units or []
-        if unit and unit_weight(unit) >= HEAVY
+        if unit and unit_weight(unit) >= least
     )
 
 
 def deal(lanes: list[Any], of: int) -> list[list[Any]]:
     """The lanes dealt to ``of`` shards, each to the shard it lengthens least; longest first (ties: lowest index).
 
-    A shard takes at least its lanes' caps spread over :data:`DEAL_LANES` lanes, and at least its
-    heavy units' caps one after another (they never meet): the larger of the two is its length.
-    Dealing by the total alone put a Sentinel failover, two etcd ensemble kills, PostgreSQL's
-    restart and ZooKeeper's session pauses into one shard, which then took 698 s against 350-367 s.
+    A shard's length is at least its units' caps spread over :data:`DEAL_LANES` lanes, with the
+    units that run alone added whole, and at least its heavy units' caps one after another (they
+    never meet): the larger of the two. Dealing by the total alone put a Sentinel failover, two
+    etcd ensemble kills, PostgreSQL's restart and ZooKeeper's session pauses into one shard,
+    which then took 698 s against 350-367 s.
     """
     shards: list[list[Any]] = [[] for _ in range(of)]
     load = [0.0] * of
     heavy = [0.0] * of
+    alone = [0.0] * of
 
-    def length(j: int, cost: float = 0.0, hv: float = 0.0) -> float:
-        return max((load[j] + cost) / DEAL_LANES, heavy[j] + hv)
+    def length(j: int, cost: float = 0.0, hv: float = 0.0, al: float = 0.0) -> float:
+        spread = (load[j] + cost - alone[j] - al) / DEAL_LANES + alone[j] + al
+        return max(spread, heavy[j] + hv)
 
-    for lane in sorted(lanes, key=lambda ln: (-max(lane_cost(ln) / DEAL_LANES, lane_heavy(ln)), ln.name)):
-        cost, hv = lane_cost(lane), lane_heavy(lane)
-        i = min(range(of), key=lambda j: (length(j, cost, hv), load[j], j))
+    def own(lane: Any) -> tuple[float, float, float]:
+        return lane_cost(lane), lane_heavy(lane), lane_heavy(lane, alone=True)
+
+    for lane in sorted(
+        lanes, key=lambda ln: (-max((own(ln)[0] - own(ln)[2]) / DEAL_LANES + own(ln)[2], own(ln)[1]), ln.name)
+    ):
+        cost, hv, al = own(lane)
+        i = min(range(of), key=lambda j: (length(j, cost, hv, al), load[j], j))
         shards[i].append(lane)
         load[i] += cost
         heavy[i] += hv
+        alone[i] += al
     return shards
