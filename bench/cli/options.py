@@ -167,8 +167,8 @@ def _declarations() -> dict[str, Spec]:
           "what a survived fault needs to be shown as survived: quick (k>=3 strikes, n>=300 grants after "
           "them: bounds a per-strike failure below 1 in 1 and a per-grant race below 1%), standard (k>=10, "
           "n>=1000: below 30% and 0.3%), thorough (k>=30, n>=3000: below 10% and 0.1%); rule of three, 95%. "
-          "bench matrix --backend all, standard, on 2 cores at 2 lanes (2026-12-02, measured): 40 min, or 12 "
-          "min a shard as --shard I/4 on four runners; thorough about three times that (estimated)", "LEVEL"),
+          "bench matrix --backend all, standard, on 2 cores at --lanes auto (2026-12-05, measured): 35 min, or "
+          "11 min a shard as --shard I/4 on four runners; thorough about three times that (estimated)", "LEVEL"),
         # servers the user already runs (nothing is started for them)
         s("redis_url", list[str], [],
           "use this Redis for locks instead of starting one; repeat it for algorithms that need several "
