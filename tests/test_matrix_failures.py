@@ -167,6 +167,13 @@ def test_matrix_compare_refuses_other_commits_and_non_matrices(
     r = bench("matrix-compare", str(run), str(fewer))
     assert r.returncode == 2 and "differ in selection: impls" in r.stderr
 
+    running = _copy(run, tmp_path / "running")
+    meta = json.loads((running / "run.json").read_text())
+    meta["status"] = "running"
+    (running / "run.json").write_text(json.dumps(meta))
+    r = bench("matrix-compare", str(run), str(running))
+    assert r.returncode == 2 and "still running" in r.stderr and "Traceback" not in r.stderr
+
     r = bench("matrix-compare", str(run), str(tmp_path))
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
