@@ -112,6 +112,7 @@ class Holds:
         self.end = f["end_ns"].to_numpy(dtype=np.int64)
         self.token = pd.to_numeric(f["token"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         self.open = f["open"].to_numpy(dtype=bool)
+        self.role = f["role"].astype(str).to_numpy(dtype=object) if "role" in f else None
 
     def __len__(self) -> int:
         return len(self.start)
@@ -139,20 +140,20 @@ def recorded_violations(frame: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> lis
         return out
     for _, rows in frame.groupby("violation", sort=True):
         holds = Holds(rows)
-        role = rows["role"].astype(str).to_numpy(dtype=object)
-        has = {r: bool((role == r).any()) for r in ("first", "second")}
+        has = {r: bool((holds.role == r).any()) for r in ("first", "second")}
         if not (has["first"] or has["second"]):
             continue
-        first = _by_role(rows, "first" if has["first"] else "second")
-        second = _by_role(rows, "second") if has["second"] else first
+        first = _by_role(holds, "first" if has["first"] else "second")
+        second = _by_role(holds, "second") if has["second"] else first
         kind, at = str(rows["kind"].iloc[0]), int(rows["at_ns"].iloc[0])
         out.append((Violation(kind, first, second, at), holds))
     out.sort(key=lambda p: p[0].at_ns)
     return out[: limit * 4]
 
 
-def _by_role(rows: pd.DataFrame, role: str) -> Hold:
-    return Holds(rows[(rows["role"].astype(str) == role).to_numpy(dtype=bool)]).hold(0)
+def _by_role(holds: Holds, role: str) -> Hold:
+    """The earliest hold (by lock, start, client) of ``role``: the holds are sorted that way already."""
+    return holds.hold(int(np.flatnonzero(holds.role == role)[0]))
 
 
 def _process(client: str) -> str:
