@@ -73,6 +73,7 @@ RANGES: dict[str, Range] = {
     "expect_workers": Range(0, 1_024, integer=True),
     "test_hosts": Range(0, 16, integer=True),
     "strikes": Range(1, 1000, integer=True),
+    "shrink_runs": Range(0, 1_000_000, integer=True),  # bench explore: 0 keeps the failure as first found
     "min_runs": Range(4, 1_000_000, integer=True),  # bench history --check
     "max_pvalue": Range(0, 0.5, open_low=True),  # bench history: change-point significance
     "min_magnitude": Range(0, 10),  # bench history: smallest relative step drawn (0.05 = 5%)

@@ -112,7 +112,7 @@ class Holds:
         self.end = f["end_ns"].to_numpy(dtype=np.int64)
         self.token = pd.to_numeric(f["token"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         self.open = f["open"].to_numpy(dtype=bool)
-        self.role = f["role"].astype(str).to_numpy(dtype=object) if "role" in f else None
+        self.role = f["role"].astype(str).to_numpy(dtype=object)
 
     def __len__(self) -> int:
         return len(self.start)

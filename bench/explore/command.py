@@ -226,10 +226,6 @@ def explore_command(
 ) -> int:  # fmt: skip
     """Explore each impl for the budget (split evenly); the exit code (0 nothing found, 1 found)."""
     budget_s = parse_budget(budget)
-    if shrink_runs is not None and shrink_runs < 0:
-        raise UserError(
-            f"--shrink-runs must be 0 or more, got {shrink_runs} (0: keep the failure as first found)"
-        )
     chosen = choose_impls(impls, backends)
     mode = "enforce" if fencing else "off"
     reaches, passed_over = reaches_of(chosen, impls, faults)  # bad input is said before anything starts

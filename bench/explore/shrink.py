@@ -242,10 +242,7 @@ class Explorer:
         """
         current = list(events)
         shrunk = True
-        while (
-            shrunk and len(current) > 1 and not self._stop and time.monotonic() < self._deadline
-            and not self._shrunk_enough()
-        ):  # fmt: skip
+        while shrunk and len(current) > 1 and not self._stop and time.monotonic() < self._deadline:
             shrunk = False
             for i in range(len(current)):
                 fewer = current[:i] + current[i + 1 :]

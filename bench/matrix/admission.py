@@ -63,12 +63,11 @@ def unit_weight(unit: Sequence[Any]) -> int:
         return 0
     first = unit[0]
     scenario = first.matrix_scenario
-    if (getattr(first, "backend", ""), scenario) in _ALONE:
+    if (first.backend, scenario) in _ALONE:
         return ALONE
     if scenario in _HEAVY_SCENARIOS or (scenario == "restart" and len(unit) >= BIG_GROUP):
         return HEAVY
-    fault = getattr(first, "fault", None)
-    if fault is not None and fault.topology(first.backend) == "ensemble":
+    if first.fault is not None and first.fault.topology(first.backend) == "ensemble":
         return HEAVY  # three servers of its own (three JVMs for ZooKeeper), whatever the strike
     return LIGHT
 

@@ -420,9 +420,8 @@ class _LaneRun:
         shared.timings[lane.name] = self.timing
         self.fresh_each = lane.topology == "sentinel"
         self.logs = lane_log_dir(shared.folder.path, lane)
-        self.units = lane.units or form_groups(lane)
         #: the units not run yet, in the lane's order (a unit that does not fit now waits its turn)
-        self.pending = list(self.units)
+        self.pending = list(lane.units or form_groups(lane))
         self.stack: Stack | None = None
         self.restarts = 0
 

@@ -62,17 +62,21 @@ def lane_cost(lane: Any) -> float:
 DEAL_LANES = 3
 
 
-def lane_heavy(lane: Any, alone: bool = False) -> float:
-    """The caps of a lane's heavy units (they run one at a time across the lanes: admission.py);
-    with ``alone``, of only those that run with nothing beside them."""
+def lane_parts(lane: Any) -> tuple[float, float, float]:
+    """(the lane's caps, those of its heavy units, those of its units that run alone).
+
+    Heavy units run one at a time across the lanes, units that run alone beside nothing
+    (bench/matrix/admission.py); a unit's cap is its longest case's.
+    """
     from bench.matrix.admission import ALONE, HEAVY, unit_weight
 
-    least = ALONE if alone else HEAVY
-    return sum(
-        max(c.settings.duration for c in unit)
-        for unit in lane.units or []
-        if unit and unit_weight(unit) >= least
-    )
+    heavy = alone = 0.0
+    for unit in lane.units or []:
+        if unit and (weight := unit_weight(unit)) >= HEAVY:
+            cap = max(c.settings.duration for c in unit)
+            heavy += cap
+            alone += cap if weight >= ALONE else 0.0
+    return lane_cost(lane), heavy, alone
 
 
 def deal(lanes: list[Any], of: int) -> list[list[Any]]:
@@ -84,25 +88,17 @@ def deal(lanes: list[Any], of: int) -> list[list[Any]]:
     etcd ensemble kills, PostgreSQL's restart and ZooKeeper's session pauses into one shard,
     which then took 698 s against 350-367 s.
     """
+
+    def length(cost: float, heavy: float, alone: float) -> float:
+        return max((cost - alone) / DEAL_LANES + alone, heavy)
+
+    parts = {id(lane): lane_parts(lane) for lane in lanes}
     shards: list[list[Any]] = [[] for _ in range(of)]
-    load = [0.0] * of
-    heavy = [0.0] * of
-    alone = [0.0] * of
-
-    def length(j: int, cost: float = 0.0, hv: float = 0.0, al: float = 0.0) -> float:
-        spread = (load[j] + cost - alone[j] - al) / DEAL_LANES + alone[j] + al
-        return max(spread, heavy[j] + hv)
-
-    def own(lane: Any) -> tuple[float, float, float]:
-        return lane_cost(lane), lane_heavy(lane), lane_heavy(lane, alone=True)
-
-    for lane in sorted(
-        lanes, key=lambda ln: (-max((own(ln)[0] - own(ln)[2]) / DEAL_LANES + own(ln)[2], own(ln)[1]), ln.name)
-    ):
-        cost, hv, al = own(lane)
-        i = min(range(of), key=lambda j: (length(j, cost, hv, al), load[j], j))
+    sums = [(0.0, 0.0, 0.0)] * of
+    for lane in sorted(lanes, key=lambda ln: (-length(*parts[id(ln)]), ln.name)):
+        mine = parts[id(lane)]
+        added = [tuple(x + y for x, y in zip(sums[j], mine, strict=True)) for j in range(of)]
+        i = min(range(of), key=lambda j: (length(*added[j]), sums[j][0], j))
         shards[i].append(lane)
-        load[i] += cost
-        heavy[i] += hv
-        alone[i] += al
+        sums[i] = added[i]
     return shards
