@@ -410,13 +410,16 @@ class RunData:
         """Whether judging kept the checkers' witnesses in this folder (``violations/``; older folders have none)."""
         return (self.path / "violations").is_dir()
 
-    def violations(self, case: str) -> pd.DataFrame | None:
-        """``violations/<case>.parquet``: the holds of each violation the checkers found, or None when none."""
+    def violations(self, case: str) -> Any:
+        """``violations/<case>.parquet`` as an Arrow table (``pyarrow.Table``): the holds of each violation
+        the checkers found, or None when none. Arrow, not pandas: the timeline sorts and slices it as arrays."""
         path = self._case_file("violations", case, ".parquet")
         if path is None:
             return None
         try:
-            return pd.read_parquet(path)
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
         except Exception as exc:  # noqa: BLE001 - a damaged file is named, never fatal to the page
             self.damaged.append(f"violations/{case}.parquet: {exc}")
             return None
@@ -425,6 +428,37 @@ class RunData:
         self, case: str, columns: list[str], ops: tuple[str, ...] = ("acquire",), quiet: bool = False
     ) -> pd.DataFrame | None:
         """The case's history restricted to ``columns`` and rows of ``ops``, or None with a note."""
+        path = self._history_file(case, columns, quiet)
+        if path is None:
+            return None
+        try:
+            return pd.read_parquet(path, columns=columns, filters=[("op", "in", list(ops))])
+        except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
+            self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
+            return None
+
+    def history_table(self, case: str, columns: list[str], ops: tuple[str, ...]) -> Any:
+        """:meth:`history` as an Arrow table (``pyarrow.Table``), in the file's order, or None (quietly).
+
+        Why: the violation timeline turns the rows into plain arrays at once; going through pandas
+        first cost it a third of its reading time on a matrix (1.1 million rows for 94 cases).
+        """
+        path = self._history_file(case, columns, quiet=True)
+        if path is None:
+            return None
+        try:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path, columns=columns)
+            return table.filter(pc.is_in(table["op"], value_set=pa.array(list(ops), pa.string())))
+        except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
+            self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
+            return None
+
+    def _history_file(self, case: str, columns: list[str], quiet: bool) -> Path | None:
+        """history/<case>.parquet when it exists and has ``columns``, else None (with a note unless quiet)."""
         path = self._case_file("history", case, ".parquet")
         if path is None:
             if not quiet:
@@ -434,15 +468,15 @@ class RunData:
             import pyarrow.parquet as pq
 
             present = set(pq.read_schema(path).names)
-            missing = [c for c in columns if c not in present]
-            if missing:
-                if not quiet:
-                    self.notes.append(f"case {case}: history lacks columns {', '.join(missing)}")
-                return None
-            return pd.read_parquet(path, columns=columns, filters=[("op", "in", list(ops))])
         except Exception as exc:  # noqa: BLE001 - a damaged parquet file must not stop the report
             self.notes.append(f"case {case}: history/{case}.parquet unreadable ({type(exc).__name__})")
             return None
+        missing = [c for c in columns if c not in present]
+        if missing:
+            if not quiet:
+                self.notes.append(f"case {case}: history lacks columns {', '.join(missing)}")
+            return None
+        return path
 
 
 def load_run(path: Path) -> RunData:

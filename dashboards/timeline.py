@@ -81,6 +81,12 @@ class Hold:
     token: float
     open: bool
 
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What names a hold: its client, lock and grant. Not ``==``: an unfenced hold's token is NaN,
+        which equals nothing, so a hold compared field by field is not even equal to itself."""
+        return (self.client, self.lock, self.start_ns)
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -101,21 +107,41 @@ class Violation:
 class Holds:
     """The holds of one violation's lock around it, as arrays sorted by (lock, start), from the witness file.
 
-    Only the holds a view draws become :class:`Hold` objects.
+    Only the holds a view draws become :class:`Hold` objects. Why arrays sliced from one sort of
+    the whole file: a matrix's report reads about 1,700 violations, and sorting and converting
+    each one's rows apart was a fifth of the section's time.
     """
 
-    def __init__(self, frame: pd.DataFrame) -> None:
-        f = frame.sort_values(["lock", "start_ns", "client"], kind="stable").reset_index(drop=True)
-        self.client = f["client"].astype(str).to_numpy(dtype=object)
-        self.lock = f["lock"].astype(str).to_numpy(dtype=object)
-        self.start = f["start_ns"].to_numpy(dtype=np.int64)
-        self.end = f["end_ns"].to_numpy(dtype=np.int64)
-        self.token = pd.to_numeric(f["token"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        self.open = f["open"].to_numpy(dtype=bool)
-        self.role = f["role"].astype(str).to_numpy(dtype=object)
+    FIELDS = ("client", "lock", "start", "end", "token", "open", "role")
+
+    def __init__(self, **arrays: np.ndarray) -> None:
+        self.client, self.lock, self.role = arrays["client"], arrays["lock"], arrays["role"]
+        self.start, self.end = arrays["start"], arrays["end"]
+        self.token, self.open = arrays["token"], arrays["open"]
+
+    @classmethod
+    def of(cls, table: Any) -> Holds:
+        """Every row of a witness file (a ``pyarrow.Table``, already in the order wanted)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        def text(name: str) -> np.ndarray:
+            return pc.fill_null(table[name].cast(pa.string()), "<NA>").to_numpy(zero_copy_only=False)
+
+        return cls(
+            client=text("client"), lock=text("lock"), role=text("role"),
+            start=table["start_ns"].to_numpy().astype(np.int64, copy=False),
+            end=table["end_ns"].to_numpy().astype(np.int64, copy=False),
+            token=table["token"].cast(pa.float64()).to_numpy(zero_copy_only=False),
+            open=pc.fill_null(table["open"].cast(pa.bool_()), False).to_numpy(zero_copy_only=False),
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def part(self, lo: int, hi: int) -> Holds:
+        """Rows [lo, hi) as Holds of their own, sharing these arrays."""
+        return Holds(**{name: getattr(self, name)[lo:hi] for name in self.FIELDS})
 
     def hold(self, i: int) -> Hold:
         return Hold(
@@ -129,23 +155,38 @@ class Holds:
         return [self.hold(int(i)) for i in rows]
 
 
-def recorded_violations(frame: pd.DataFrame, limit: int = MAX_VIOLATIONS) -> list[tuple[Violation, Holds]]:
-    """The checkers' violations of one case (``violations/<case>.parquet``), earliest first, with their holds.
+def recorded_violations(table: Any, limit: int = MAX_VIOLATIONS) -> list[tuple[Violation, Holds]]:
+    """The checkers' violations of one case (``violations/<case>.parquet``, a ``pyarrow.Table``), earliest
+    first, with their holds.
 
     Each violation's ``first``/``second`` rows are its holds; its ``near`` rows the other holds of
     its lock around it. Nothing is paired or judged here: the judge wrote what the checkers found.
     """
     out: list[tuple[Violation, Holds]] = []
-    if frame is None or frame.empty:
+    if table is None or table.num_rows == 0:
         return out
-    for _, rows in frame.groupby("violation", sort=True):
-        holds = Holds(rows)
+    import pyarrow.compute as pc
+
+    # a violation's kind and time: its first row as the file has it
+    ids = table["violation"].to_numpy()
+    _, first_rows = np.unique(ids, return_index=True)
+    kinds = table["kind"].to_pylist()
+    ats = table["at_ns"].to_numpy()
+    head = {int(ids[i]): (str(kinds[i]), int(ats[i])) for i in first_rows}
+    # one stable sort by violation, then (lock, start, client) within it: each violation's holds a slice
+    keys = ("violation", "lock", "start_ns", "client")
+    ordered = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys]))
+    every = Holds.of(ordered)
+    ids = ordered["violation"].to_numpy()
+    cuts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        holds = every.part(lo, hi)
         has = {r: bool((holds.role == r).any()) for r in ("first", "second")}
         if not (has["first"] or has["second"]):
             continue
         first = _by_role(holds, "first" if has["first"] else "second")
         second = _by_role(holds, "second") if has["second"] else first
-        kind, at = str(rows["kind"].iloc[0]), int(rows["at_ns"].iloc[0])
+        kind, at = head[int(ids[lo])]
         out.append((Violation(kind, first, second, at), holds))
     out.sort(key=lambda p: p[0].at_ns)
     return out[: limit * 4]
@@ -156,21 +197,77 @@ def _by_role(holds: Holds, role: str) -> Hold:
     return holds.hold(int(np.flatnonzero(holds.role == role)[0]))
 
 
+class Events:
+    """A case's history rows the timeline reads, as plain arrays sorted by time (a window is a slice, not a copy).
+
+    Why not the DataFrame: every view filters its window a dozen ways, and pandas' per-call cost
+    (masks, copies, ``astype``) was most of a matrix report's time; text columns are ``str`` once
+    here (a missing error reads ""), numbers stay numbers.
+    """
+
+    TEXT = ("client", "op", "type", "lock")
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.columns = columns
+        self.client = columns["client"]
+        self.op = columns["op"]
+        self.type = columns["type"]
+        self.lock = columns["lock"]
+        self.seq = columns["seq"]
+        self.t = columns["t_ns"]
+        self.value = columns["value"]
+        self.error = columns["error"]
+
+    @classmethod
+    def of(cls, table: Any) -> Events:
+        """The rows of ``table`` (a ``pyarrow.Table`` of the history's COLUMNS), sorted by time, stably."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = table.take(pc.sort_indices(table, sort_keys=[("t_ns", "ascending")]))
+
+        def text(name: str, missing: str) -> np.ndarray:
+            return pc.fill_null(table[name].cast(pa.string()), missing).to_numpy(zero_copy_only=False)
+
+        cols = {c: text(c, "<NA>") for c in cls.TEXT}  # a missing one reads as pandas wrote it: "<NA>"
+        cols["seq"] = table["seq"].to_numpy().astype(np.int64, copy=False)
+        cols["t_ns"] = table["t_ns"].to_numpy().astype(np.int64, copy=False)
+        cols["value"] = table["value"].cast(pa.float64()).to_numpy(zero_copy_only=False)
+        cols["error"] = text("error", "")
+        return cls(cols)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def window(self, lo: int, hi: int) -> Events:
+        """The rows with lo <= t_ns <= hi."""
+        a, b = np.searchsorted(self.t, lo, "left"), np.searchsorted(self.t, hi, "right")
+        return Events({k: v[a:b] for k, v in self.columns.items()})
+
+    def where(self, mask: np.ndarray) -> Events:
+        return Events({k: v[mask] for k, v in self.columns.items()})
+
+    def of_op(self, op: str) -> Events:
+        return self.where(self.op == op)
+
+
 def _process(client: str) -> str:
     return client.rsplit("-u", 1)[0]
 
 
-def _deaths(history: pd.DataFrame) -> dict[str, int]:
+def _deaths(history: Events) -> dict[str, int]:
     """When each killed process died (its ``crash ok``, else its ``crash info`` mark): drawn, not judged."""
-    c = history[history["op"] == "crash"]
-    if c.empty:
-        return {}
-    died = c[c["type"] == "ok"].set_index(["client", "seq"])["t_ns"]
+    c = history.of_op("crash")
+    died: dict[tuple[str, int], int] = {}
+    for client, seq, typ, t in zip(c.client, c.seq.tolist(), c.type, c.t.tolist(), strict=True):
+        if typ == "ok":
+            died.setdefault((client, seq), t)
     out: dict[str, int] = {}
-    for row in c[c["type"] == "info"].itertuples(index=False):
-        t = int(died.get((row.client, row.seq), row.t_ns))
-        proc = _process(str(row.client))
-        out[proc] = min(out.get(proc, t), t)
+    for client, seq, typ, t in zip(c.client, c.seq.tolist(), c.type, c.t.tolist(), strict=True):
+        if typ == "info":
+            when = died.get((client, seq), t)
+            proc = _process(client)
+            out[proc] = min(out.get(proc, when), when)
     return out
 
 
@@ -183,9 +280,8 @@ def distinct(found: list[tuple[Violation, Holds]]) -> list[tuple[Violation, Hold
     seen: set[tuple[str, str, int]] = set()
     out = []
     for v, h in found:
-        key = (v.first.client, v.first.lock, v.first.start_ns)
-        if key not in seen:
-            seen.add(key)
+        if v.first.key not in seen:
+            seen.add(v.first.key)
             out.append((v, h))
     return out
 
@@ -237,11 +333,6 @@ def _window(v: Violation) -> tuple[int, int]:
     return lo - pad, hi + pad
 
 
-def _rows(history: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
-    t = history["t_ns"].to_numpy(dtype=np.int64)
-    return history[(t >= lo) & (t <= hi)]
-
-
 @dataclass(frozen=True)
 class Span:
     """One operation from its invoke to its completion (``end_ns`` None: none in the window)."""
@@ -254,20 +345,18 @@ class Span:
     error: str
 
 
-def _pairs(h: pd.DataFrame, op: str) -> list[Span]:
+def _pairs(h: Events, op: str) -> list[Span]:
     """invoke -> completion of ``op`` per (client, seq), in the order of their first event."""
-    rows = h[(h["op"] == op).to_numpy(dtype=bool)]
+    rows = h.of_op(op)
     spans: dict[tuple[str, int], list[Any]] = {}
     for client, seq, typ, lock, t, err in zip(
-        rows["client"].astype(str), rows["seq"].to_numpy(dtype=np.int64), rows["type"].astype(str),
-        rows["lock"].astype(str), rows["t_ns"].to_numpy(dtype=np.int64),
-        rows["error"].astype(object).where(rows["error"].notna(), ""), strict=True,
-    ):  # fmt: skip
-        span = spans.setdefault((client, int(seq)), [client, lock, None, None, "", ""])
+        rows.client, rows.seq.tolist(), rows.type, rows.lock, rows.t.tolist(), rows.error, strict=True
+    ):
+        span = spans.setdefault((client, seq), [client, lock, None, None, "", ""])
         if typ == "invoke":
-            span[2] = int(t)
+            span[2] = t
         elif span[3] is None:
-            span[3], span[4], span[5] = int(t), typ, str(err)
+            span[3], span[4], span[5] = t, typ, err
     return [Span(*v) for v in spans.values()]
 
 
@@ -277,55 +366,57 @@ def _pairs(h: pd.DataFrame, op: str) -> list[Span]:
 RESOLUTION = 300
 
 
-def merge_bars(
-    rows: list[tuple[str, int, int, str]], res: int, ctx: CaseContext, what: str, same_text: bool = True
-) -> list[tuple[str, int, int, str]]:
-    """Bars (client, start, end, hover) of one lane closer than ``res`` ns as one bar saying how many it holds.
-
-    ``same_text``: only bars with the same hover merge (the same client and outcome); else any of the lane.
-    """
-    out: list[tuple[str, int, int, str]] = []
-    count: list[int] = []
-    for client, start, end, text_ in sorted(rows, key=lambda r: (r[0], r[1])):
+def _merge_runs(
+    rows: list[tuple[str, int, int, Any]], res: int, same_text: bool
+) -> list[tuple[str, int, int, Any, int]]:
+    """(client, start, end, the first row's payload, how many) per run of one lane's bars closer than ``res`` ns."""
+    out: list[list[Any]] = []
+    for client, start, end, payload in sorted(rows, key=lambda r: (r[0], r[1])):
         last = out[-1] if out else None
-        if last and last[0] == client and (not same_text or last[3] == text_) and start - last[2] <= res:
-            out[-1] = (client, last[1], max(last[2], end), text_ if same_text else last[3])
-            count[-1] += 1
+        if last and last[0] == client and (not same_text or last[3] == payload) and start - last[2] <= res:
+            last[2] = max(last[2], end)
+            if same_text:
+                last[3] = payload
+            last[4] += 1
         else:
-            out.append((client, start, end, text_))
-            count.append(1)
+            out.append([client, start, end, payload, 1])
+    return [(c, s0, s1, p, n) for c, s0, s1, p, n in out]
+
+
+def _say_merged(
+    runs: list[tuple[str, int, int, str, int]], ctx: CaseContext, what: str
+) -> list[tuple[str, int, int, str]]:
+    """Merged bars as (client, start, end, hover): a bar standing for several says how many and when."""
     return [
-        r
-        if n == 1
-        else (r[0], r[1], r[2], r[3] + html.escape(f" ({n} {what}, {ctx.s(r[1]):.4f}-{ctx.s(r[2]):.4f} s)"))
-        for r, n in zip(out, count, strict=True)
+        (c, s0, s1, t if n == 1 else t + html.escape(f" ({n} {what}, {ctx.s(s0):.4f}-{ctx.s(s1):.4f} s)"))
+        for c, s0, s1, t, n in runs
     ]
 
 
-def merge_points(rows: pd.DataFrame, res: int) -> list[tuple[str, int, int, int]]:
+def merge_points(rows: Events, res: int) -> list[tuple[str, int, int, int]]:
     """(client, first t_ns, last t_ns, how many) per run of one client's events closer than ``res`` ns."""
-    out: list[tuple[str, int, int, int]] = []
-    pairs = sorted(
-        zip(rows["client"].astype(str), rows["t_ns"].to_numpy(dtype=np.int64).tolist(), strict=True)
-    )
-    for client, t in pairs:
+    return [(c, t0, t1, n) for c, t0, t1, n, _ in _point_runs(rows, res)]
+
+
+def _point_runs(rows: Events, res: int) -> list[tuple[str, int, int, int, float]]:
+    """:func:`merge_points` with the highest ``value`` among the rows each merged point stands for."""
+    out: list[list[Any]] = []
+    order = sorted(range(len(rows)), key=lambda i: (rows.client[i], int(rows.t[i])))
+    for client, t, value in zip(
+        rows.client[order], rows.t[order].tolist(), rows.value[order].tolist(), strict=True
+    ):
         last = out[-1] if out else None
         if last and last[0] == client and t - last[2] <= res:
-            out[-1] = (client, last[1], t, last[3] + 1)
+            last[2], last[3] = t, last[3] + 1
+            if value > last[4] or last[4] != last[4]:
+                last[4] = value
         else:
-            out.append((client, t, t, 1))
-    return out
-
-
-def _max_per(rows: pd.DataFrame, points: list[tuple[str, int, int, int]]) -> list[float]:
-    """The highest ``value`` among the rows each merged point stands for."""
-    client, t = rows["client"].astype(str).to_numpy(dtype=object), rows["t_ns"].to_numpy(dtype=np.int64)
-    value = rows["value"].to_numpy(dtype=np.float64)
-    return [float(np.nanmax(value[(client == c) & (t >= t0) & (t <= t1)])) for c, t0, t1, _ in points]
+            out.append([client, t, t, 1, value])
+    return [(c, t0, t1, n, v) for c, t0, t1, n, v in out]
 
 
 def _thin_grants(
-    grants: list[Hold], keep: tuple[Hold, Hold], res: int
+    grants: list[Hold], keep: set[tuple[str, str, int]], res: int
 ) -> tuple[list[Hold], list[tuple[int, int]]]:
     """The grants a view marks: the violation's two always; of the rest, one per run closer than ``res``.
 
@@ -336,7 +427,7 @@ def _thin_grants(
     for h in sorted(grants, key=lambda g: (g.client, g.start_ns)):
         last = out[-1] if out else None
         if (
-            last is not None and h not in keep and last not in keep and last.client == h.client
+            last is not None and h.key not in keep and last.key not in keep and last.client == h.client
             and h.start_ns - many[-1][1] <= res
         ):  # fmt: skip
             many[-1] = (many[-1][0] + 1, h.start_ns)
@@ -358,17 +449,17 @@ class _Drawing:
     named for what it draws.
     """
 
-    def __init__(self, history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) -> None:
+    def __init__(self, history: Events, v: Violation, ctx: CaseContext, holds: Holds) -> None:
         lo, hi = _window(v)
         self.lo, self.hi = max(lo, ctx.t0_ns), hi
         self.v, self.ctx = v, ctx
-        self.near = _rows(history, self.lo, self.hi)
+        self.near = history.window(self.lo, self.hi)
         a, b = v.first, v.second
         near = self.near
         lanes = list(dict.fromkeys([a.client, b.client]))
-        busy = (
-            near[(near["client"] != "bench") & (near["lock"] == a.lock)]["client"].astype(str).value_counts()
-        )
+        busy = pd.Series(
+            near.client[(near.client != "bench") & (near.lock == a.lock)], dtype=object
+        ).value_counts()
         # other clients that held the lock in the window (waiting ones add lanes, not evidence)
         nearby = holds.around(a.lock, self.lo, self.hi)
         holders = {h.client for h in nearby}
@@ -406,17 +497,29 @@ class _Drawing:
             }
         )  # fmt: skip
 
+    def _held(self, h: Hold) -> tuple[str, int, int, str]:
+        """A hold as a bar of its lane, clipped to the window, with its hover text."""
+        ctx = self.ctx
+        return (h.client, max(h.start_ns, self.lo), min(h.end_ns, self.hi), html.escape(
+            f"{h.client} held {h.lock} from {ctx.s(h.start_ns):.3f} s to "
+            f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}"))  # fmt: skip
+
     def attempts_holds_releases(self) -> None:
         """Acquire attempts, holds (the violation's two whole, others merged below a pixel), releases."""
         near, hi, lane_of, res, ctx = self.near, self.hi, self.lane_of, self.res, self.ctx
         a, b = self.v.first, self.v.second
+        pair = {a.key, b.key}
         attempts = []
         for r in _pairs(near, "acquire"):
             if r.client in lane_of and r.start_ns is not None:
                 end = r.end_ns if r.end_ns is not None else hi
-                outcome = r.type or "no answer in the window"
-                attempts.append((r.client, r.start_ns, end, html.escape(f"{r.client}: acquire -> {outcome}")))
-        self.bar("acquire attempt", merge_bars(attempts, res, ctx, "acquire attempts"), 0.2, "#d8dde3")
+                attempts.append((r.client, r.start_ns, end, r.type or "no answer in the window"))
+        # the hover text is a function of (client, outcome): bars merge on it before it is put in words
+        merged = [
+            (c, s0, s1, html.escape(f"{c}: acquire -> {outcome}"), n)
+            for c, s0, s1, outcome, n in _merge_runs(attempts, res, same_text=True)
+        ]
+        self.bar("acquire attempt", _say_merged(merged, ctx, "acquire attempts"), 0.2, "#d8dde3")
         for who, name in (
             (a.client, f"hold: client {a.client}"),
             (b.client, f"hold: client {b.client}"),
@@ -425,27 +528,33 @@ class _Drawing:
             mine = [
                 h for h in self.in_lanes if (h.client == who if who else h.client not in (a.client, b.client))
             ]
-            held = [(h.client, max(h.start_ns, self.lo), min(h.end_ns, hi), html.escape(
-                    f"{h.client} held {h.lock} from {ctx.s(h.start_ns):.3f} s to "
-                    f"{ctx.s(h.end_ns):.3f} s{' (never released)' if h.open else ''}")) for h in mine]  # fmt: skip
             # the violation's own holds stay whole; other holds of the lane closer than a pixel merge
-            own = [r for r, h in zip(held, mine, strict=True) if h in (a, b)]
-            rest = [r for r, h in zip(held, mine, strict=True) if h not in (a, b)]
-            self.bar(
-                html.escape(name), own + merge_bars(rest, res, ctx, "holds", same_text=False), 0.55, None
-            )
+            # (a merged bar says its first hold, so only the holds that start a bar are put in words)
+            own = [self._held(h) for h in mine if h.key in pair]
+            rest = [
+                (h.client, max(h.start_ns, self.lo), min(h.end_ns, hi), h) for h in mine if h.key not in pair
+            ]
+            merged = [
+                (c, s0, s1, self._held(h)[3], n)
+                for c, s0, s1, h, n in _merge_runs(rest, res, same_text=False)
+            ]
+            self.bar(html.escape(name), own + _say_merged(merged, ctx, "holds"), 0.55, None)
         releases = [
-            (r.client, r.start_ns, r.end_ns if r.end_ns is not None else r.start_ns, html.escape(f"{r.client}: release"))
+            (r.client, r.start_ns, r.end_ns if r.end_ns is not None else r.start_ns, "")
             for r in _pairs(near, "release") if r.client in lane_of and r.start_ns is not None
         ]  # fmt: skip
-        self.bar("release", merge_bars(releases, res, ctx, "releases"), 0.2, "#334155")
+        merged = [
+            (c, s0, s1, html.escape(f"{c}: release"), n)
+            for c, s0, s1, _, n in _merge_runs(releases, res, True)
+        ]
+        self.bar("release", _say_merged(merged, ctx, "releases"), 0.2, "#334155")
 
     def grants(self) -> None:
         """Grants with their tokens, the clock bound as an error bar; the violation's two always drawn,
         the others closer than a pixel in one lane as one marker that says how many."""
         ctx, labels = self.ctx, self.labels
-        a, b = self.v.first, self.v.second
-        grants, many = _thin_grants([h for h in self.in_lanes if h.start_ns >= self.lo], (a, b), self.res)
+        pair = {self.v.first.key, self.v.second.key}
+        grants, many = _thin_grants([h for h in self.in_lanes if h.start_ns >= self.lo], pair, self.res)
         if not grants:
             return
         errs = [ctx.bound(h.client) for h in grants]
@@ -455,7 +564,7 @@ class _Drawing:
                 "type": "scatter", "mode": "markers+text", "name": "grant (token)",
                 "x": [ctx.s(h.start_ns) for h in grants], "y": [labels[h.client] for h in grants],
                 # the two grants of the violation carry their token as text; every grant has it on hover
-                "text": [f"token {int(h.token)}" if h.token == h.token and h in (a, b) else "" for h in grants],
+                "text": [f"token {int(h.token)}" if h.token == h.token and h.key in pair else "" for h in grants],
                 "textposition": "top center", "marker": {"symbol": "triangle-right", "size": 10, "color": "#111"},
                 "hovertext": [
                     html.escape(f"{h.client} granted at {ctx.s(h.start_ns):.4f} s"
@@ -474,20 +583,14 @@ class _Drawing:
     def writes(self) -> None:
         """The resource's writes, accepted (purchase ok) and refused (stale), and witness reads that saw another inside."""
         near, lanes, labels, ctx, res = self.near, self.lanes, self.labels, self.ctx, self.res
-        buys = near[
-            (near["op"] == "purchase") & near["type"].isin(["ok", "fail"]) & near["client"].isin(lanes)
-        ]
+        mine = np.isin(near.client, lanes)
+        buys = near.where((near.op == "purchase") & ((near.type == "ok") | (near.type == "fail")) & mine)
         for kind, sel, symbol, col in (
-            ("write accepted", buys["type"] == "ok", "circle", "#15803d"),
-            (
-                "write refused (stale token)",
-                (buys["type"] == "fail") & (buys["error"] == "stale"),
-                "x",
-                "#b91c1c",
-            ),
+            ("write accepted", buys.type == "ok", "circle", "#15803d"),
+            ("write refused (stale token)", (buys.type == "fail") & (buys.error == "stale"), "x", "#b91c1c"),
         ):
-            rows = buys[sel.to_numpy(dtype=bool)]
-            if rows.empty:
+            rows = buys.where(sel)
+            if not len(rows):
                 continue
             points = merge_points(rows, res)
             self.traces.append(
@@ -501,18 +604,19 @@ class _Drawing:
                     "hoverinfo": "text",
                 }
             )  # fmt: skip
-        wit = near[(near["op"] == "witness") & (near["type"] == "ok") & near["client"].isin(lanes)]
-        wit = wit[wit["value"].fillna(0) > 1]
-        if not wit.empty:
-            points = merge_points(wit, res)
+        wit = near.where(
+            (near.op == "witness") & (near.type == "ok") & mine & (np.nan_to_num(near.value) > 1)
+        )
+        if len(wit):
+            runs = _point_runs(wit, res)
             self.traces.append(
                 {
                     "type": "scatter", "mode": "markers", "name": "witness saw another inside",
-                    "x": [ctx.s(t) for _, t, _, _ in points], "y": [labels[c] for c, _, _, _ in points],
+                    "x": [ctx.s(t) for _, t, _, _, _ in runs], "y": [labels[c] for c, _, _, _, _ in runs],
                     "marker": {"symbol": "diamond", "size": 10, "color": "#7e22ce"},
                     "hovertext": [f"witness {int(x)} inside" if n == 1 else
                                   f"{n} witness reads saw another inside, {ctx.s(t):.4f}-{ctx.s(t1):.4f} s (up to {int(x)})"
-                                  for (_, t, t1, n), x in zip(points, _max_per(wit, points), strict=True)],
+                                  for _, t, t1, n, x in runs],
                     "hoverinfo": "text",
                 }
             )  # fmt: skip
@@ -623,7 +727,7 @@ class _Drawing:
         }  # fmt: skip
 
 
-def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) -> dict[str, Any]:
+def view(history: Events, v: Violation, ctx: CaseContext, holds: Holds) -> dict[str, Any]:
     """One violation's figure (plotly JSON: data, layout) and its one-line caption in plain words."""
     drawing = _Drawing(history, v, ctx, holds)
     drawing.attempts_holds_releases()
@@ -639,7 +743,7 @@ def view(history: pd.DataFrame, v: Violation, ctx: CaseContext, holds: Holds) ->
 def _caption(
     v: Violation,
     ctx: CaseContext,
-    near: pd.DataFrame,
+    near: Events,
     lease_end: dict[str, int],
     paused: dict[str, tuple[float, float]],
     strike_text: str,
@@ -653,7 +757,7 @@ def _caption(
             + ("the same token twice" if b.token == a.token else "a lower token, out of grant order")
             + (f"; {strike_text}" if strike_text else "")
         )
-    if v.kind == "lost-lock" and a == b:
+    if v.kind == "lost-lock" and a.key == b.key:
         return (
             f"client {a.client} held {a.lock} from {ctx.s(a.start_ns):.3f} s and was told at {ctx.s(v.at_ns):.3f} s "
             "that it no longer owned it (its release or a probe said so); no other client was granted it then"
@@ -689,17 +793,16 @@ def _caption(
     elif v.kind == "lost-lock":
         parts.append(f"client {a.client} was told at {ctx.s(v.at_ns):.3f} s that it no longer owned the lock")
     over_lo, over_hi = b.start_ns, min(a.end_ns, b.end_ns)
-    buys = near[(near["op"] == "purchase") & (near["type"] == "ok")]
-    t = buys["t_ns"].to_numpy(dtype=np.int64)
-    inside = buys[(t >= over_lo) & (t <= over_hi)]
-    writers = [c for c in (a.client, b.client) if (inside["client"] == c).any()]
+    t = near.t
+    inside = near.where((near.op == "purchase") & (near.type == "ok") & (t >= over_lo) & (t <= over_hi))
+    writers = [c for c in (a.client, b.client) if (inside.client == c).any()]
     if len(writers) == 2:
-        when = inside[inside["client"].isin(writers)]["t_ns"]
+        when = inside.t[np.isin(inside.client, writers)]
         parts.append(
             f"both wrote while both held ({ctx.s(int(when.min())):.3f}-{ctx.s(int(when.max())):.3f} s)"
         )
     elif writers:
-        w = inside[inside["client"] == writers[0]]["t_ns"]
+        w = inside.t[inside.client == writers[0]]
         parts.append(f"client {writers[0]} wrote at {ctx.s(int(w.min())):.3f} s while both held")
     if a.open:
         parts.append(f"client {a.client} never released it")
@@ -781,14 +884,10 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
     found = distinct(recorded_violations(run.violations(case)))[:MAX_VIOLATIONS]
     if not found:
         return []
-    history = run.history(case, COLUMNS, ops=OPS, quiet=True)
-    if history is None or history.empty:
+    history = run.history_table(case, COLUMNS, OPS)
+    if history is None or history.num_rows == 0:
         return []
-    # plain object strings: every view filters the history many times, and arrow-backed strings
-    # copy on each boolean mask (most of this section's time on a matrix)
-    text_cols = [c for c in history.columns if c not in ("seq", "t_ns", "token", "value")]
-    history = history.astype({c: object for c in text_cols})
-    history = history.sort_values("t_ns", kind="stable").reset_index(drop=True)
+    events = Events.of(history)
     extra = run.extra(case)
     state = extra.get("final_state") or {}
     bounds = state.get("clock_uncertainty_ns") or {}
@@ -798,12 +897,10 @@ def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(share, (int, float)):
             late[str(key)] = float(share)
     ctx = CaseContext(
-        *_lease(run, row), dict(bounds), late, int(history["t_ns"].min()),
-        _pairs(history[(history["op"] == "fault").to_numpy(dtype=bool)], "fault"), _deaths(history),
-        [int(t) for t in history.loc[(history["op"] == "service").to_numpy(dtype=bool), "t_ns"].dropna()],
-        leased=_uses_ttl(run, row) is True,
+        *_lease(run, row), dict(bounds), late, int(events.t[0]), _pairs(events, "fault"), _deaths(events),
+        events.of_op("service").t.tolist(), leased=_uses_ttl(run, row) is True,
     )  # fmt: skip
-    return [view(history, v, ctx, holds) for v, holds in found]
+    return [view(events, v, ctx, holds) for v, holds in found]
 
 
 def _json(value: Any) -> str:
@@ -813,16 +910,24 @@ def _json(value: Any) -> str:
 
 def _clean(value: Any) -> Any:
     """JSON-ready: no NaN, numpy scalars as Python's, floats to the microsecond (seconds) to keep it small."""
+    kind = type(value)
+    if kind is float:
+        return round(value, 6) if math.isfinite(value) else None
+    if kind is list:
+        # most lists are hover texts or labels: their strings are kept as they are without a call each
+        return [v if type(v) is str else _clean(v) for v in value]
+    if kind is dict:
+        return {k: v if type(v) is str else _clean(v) for k, v in value.items()}
     if isinstance(value, float):
         return round(value, 6) if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating,)):
         return _clean(float(value))
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
     return value
 
 

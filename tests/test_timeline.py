@@ -251,3 +251,29 @@ def test_the_red_cell_and_its_timeline_show_the_pair_of_holds_the_checker_kept(t
     assert drawn, [v["caption"] for v in views]
     names = [t["name"] for t in drawn[0]["data"]]
     assert f"hold: client {a['client']}" in names and f"hold: client {b['client']}" in names
+
+
+def test_a_lock_without_tokens_keeps_the_violations_own_grants_and_holds_whole(tmp_path: Path) -> None:
+    """An unfenced lock's holds have no token (NaN, which equals nothing): the violation's two must
+    still be told apart from the lane's other grants and holds closer than a pixel, not merged into them."""
+    us = 1_000
+    h = history(
+        ("1-u0", 0, "acquire", "ok", "L", 10 * MS),
+        ("1-u0", 1, "release", "invoke", "L", 10 * MS + 50 * us),
+        ("1-u0", 2, "acquire", "ok", "L", 10 * MS + 100 * us),  # the first holder's violating grant
+        ("2-u0", 0, "acquire", "ok", "L", 20 * MS),
+        ("2-u0", 1, "release", "invoke", "L", 30 * MS),
+        ("1-u0", 3, "release", "invoke", "L", 40 * MS),
+    )
+    row = {"case": "u", "impl": "u", "workload": "flash-sale", "verdict": "invalid"}
+    (v,) = case_views(_run(tmp_path, {"u": h}, [row]), row)
+    assert (
+        "client 1-u0 held L from 0.000 s" in v["caption"]
+        and "client 2-u0 was granted at 0.010 s" in v["caption"]
+    )
+    grant = next(t for t in v["data"] if t["name"] == "grant (token)")
+    # one marker per grant of the violation, each at its own time (the earlier grant 0.1 ms before it
+    # is under a pixel of this window, and would have swallowed it)
+    assert sorted(round(x, 4) for x in grant["x"]) == [0.0, 0.0001, 0.01]
+    held = next(t for t in v["data"] if t["name"] == "hold: client 1-u0")
+    assert [round(b, 4) for b in held["base"]] == [0.0001, 0.0]  # the violating hold whole, the earlier apart
