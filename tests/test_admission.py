@@ -91,9 +91,24 @@ def test_a_heavy_unit_meets_at_most_one_light_one_and_no_heavy_one() -> None:
     assert _most_beside_a_heavy(ran) == (1, 0)
 
 
+def test_at_five_lanes_light_units_fill_them_and_a_heavy_one_still_meets_one_at_most() -> None:
+    """More lanes than 3 run more light units at once, never more beside a heavy unit."""
+    lanes = [
+        *LANES,
+        [_unit("crash", 2), _unit("long-cs")],
+        [_unit("partition-client"), _unit("flash-sale", 1)],
+    ]
+    ran = _lanes(Admission(5), lanes, hold_s=0.05)
+    assert len(ran) == 13
+    assert _most_beside_a_heavy(ran) == (1, 0)
+    lights = [r for r in ran if r[2] == 1]
+    together = max(sum(1 for b in lights if b[0] <= a[0] < b[1]) for a in lights)
+    assert together >= 4  # light units alone do use the lanes
+
+
 def test_without_the_slots_they_would_have_met() -> None:
     """The same lanes with room for everything: heavy units meet, so the test above can fail."""
-    ran = _lanes(Admission(100, max_heavy=100), LANES, hold_s=0.05)
+    ran = _lanes(Admission(100, max_heavy=100, beside_heavy=None), LANES, hold_s=0.05)
     most, met = _most_beside_a_heavy(ran)
     assert met > 0 and most == 2
 

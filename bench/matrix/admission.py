@@ -22,9 +22,17 @@ generator-bound case decides nothing. Measured on the 2-core machine, full stand
   units, of which lease-expiry-task came out 3 of 5 bound too; alone on a lane they measured 0
   of 12 (round 11). Restarting one of three JVMs on two cores takes the machine: they run alone.
 
-So each lane running a unit takes a slot, a heavy unit two, and the lanes have as many slots as
-lanes: at 3 lanes a heavy unit runs beside one light unit, never beside two, and never beside
-another heavy one (at most :data:`MAX_HEAVY` at a time, whatever the slots); ZooKeeper's
+- At 5 lanes with a heavy unit taking two of 5 slots (X5, 2026-12-05, shards 2 and 3 of the
+  full standard matrix), 57 of 205 cases came out generator-bound, against 2 of 205 at 3 lanes:
+  etcd's ensemble kills 5 of 5 beside three light units, and in the partition shard the Sentinel
+  failover (13 of 13) beside four partition lanes on test hosts, which were bound too (20 of 21).
+  The machine was 1.2-1.34 cores busy, against 0.96-1.03 at 3 lanes: on two cores the
+  generators are late before the machine is busier. That is why ``--lanes auto`` gives a 2-core
+  machine 3 lanes, not more (``LANE_CPU``, machine.py).
+
+So each lane running a unit takes a slot, a heavy unit all slots but one (at least two), and the
+lanes have as many slots as lanes: whatever the lanes, a heavy unit runs beside one light unit
+(:data:`BESIDE_HEAVY`), never beside two, and never beside another heavy one (at most :data:`MAX_HEAVY` at a time, whatever the slots); ZooKeeper's
 ensemble member and leader kills take every slot (:data:`ALONE`). A unit is heavy when
 it runs on an ensemble of three servers (member kills, partitions of a leader or a majority),
 pauses a session's process for seconds, fails over Sentinel, pauses a whole Locust process
@@ -47,6 +55,10 @@ HEAVY = 2
 ALONE = 1_000
 #: Heavy units (and units run alone) running at once, at most.
 MAX_HEAVY = 1
+#: Light units a heavy unit may run beside, however many lanes: at 3 lanes (a heavy unit two slots
+#: of 3) one light unit beside it left it unbound; at 5 lanes with a heavy unit taking two slots,
+#: three light units beside etcd's ensemble kills made 17 of 114 cases generator-bound (X5, 2026-12-05).
+BESIDE_HEAVY = 1
 #: A restart under a group of this many cases or more is heavy (12 Locust processes reconnecting).
 BIG_GROUP = 8
 
@@ -79,9 +91,13 @@ class Admission:
     that wait, and ``waited_s`` says in run.json what keeping heavy units apart cost.
     """
 
-    def __init__(self, slots: int, max_heavy: int = MAX_HEAVY) -> None:
+    def __init__(
+        self, slots: int, max_heavy: int = MAX_HEAVY, beside_heavy: int | None = BESIDE_HEAVY
+    ) -> None:
         self.slots = max(1, slots)
         self.max_heavy = max_heavy
+        #: light units a heavy one may run beside (None: a heavy unit simply takes HEAVY slots)
+        self.beside_heavy = beside_heavy
         self.used = 0
         #: heavy units running, and the slots they hold
         self.heavy = 0
@@ -92,6 +108,10 @@ class Admission:
         self._cond = threading.Condition()
 
     def _slots_of(self, weight: int) -> int:
+        """The slots a unit of ``weight`` holds: a heavy one all but :data:`BESIDE_HEAVY` (at least two),
+        so that whatever the lanes it runs beside as many light units as measured safe at 3 lanes."""
+        if weight == HEAVY and self.beside_heavy is not None:
+            return min(max(HEAVY, self.slots - self.beside_heavy), self.slots)
         return min(weight, self.slots)
 
     def fits(self, weight: int) -> bool:

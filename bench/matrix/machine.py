@@ -15,6 +15,9 @@ from pathlib import Path
 #: standard matrix at ``--lanes 2`` (c7a4b1f, four shards, loads 0.3-1.9 at their starts): the
 #: machine was 0.62, 0.85, 1.23 and 1.08 cores busy, 0.31-0.62 a lane. The highest is used, so a
 #: quiet 2-core machine runs three lanes; the admission budget (admission.py) keeps heavy units apart.
+#: At 3 lanes (W, d6ededd) a lane kept 0.25-0.35 of a core busy on average, yet 0.6 stays: at 5
+#: lanes the generators were late in 28% of the cases with the machine only 1.2-1.34 busy
+#: (admission.py, X5). A lane's bursts, not its average, decide how many fit.
 LANE_CPU = 0.6
 #: Never more lanes side by side than this, whatever the machine has spare.
 MAX_AUTO_LANES = 4
