@@ -878,16 +878,33 @@ def _positive(value: Any) -> float | None:
     return out if math.isfinite(out) and out > 0 else None
 
 
-def case_views(run: RunData, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every chosen violation's view of one case (empty when the checkers kept no witness of it)."""
-    case = str(row["case"])
+CaseRead = tuple[list[tuple[Violation, Holds]], Events | None]
+
+
+def read_case(run: RunData, case: str) -> CaseRead:
+    """A case's chosen violations and its history as arrays: the reading half of :func:`case_views`.
+
+    Apart so that the section reads the next cases in a thread while it draws this one: the
+    reading is Arrow's work, which lets the drawing run beside it on another core.
+    """
     found = distinct(recorded_violations(run.violations(case)))[:MAX_VIOLATIONS]
     if not found:
-        return []
+        return [], None
     history = run.history_table(case, COLUMNS, OPS)
     if history is None or history.num_rows == 0:
+        return found, None
+    return found, Events.of(history)
+
+
+def case_views(run: RunData, row: dict[str, Any], read: CaseRead | None = None) -> list[dict[str, Any]]:
+    """Every chosen violation's view of one case (empty when the checkers kept no witness of it).
+
+    ``read``: what :func:`read_case` gave for it, when read ahead.
+    """
+    case = str(row["case"])
+    found, events = read if read is not None else read_case(run, case)
+    if not found or events is None:
         return []
-    events = Events.of(history)
     extra = run.extra(case)
     state = extra.get("final_state") or {}
     bounds = state.get("clock_uncertainty_ns") or {}
@@ -1000,6 +1017,44 @@ def _also(case: str, others: list[dict[str, Any]], run: RunData) -> str:
     )
 
 
+class _Reader:
+    """Reads the cases to draw, a few ahead of the one being drawn, in one thread of its own.
+
+    Why: on a matrix, reading the witness files and histories was a third of the section; Arrow
+    reads without holding the interpreter, so the drawing goes on meanwhile. One thread and a
+    short lookahead: the order of the reads (and of any note they add) is the cases' order.
+    """
+
+    AHEAD = 4
+
+    def __init__(self, run: RunData, cases: list[str]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.run, self.cases = run, cases
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="timeline-read") if cases else None
+        self.futures: dict[str, Any] = {}
+        self.next = 0
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.pool is not None and self.next < len(self.cases) and len(self.futures) < self.AHEAD:
+            case = self.cases[self.next]
+            self.futures[case] = self.pool.submit(read_case, self.run, case)
+            self.next += 1
+
+    def get(self, case: str) -> CaseRead | None:
+        """What was read for ``case`` (waiting for it), or None when it was not read ahead."""
+        future = self.futures.pop(case, None)
+        self._fill()
+        if future is None:
+            return None
+        result = future.result()
+        if self.pool is not None and not self.futures:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        return result
+
+
 def timeline_section(run: RunData) -> str:
     """The violation timeline of each failed lock x fault, or "" when no case failed (or none can be drawn).
 
@@ -1011,6 +1066,7 @@ def timeline_section(run: RunData) -> str:
         return ""
     chosen, listed = drawn_cases(rows)
     blocks = []
+    ahead = _Reader(run, [str(r["case"]) for r in chosen[:MAX_DRAWN]] if run.has_witnesses else [])
     for n, row in enumerate(chosen):
         case = str(row["case"])
         also = _also(case, listed[case], run)
@@ -1031,7 +1087,7 @@ def timeline_section(run: RunData) -> str:
                 f"</p>{also}</div>"
             )
             continue
-        views = case_views(run, row)
+        views = case_views(run, row, ahead.get(case))
         if not views:
             blocks.append(
                 f'<div class="timeline-none" id="{e(anchor(case))}">{head}<p class="caption">No interleaving to '
