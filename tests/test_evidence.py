@@ -250,5 +250,5 @@ def test_eta_counts_a_solo_calibration_by_what_it_took_not_its_longest_window() 
     assert progress.overheads == [pytest.approx(2, abs=0.5)]
     assert progress.eta_s() == pytest.approx(1.2 + 8 + 2, abs=0.6)
     printed = lines.file.getvalue()
-    assert "solo calibration: 1 user, up to 3s or 500 acquisitions" in printed
+    assert "solo calibration: 1 user, up to 3s or 250 acquisitions" in printed
     assert "redis.i x flash-sale: 8s, 50 users" in printed
