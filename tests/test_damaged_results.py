@@ -72,10 +72,13 @@ def _tables(fn: Callable[[pd.DataFrame], pd.DataFrame], parquet: bool = True) ->
     return spoil
 
 
-def _cell(column: str, value: object, row: int = 0, parquet: bool = True) -> Spoil:
+def _cell(column: str, value: object, row: int = 0, parquet: bool = True, **also: object) -> Spoil:
+    """``column`` of ``row`` set to ``value`` (and each column of ``also`` to its value) in both tables."""
+
     def fn(frame: pd.DataFrame) -> pd.DataFrame:
-        frame[column] = frame[column].astype(object if isinstance(value, str) else float)
-        frame.loc[row, column] = value
+        for name, v in {column: value, **also}.items():
+            frame[name] = frame[name].astype(object if isinstance(v, str) else float)
+            frame.loc[row, name] = v
         return frame
 
     return _tables(fn, parquet)
@@ -208,7 +211,9 @@ CORPUS: list[tuple[str, Spoil, str, bool]] = [
     ("negative throughput", _cell("throughput_acq_s", -5.0), "throughput_acq_s", False),
     ("text throughput", _cell("throughput_acq_s", "fast", parquet=False), "throughput_acq_s", False),
     ("p99 of 0", _cell("acquire_p99_us", 0.0), "acquire_p99_us", False),
-    ("violation beside valid", _cell("oversold_units", 3.0), "verdict", False),
+    # the verdict is set too: on a loaded machine the clean run's first case can be judged
+    # unknown (generator-bound), and a violation beside "unknown" is no contradiction
+    ("violation beside valid", _cell("oversold_units", 3.0, verdict="valid"), "verdict", False),
     ("changed impl id", _cell("impl", "redis.other"), "impl", False),
     (
         "dropped safety columns",
