@@ -176,6 +176,14 @@ def test_a_violation_under_a_stalled_generator_says_so() -> None:
     assert stall_reason(row, settings, short, int(10.0 * S)) == ""
     assert stall_reason(row, settings, _history(_grants([12.0])), int(10.0 * S)) == ""  # late share alone: no
     assert stall_reason({**row, "verdict": "valid"}, settings, stalled, int(10.0 * S)) == ""
+    # a stall dated at its start, long before the violation, that lasted up to it: it counts
+    # (redis.reentrant's watchdog under a 1 s lease, 2026-12-05: two processes stalled 2.9 s from
+    # 2.9 s before the overlap; the window of lease + 1 s before it held no stall's start)
+    leased = RunSettings(ttl=1.0)
+    through = _history([("loop:7", -1, "stall", "ok", "", int(7.1 * S), None, 2885, None), *_grants([12.0])])
+    assert "stalled 2.9 s" in stall_reason(row, leased, through, int(10.0 * S))
+    ended = _history([("loop:7", -1, "stall", "ok", "", int(5.0 * S), None, 2885, None), *_grants([12.0])])
+    assert stall_reason(row, leased, ended, int(10.0 * S)) == ""  # over 2 s before it: no excuse
     # the scenario's own world pause stops the loop on purpose: that stall is the strike, not an excuse
     paused = _history(
         [("loop:7", -1, "stall", "ok", "", int(9.0 * S), None, 1500, None),

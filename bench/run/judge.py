@@ -296,8 +296,9 @@ def stall_reason(
     """Why a failed case's violation may be a stall of the load generator's own process, "" if not.
 
     A stall counts only where it could explain the violation: the longest ``stall`` event (the
-    loop-lag probe writes every wake-up 50 ms late or more into the history) in the lease before
-    the first violation reaches :data:`STALL_SHARE` of the lease or session. Such a failure is
+    loop-lag probe writes every wake-up 50 ms late or more into the history, dated at the
+    stall's start) that overlaps the lease before the first violation reaches
+    :data:`STALL_SHARE` of the lease or session. Such a failure is
     the generator's doing, not necessarily the scenario's: the cell is undecided ("stalled"),
     never red and never green. A history without a time for its violation is judged by the
     whole case's longest stall.
@@ -322,7 +323,10 @@ def stall_reason(
         keep = ~np.array([bool(((t0 >= starts - 50_000_000) & (t0 <= ends)).any()) for t0 in t], dtype=bool)
         t, lag_ms = t[keep], lag_ms[keep]
     if first_ns is not None:
-        near = (t <= first_ns) & (t >= first_ns - int((lease + 1.0) * 1e9))
+        # a stall row is dated at the stall's start: a long one that began before the window and
+        # ran through it counts (2.9 s from 2.9 s before a violation under a 1 s lease was missed)
+        ends = t + (lag_ms * 1e6).astype("int64")
+        near = (t <= first_ns) & (ends >= first_ns - int((lease + 1.0) * 1e9))
         lag_ms = lag_ms[near]
     worst_s = float(lag_ms.max()) / 1000 if len(lag_ms) else 0.0
     if worst_s < STALL_SHARE * lease:
