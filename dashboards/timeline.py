@@ -104,6 +104,15 @@ class Violation:
 # the checkers' violations -----------------------------------------------------------------
 
 
+def _strings(table: Any, name: str, missing: str = "<NA>") -> np.ndarray:
+    """A text column of an Arrow table as Python strings; a missing value reads ``missing`` ("<NA>",
+    as pandas wrote it before the timeline read Arrow)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.fill_null(table[name].cast(pa.string()), missing).to_numpy(zero_copy_only=False)
+
+
 class Holds:
     """The holds of one violation's lock around it, as arrays sorted by (lock, start), from the witness file.
 
@@ -125,11 +134,8 @@ class Holds:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        def text(name: str) -> np.ndarray:
-            return pc.fill_null(table[name].cast(pa.string()), "<NA>").to_numpy(zero_copy_only=False)
-
         return cls(
-            client=text("client"), lock=text("lock"), role=text("role"),
+            client=_strings(table, "client"), lock=_strings(table, "lock"), role=_strings(table, "role"),
             start=table["start_ns"].to_numpy().astype(np.int64, copy=False),
             end=table["end_ns"].to_numpy().astype(np.int64, copy=False),
             token=table["token"].cast(pa.float64()).to_numpy(zero_copy_only=False),
@@ -225,15 +231,11 @@ class Events:
         import pyarrow.compute as pc
 
         table = table.take(pc.sort_indices(table, sort_keys=[("t_ns", "ascending")]))
-
-        def text(name: str, missing: str) -> np.ndarray:
-            return pc.fill_null(table[name].cast(pa.string()), missing).to_numpy(zero_copy_only=False)
-
-        cols = {c: text(c, "<NA>") for c in cls.TEXT}  # a missing one reads as pandas wrote it: "<NA>"
+        cols = {c: _strings(table, c) for c in cls.TEXT}
         cols["seq"] = table["seq"].to_numpy().astype(np.int64, copy=False)
         cols["t_ns"] = table["t_ns"].to_numpy().astype(np.int64, copy=False)
         cols["value"] = table["value"].cast(pa.float64()).to_numpy(zero_copy_only=False)
-        cols["error"] = text("error", "")
+        cols["error"] = _strings(table, "error", missing="")
         return cls(cols)
 
     def __len__(self) -> int:
