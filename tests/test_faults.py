@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bench.measure.stalls import failed_under_stall
 from tests.helpers import bench, marked_processes, run_exit_code
 
 pytestmark = pytest.mark.slow
@@ -245,8 +246,7 @@ def _kept_or_stalled(row: pd.Series) -> None:
     if row["overlapping_holds"] == 0:
         assert row["verdict"] == "valid", row.to_dict()
         return
-    stall = row.get("stall_reason")
-    assert isinstance(stall, str) and stall.startswith("a Locust process stalled"), (
+    assert failed_under_stall(row), (
         f"{row.name}: {row['overlapping_holds']} overlaps with no stall to explain them: {row.to_dict()}"
     )
 

@@ -325,8 +325,8 @@ def stall_reason(
     if first_ns is not None:
         # a stall row is dated at the stall's start: a long one that began before the window and
         # ran through it counts (2.9 s from 2.9 s before a violation under a 1 s lease was missed)
-        ends = t + (lag_ms * 1e6).astype("int64")
-        near = (t <= first_ns) & (ends >= first_ns - int((lease + 1.0) * 1e9))
+        stall_ends = t + (lag_ms * 1e6).astype("int64")
+        near = (t <= first_ns) & (stall_ends >= first_ns - int((lease + 1.0) * 1e9))
         lag_ms = lag_ms[near]
     worst_s = float(lag_ms.max()) / 1000 if len(lag_ms) else 0.0
     if worst_s < STALL_SHARE * lease:
