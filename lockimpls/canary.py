@@ -345,6 +345,36 @@ def _redlock_long_lease() -> type[Lock]:
     return RedLockLongLease
 
 
+#: One RedLock vote (SET NX PX) that neither the append-only file nor a replica sees: under
+#: effects replication (the only kind since Redis 7) ``redis.set_repl`` leaves it in memory alone.
+UNLOGGED_SET_LUA = """
+redis.set_repl(redis.REPL_NONE)
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+"""
+
+
+def _redlock_unlogged() -> type[Lock]:
+    from lockimpls.redlock import RedLock
+
+    class RedLockUnlogged(RedLock):
+        """RedLock whose votes stay out of the append-only file: a restart from the AOF forgets them.
+
+        Why: restart-aof restarts one of the holder's three masters from its AOF, which RedLock
+        survives because its key is in the file. Its control must fail under the very same strike,
+        so it is the same lock whose key lives in memory only: it loses its majority exactly when
+        the strike really killed and restarted a master the holder depended on. The lock itself
+        (redis.redlock) could never be that control: it cannot fail where it is right.
+        """
+
+        id = "canary.redlock-unlogged"
+
+        def _set_command(self, owner: str) -> tuple:
+            return ("EVAL", UNLOGGED_SET_LUA, 1, self.key, owner, self.ttl_ms)
+
+    RedLockUnlogged.canary = True  # type: ignore[attr-defined]
+    return RedLockUnlogged
+
+
 _BUILT: dict[str, Any] = {
     "NoExpiryMemcached": _no_expiry_memcached,
     "NoExpiryEtcd": _no_expiry_etcd,
@@ -352,4 +382,5 @@ _BUILT: dict[str, Any] = {
     "NoExpiryFile": _no_expiry_file,
     "NoKeepaliveEtcd": _no_keepalive_etcd,
     "RedLockLongLease": _redlock_long_lease,
+    "RedLockUnlogged": _redlock_unlogged,
 }

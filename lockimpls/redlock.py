@@ -294,12 +294,16 @@ class RedLock(Lock):
                 raise LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout:.3f}s")
             self._between_attempts(pause)  # the failed attempt's keys are unlocked: nothing in flight
 
+    def _set_command(self, owner: str) -> tuple:
+        """The command each master gets for one vote: ``SET key owner NX PX ttl``."""
+        return ("SET", self.key, owner, "NX", "PX", self.ttl_ms)
+
     def _attempt(self, first: bool) -> Lease | None:
         owner = new_owner_id(self.options.owner_prefix)
         masters = self.masters
         self._count("attempts")
         started = time.monotonic_ns()
-        replies = fan_out(masters, ("SET", self.key, owner, "NX", "PX", self.ttl_ms), self.request_timeout)
+        replies = fan_out(masters, self._set_command(owner), self.request_timeout)
         elapsed_ms = (time.monotonic_ns() - started) / 1e6
         granted = sum(1 for r in replies if r.status == ANSWERED and r.value is not None)
         validity_ms = self.ttl_ms - elapsed_ms - self.drift_ms

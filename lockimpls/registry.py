@@ -65,6 +65,8 @@ CANARIES: dict[str, str] = {
     "canary.no-keepalive-etcd": "lockimpls.canary:NoKeepaliveEtcd",
     # restart-delayed: the same lock, its lease outlasting the delay
     "canary.redlock-long-lease": "lockimpls.canary:RedLockLongLease",
+    # restart-aof: the same lock, its votes kept out of the append-only file
+    "canary.redlock-unlogged": "lockimpls.canary:RedLockUnlogged",
 }
 
 ENTRY_POINT_GROUP = "lockbench.locks"

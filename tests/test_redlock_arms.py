@@ -45,6 +45,17 @@ def test_a_bare_majority_restart_breaks_redlock_and_a_delayed_or_aof_restart_doe
     control = cases.loc["canary.redlock-long-lease__restart-delayed__g1"]
     assert control["verdict"] == "invalid" and control["locks_lost"] > 0, control.to_dict()
     assert cases.loc["redis.redlock__restart-delayed"]["control_outcome"].startswith("failed")
+    # restart-aof can fail too: its control, the same lock whose votes stay out of the AOF, loses its
+    # majority under the same strikes (it was redis.redlock itself, which never can: "did not bite")
+    unlogged = cases[cases.index.str.startswith("canary.redlock-unlogged__restart-aof")]
+    assert len(unlogged) == 1, list(cases.index)
+    assert unlogged.iloc[0]["verdict"] == "invalid" and unlogged.iloc[0]["overlapping_holds"] > 0, _said(
+        unlogged.iloc[0]
+    )
+    for impl in ("redis.redlock", "redis.pottery-redlock"):
+        assert cases.loc[f"{impl}__restart-aof"]["control_outcome"].startswith("failed"), _said(
+            cases.loc[f"{impl}__restart-aof"]
+        )
     # 2 strikes against quick evidence (k >= 3): the survived arms are thin, so the matrix exits 1
     assert r.returncode == 1 and "undecided: redis.redlock x restart-delayed: held, thin" in r.stderr
     assert json.loads((run / "run.json").read_text())["contradictions"] == []

@@ -257,6 +257,8 @@ _PARTITIONS: dict[str, dict[str, Expectation]] = {
     "postgres.unique-insert": {
         "partition-client": _e(S, "no expiry: the row stays until its holder deletes it after the heal")
     },
+    # PostgreSQL's partition-client control (bench/nemesis/partitions.py): its row expires like a lease
+    "postgres.unique-insert-expiry": {"partition-client": _e(V, _CUT_LEASE)},
     "redis.redlock": {
         "partition-client": _e(V, _CUT_LEASE),
         "partition-node": _e(

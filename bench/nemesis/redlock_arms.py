@@ -7,9 +7,14 @@ owner while bench arms the strike) and one of its 3 is SIGKILLed, then started a
 * ``restart-aof``: at once, from its AOF (appendonly yes, appendfsync everysec);
 * ``restart-delayed``: after the lease, without persistence (the Redis page's delayed restart).
 
-Each arm can fail. restart-delayed's control is the same lock with a lease that outlasts the
-delay (``canary.redlock-long-lease``), in the same group under the same strike: its holder holds on
+Each arm can fail, and each has a control struck by the same strikes in the same group:
+restart-bare's is redis.redlock itself (the catalog says it violates there). restart-delayed's is the
+same lock with a lease that outlasts the delay (``canary.redlock-long-lease``): its holder holds on
 through the restart, while a holder whose lease ends first lets go before the master is back.
+restart-aof's is the same lock whose votes stay out of the AOF (``canary.redlock-unlogged``,
+``redis.set_repl``): it loses its majority exactly when the strike restarted one of the holder's
+masters from its file. Until round 14 restart-aof's control was redis.redlock, which cannot fail
+there, so both RedLocks' restart-aof cells were "did not bite" on every matrix.
 Unlike stopping two masters while the holder acquires, the phantom votes hold for any RedLock
 client, whatever its reply timeouts; a lock whose key names bench does not know (no
 ``Lock.quorum_key``) may win all five, and its strike is then missed with that reason.
@@ -124,7 +129,7 @@ KINDS = (
     ),
     FaultKind(
         name=RESTART_AOF, reach=_REACH, precondition=_PRECONDITION, backends=("redis",), topology="aof-everysec",
-        controls={RESTART_AOF: {"redis": "redis.redlock"}}, strike=_strike(RESTART_AOF),
+        controls={RESTART_AOF: {"redis": "canary.redlock-unlogged"}}, strike=_strike(RESTART_AOF),
     ),
     FaultKind(
         name=RESTART_DELAYED, reach=_REACH, precondition=_PRECONDITION, backends=("redis",),
