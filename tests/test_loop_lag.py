@@ -95,9 +95,9 @@ def test_a_deliberate_stop_of_the_process_is_excused_and_an_unexcused_one_is_not
     told_late = probe.late_us
     untold, untold_stalls = stop_the_world(probe, excuse=False)
     assert told_late < 50_000 and told_stalls == []  # on a busy machine a few ms of real lag remain
-    # the 300 ms stop is not late time when told; the 40 ms around it may be, on a loaded machine
-    # (a full suite at load 5 read 0.75 there), so the share is compared with the untold run's
-    assert told["loop_lag_late_share"] < untold["loop_lag_late_share"]
+    # told, the 30 grid points inside the 300 ms stop are no samples at all; the share over the 40 ms
+    # around it says nothing on a loaded machine (full suites at load 5 read 0.75 and 1.0 there)
+    assert told["loop_lag_wakes"] + 25 <= untold["loop_lag_wakes"], (told, untold)
     assert probe.late_us >= 290_000 and len(untold_stalls) == 1
     assert untold["loop_lag_late_share"] > 0.5
 

@@ -17,7 +17,12 @@ from pathlib import Path
 #: quiet 2-core machine runs three lanes; the admission budget (admission.py) keeps heavy units apart.
 #: At 3 lanes (W, d6ededd) a lane kept 0.25-0.35 of a core busy on average, yet 0.6 stays: at 5
 #: lanes the generators were late in 28% of the cases with the machine only 1.2-1.34 busy
-#: (admission.py, X5). A lane's bursts, not its average, decide how many fit.
+#: (admission.py, X5). A lane's bursts, not its average, decide how many fit. At 4 lanes with a heavy
+#: unit holding all slots but one (L4, 750ebba, 2026-12-05, load 2.31 and 0.29 at the starts)
+#: shards 2 and 3 took 540 and 687 s (3 lanes: 528 and 579) at 0.87 and 0.84 cores busy (1.03,
+#: 0.96), 1 and 2 cases bound: heavy units run one at a time beside one light unit, so a fourth
+#: lane only waits (admission waits 666 and 1,037 s; shard 3's longest lane, redis#1, 333 s idle
+#: against 224 s at 3). The heavy units, not the lanes, set a shard's time.
 LANE_CPU = 0.6
 #: Never more lanes side by side than this, whatever the machine has spare.
 MAX_AUTO_LANES = 4
