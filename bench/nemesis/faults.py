@@ -150,13 +150,29 @@ class Mailbox:
         )
 
     def ledger(self) -> int:
-        keys = list(self.client.scan_iter(match="lockbench:res:orders:*", count=1000))
-        if not keys:
+        """Grants the case's buyers used so far: purchases, and accesses the resource refused.
+
+        A refused access is a grant too: the lock let a buyer in and only the resource's fence
+        turned it away. Where a restart or failover loses the token counter with the lock
+        state, every later access of a fenced case is refused and nothing is bought, while the
+        lock grants on; counting purchases alone read that as a service granting nothing, struck
+        the case no more after one strike, and left it running to its duration cap (150 s
+        beside its group's 17 s in a memcached restart group; 74 s in the Sentinel failover
+        group of 13; full matrix, 2026-12-05).
+        """
+        orders = list(self.client.scan_iter(match="lockbench:res:orders:*", count=1000))
+        refused = [
+            *self.client.scan_iter(match="lockbench:res:stale_reads:*", count=1000),
+            *self.client.scan_iter(match="lockbench:res:stale_writes:*", count=1000),
+        ]
+        if not orders and not refused:
             return 0
         pipe = self.client.pipeline(transaction=False)
-        for key in keys:
+        for key in orders:
             pipe.llen(key)
-        return sum(pipe.execute())
+        for key in refused:
+            pipe.get(key)
+        return sum(int(v or 0) for v in pipe.execute())
 
     def arm(self, armed_ns: int) -> None:
         self.holder, self.claimed_ns, self.released, self.owner = None, None, False, ""
