@@ -117,6 +117,11 @@ CLAIM_POLL_S = 0.005
 MISSED = "missed"
 
 
+#: The resource's keys a grant leaves (workloads/harness/resource.py): an order, or a refused access.
+_ORDERS = b"lockbench:res:orders:"
+_REFUSED = (b"lockbench:res:stale_reads:", b"lockbench:res:stale_writes:")
+
+
 class Mailbox:
     """One case's side of a (possibly shared) fault: the resource its holders claim strikes on.
 
@@ -160,11 +165,13 @@ class Mailbox:
         beside its group's 17 s in a memcached restart group; 74 s in the Sentinel failover
         group of 13; full matrix, 2026-12-05).
         """
-        orders = list(self.client.scan_iter(match="lockbench:res:orders:*", count=1000))
-        refused = [
-            *self.client.scan_iter(match="lockbench:res:stale_reads:*", count=1000),
-            *self.client.scan_iter(match="lockbench:res:stale_writes:*", count=1000),
-        ]
+        orders: list[bytes] = []
+        refused: list[bytes] = []
+        for key in self.client.scan_iter(match="lockbench:res:*", count=1000):  # one pass, polled often
+            if key.startswith(_ORDERS):
+                orders.append(key)
+            elif key.startswith(_REFUSED):
+                refused.append(key)
         if not orders and not refused:
             return 0
         pipe = self.client.pipeline(transaction=False)
