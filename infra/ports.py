@@ -58,7 +58,12 @@ def reserve(port: int) -> bool:
     if port in _held:
         return True
     if not RESERVATIONS.is_dir():
-        RESERVATIONS.mkdir(exist_ok=True)
+        try:
+            RESERVATIONS.mkdir(exist_ok=True)
+        except OSError:
+            # no folder for reservations (a read-only or odd temporary folder): the pool below the
+            # ephemeral range still keeps outgoing connections off the port; only the lock is lost
+            return True
         with contextlib.suppress(OSError):
             RESERVATIONS.chmod(0o1777)  # every user of the machine reserves here
     path = RESERVATIONS / f"{port}.lock"

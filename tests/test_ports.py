@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from infra.ports import ephemeral_range, free_port, release_port, reserve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,3 +48,17 @@ def test_a_reservation_ends_with_the_process_that_held_it() -> None:
     assert _other_process_reserves(port)  # the child held it, then exited
     assert reserve(port)
     release_port(port)
+
+
+def test_without_a_folder_for_reservations_a_port_still_comes_from_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infra import ports
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(ports, "RESERVATIONS", blocker / "lockbench-ports")
+    port = ports.free_port()
+    assert port in ports.pool()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
