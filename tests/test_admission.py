@@ -11,18 +11,24 @@ from bench.matrix.admission import ALONE, BIG_GROUP, HEAVY, LIGHT, Admission, un
 
 
 class _Fault:
-    def __init__(self, topology: str | None) -> None:
+    def __init__(self, topology: str | None, partition: bool = False) -> None:
         self._topology = topology
+        self.is_partition = partition
 
     def topology(self, backend: str) -> str | None:
         return self._topology
 
 
 def _unit(
-    scenario: str, n: int = 4, topology: str | None = None, backend: str = "etcd"
+    scenario: str, n: int = 4, topology: str | None = None, backend: str = "etcd", processes: int = 1
 ) -> list[SimpleNamespace]:
-    fault = _Fault(topology) if topology else None
-    return [SimpleNamespace(matrix_scenario=scenario, backend=backend, fault=fault) for _ in range(n)]
+    partition = scenario.startswith("partition-")
+    fault = _Fault(topology, partition) if topology or partition else None
+    settings = SimpleNamespace(processes=processes)
+    return [
+        SimpleNamespace(matrix_scenario=scenario, backend=backend, fault=fault, settings=settings)
+        for _ in range(n)
+    ]
 
 
 def test_weights_follow_what_was_measured_to_collide() -> None:
@@ -36,7 +42,9 @@ def test_weights_follow_what_was_measured_to_collide() -> None:
     assert unit_weight(_unit("restart", BIG_GROUP - 1)) == LIGHT
     assert unit_weight(_unit("crash", 2)) == LIGHT
     assert unit_weight(_unit("flash-sale", 1)) == LIGHT
-    assert unit_weight(_unit("partition-client", 7)) == LIGHT
+    # a Locust process a test host: PostgreSQL's seven partition-client cases run 14 (W, Y, X5)
+    assert unit_weight(_unit("partition-client", 7, backend="postgres", processes=2)) == HEAVY
+    assert unit_weight(_unit("partition-client", 3, backend="redis", processes=2)) == LIGHT
     assert unit_weight(_unit("partition-leader", 3, topology="ensemble")) == HEAVY  # three servers of its own
     assert unit_weight([]) == 0
 
