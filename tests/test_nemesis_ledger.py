@@ -34,7 +34,7 @@ def resource(tmp_path: Path) -> Iterator[tuple[FlashSaleResource, Mailbox]]:
         box.client.close()
         res.client.close()
     finally:
-        server.process.stop()
+        server.stop()
 
 
 def test_a_purchase_moves_the_ledger(resource: tuple[FlashSaleResource, Mailbox]) -> None:

@@ -26,14 +26,7 @@ def aof_master(tmp_path: Path) -> Iterator[RedisAofEverysec]:
     try:
         yield server
     finally:
-        server.process.stop()
-
-
-def _restart_from_aof(server: RedisAofEverysec) -> None:
-    server.process.kill()
-    if server.process.popen is not None:
-        server.process.popen.wait(10)
-    server.start()
+        server.stop()
 
 
 @pytest.mark.parametrize(
@@ -51,7 +44,7 @@ def test_a_restart_from_the_aof_keeps_redlocks_vote_and_forgets_the_canarys(
     client = redis.Redis.from_url(aof_master.url)
     assert client.get(key) == lease.owner.encode()  # both hold the key in memory before the kill
     client.close()
-    _restart_from_aof(aof_master)
+    aof_master.restart()  # SIGKILL, then started again from its AOF on the same port and folder
     client = redis.Redis.from_url(aof_master.url)
     try:
         assert (client.get(key) == lease.owner.encode()) is kept, client.keys("*")

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -213,12 +214,11 @@ def test_stack_puts_each_server_on_its_own_host() -> None:
             # its own (a bind says so without a packet; a connect would leave by the default route
             # for the real network, where a gateway once answered in HTTP) and nothing listens on
             # their port on loopback
-            host, port = urls["redis"].split("://")[1].rsplit(":", 1)
-            port = port.split("/")[0]
+            where = urlsplit(urls["redis"])
             with socket.socket() as s, pytest.raises(OSError) as refused:
-                s.bind((host, 0))
+                s.bind((where.hostname, 0))
             assert refused.value.errno == errno.EADDRNOTAVAIL
-            assert not port_open("127.0.0.1", int(port))
+            assert not port_open("127.0.0.1", where.port)
         finally:
             stack.close()
 

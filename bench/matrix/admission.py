@@ -91,8 +91,8 @@ def unit_weight(unit: Sequence[Any]) -> int:
 
 
 def _processes(unit: Sequence[Any]) -> int:
-    """The Locust processes a unit runs at once (a case without settings counts one)."""
-    return sum(int(getattr(getattr(c, "settings", None), "processes", 1) or 1) for c in unit)
+    """The Locust processes a unit runs at once."""
+    return sum(c.settings.processes for c in unit)
 
 
 class Admission:

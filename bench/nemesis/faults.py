@@ -117,11 +117,6 @@ CLAIM_POLL_S = 0.005
 MISSED = "missed"
 
 
-#: The resource's keys a grant leaves (workloads/harness/resource.py): an order, or a refused access.
-_ORDERS = b"lockbench:res:orders:"
-_REFUSED = (b"lockbench:res:stale_reads:", b"lockbench:res:stale_writes:")
-
-
 class Mailbox:
     """One case's side of a (possibly shared) fault: the resource its holders claim strikes on.
 
@@ -155,31 +150,11 @@ class Mailbox:
         )
 
     def ledger(self) -> int:
-        """Grants the case's buyers used so far: purchases, and accesses the resource refused.
+        """Grants the case's buyers used so far: purchases, and accesses the fence refused
+        (``workloads.harness.resource.grants_seen``, which says why both)."""
+        from workloads.harness.resource import grants_seen  # here: it imports redis
 
-        A refused access is a grant too: the lock let a buyer in and only the resource's fence
-        turned it away. Where a restart or failover loses the token counter with the lock
-        state, every later access of a fenced case is refused and nothing is bought, while the
-        lock grants on; counting purchases alone read that as a service granting nothing, struck
-        the case no more after one strike, and left it running to its duration cap (150 s
-        beside its group's 17 s in a memcached restart group; 74 s in the Sentinel failover
-        group of 13; full matrix, 2026-12-05).
-        """
-        orders: list[bytes] = []
-        refused: list[bytes] = []
-        for key in self.client.scan_iter(match="lockbench:res:*", count=1000):  # one pass, polled often
-            if key.startswith(_ORDERS):
-                orders.append(key)
-            elif key.startswith(_REFUSED):
-                refused.append(key)
-        if not orders and not refused:
-            return 0
-        pipe = self.client.pipeline(transaction=False)
-        for key in orders:
-            pipe.llen(key)
-        for key in refused:
-            pipe.get(key)
-        return sum(int(v or 0) for v in pipe.execute())
+        return grants_seen(self.client)
 
     def arm(self, armed_ns: int) -> None:
         self.holder, self.claimed_ns, self.released, self.owner = None, None, False, ""

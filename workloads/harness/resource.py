@@ -58,6 +58,9 @@ FENCING_MODES = ("off", "observe", "enforce")
 STALE_LOG_MAX = 10_000
 
 
+#: Where the resource's keys live (a case has a Redis database of its own, so one name serves).
+NAMESPACE = "lockbench:res"
+
 #: Keys (under the namespace) that count and sign every reset; no reset deletes them.
 RESETS = "resets"
 RESET_LOG = "reset_log"
@@ -77,6 +80,32 @@ class StaleToken(Exception):
     """The resource refused an access: its token is older than one it has already seen."""
 
 
+def grants_seen(client: redis.Redis, namespace: str = NAMESPACE) -> int:
+    """The grants a case's buyers used so far, as the resource saw them: each order, and each
+    access its fence refused (a refused access is a grant the fence turned away).
+
+    Why both: where a restart or failover loses the token counter with the lock state, a fenced
+    case's every access is refused and nothing is bought while the lock grants on; the nemesis,
+    which paces its strikes by this count (``bench.nemesis.faults.Mailbox.ledger``), counted
+    orders alone, read that as a service granting nothing and stopped striking the case, which
+    ran to its duration cap (150 s beside its group's 17 s; full matrix, 2026-12-05).
+    One SCAN: the nemesis polls it every 50 ms per case.
+    """
+    orders_prefix = f"{namespace}:orders:".encode()
+    refused_prefixes = (f"{namespace}:stale_reads:".encode(), f"{namespace}:stale_writes:".encode())
+    pipe = client.pipeline(transaction=False)
+    queued = False
+    for key in client.scan_iter(match=f"{namespace}:*", count=1000):
+        if key.startswith(orders_prefix):
+            pipe.llen(key)
+        elif key.startswith(refused_prefixes):
+            pipe.get(key)
+        else:
+            continue
+        queued = True
+    return sum(int(v or 0) for v in pipe.execute()) if queued else 0
+
+
 class FlashSaleResource:
     """Stock per item, a ledger of orders, and a witness counter of clients inside.
 
@@ -85,7 +114,7 @@ class FlashSaleResource:
     client's own cost per command would be measured as the lock's hold time.
     """
 
-    def __init__(self, url: str, namespace: str = "lockbench:res") -> None:
+    def __init__(self, url: str, namespace: str = NAMESPACE) -> None:
         self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10)
         self.ns = namespace
         self._read = self.client.register_script(FENCED_READ)
