@@ -163,6 +163,27 @@ def test_a_scenario_whose_control_survived_has_no_green_and_is_undecided() -> No
     ]
 
 
+def test_stalls_in_a_row_add_up_per_process() -> None:
+    """A process's stalls are added up: three short ones in a row starve a holder like one long one.
+
+    The history of redis.python-redis-lock x crash (2026-12-05, Z shard 3): stalls of 104, 262 and
+    196 ms, one after another, left the holder 40 ms of CPU in the 600 ms before its lost lock,
+    and the longest alone (262 ms) was under 30% of the 1 s lease, so the loss was painted red.
+    """
+    leased = RunSettings(ttl=1.0)
+    row = {"verdict": "invalid", "fault": "crash"}
+    in_a_row = [("loop:7", -1, "stall", "ok", "", int(9.0 * S + ms * 1e6), None, lag, None)
+                for ms, lag in ((3.75, 104), (113.75, 262), (383.75, 196))]  # fmt: skip
+    reason = stall_reason(row, leased, _history([*in_a_row, *_grants([12.0])]), int(9.6 * S))
+    assert "stalled 0.56 s in 3 stalls" in reason
+    # the same three stalls spread over three processes: none was stalled 30% of the lease
+    spread = [(f"loop:{i}", *rest) for i, (_, *rest) in enumerate(in_a_row)]
+    assert stall_reason(row, leased, _history([*spread, *_grants([12.0])]), int(9.6 * S)) == ""
+    # overlapping stall rows of one process count their shared time once
+    twice = [*in_a_row[:1], ("loop:7", -1, "stall", "ok", "", int(9.0 * S + 50e6), None, 104, None)]
+    assert stall_reason(row, leased, _history([*twice, *_grants([12.0])]), int(9.6 * S)) == ""
+
+
 def test_a_violation_under_a_stalled_generator_says_so() -> None:
     """A stall counts only where it could explain the violation: 30% of the session, just before it."""
     settings = RunSettings(ttl=1.0, lock_params={"session_timeout": 3})

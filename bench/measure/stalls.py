@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: A stall could explain a violation when the generator's loop stopped for at least this share of
-#: the lease (or session) the lock rests on, in a stall overlapping the lease before the violation
-#: (bench/run/judge.py ``stall_reason``): a holder frozen
+#: A stall could explain a violation when one generator process's loop stopped for at least this
+#: share of the lease (or session) the lock rests on, its stalls overlapping the lease before the
+#: violation added up (bench/run/judge.py ``stall_reason``): a holder frozen
 #: that long may have outlived its lease, or its watchdog may have missed a renewal (every third
 #: of the lease), through the generator and not the scenario's fault. Below it, a stall cannot
 #: matter: 6 ms of loop lag against a 1 s lease once drew a failure "found under a stall".
