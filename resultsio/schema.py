@@ -101,7 +101,7 @@ _LATENCY = re.compile(r"^(acquire|release|hold|read_acquire|write_acquire|solo_h
 #: Numbers without a tighter rule: handoff gaps and schedule lags (may be negative), arrival figures, windows.
 _OTHER_NUMBERS = (
     r"^(handoff|arrival|schedule|recovery)\w*_(us|ms|s)$|^recovery_ms_\w+$"
-    r"|^(fault_window|case_wall|locust_startup|stuck_bound|recovery_expected)_s$"
+    r"|^(fault_window|case_wall|locust_startup|stuck_bound|recovery_expected)_s$|^clock_step_ms$"
 )
 #: Percentile columns that must rise with the percentile, where present.
 PERCENTILE_ORDER = (

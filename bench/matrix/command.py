@@ -41,6 +41,7 @@ from bench.nemesis.scenarios import USERS, scenarios_at
 from bench.results import meta
 from bench.results.folder import RunFolder, atomic_write_text
 from bench.results.redact import redact_text
+from bench.run import clock_watch
 from bench.run.command import check_user_servers, plan_impls, refuse_before_start
 from bench.run.request import from_text, with_source
 from infra import install_all
@@ -249,6 +250,8 @@ def _run(plan: _Plan, folder: RunFolder, shared: Shared, parallel: int, request:
             folder.note("failures", shared.failures)
         if shared.incidents:
             folder.note("incidents", shared.incidents)
+        if steps := clock_watch.steps_json():
+            folder.note("clock_steps", steps)
         if status in ("failed", "incomplete"):  # the grid and report name every planned case that did not run
             ran = {str(r.get("case")) for r in folder.rows}
             why = "interrupted" if status == "incomplete" else shared.failures[-1]

@@ -189,6 +189,9 @@ def merge_command(paths: list[Path], results_dir: Path, console: Console, render
     )
     if failures:
         folder.note("failures", failures)
+    for key in ("incidents", "clock_steps"):  # each shard's machine's, kept whole
+        if kept := [x for _, m, _ in shards for x in m.get(key) or []]:
+            folder.note(key, kept)
     contradictions = print_summary(folder.rows, console, not_run)
     folder.note("contradictions", contradictions)
     open_cells = undecided(folder.rows, not_run)

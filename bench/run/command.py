@@ -25,6 +25,7 @@ from bench.results import meta
 from bench.results.folder import ResultsWriteError, RunFolder, write_merged_histograms
 from bench.results.matrices import sources_for_run
 from bench.results.redact import redact_text
+from bench.run import clock_watch
 from bench.run.calibration_cache import CalibrationCache, default_folder
 from bench.run.case import Case, RunSettings, ServerDied, with_calibration
 from bench.run.impls import plan_impls
@@ -836,6 +837,8 @@ class _Execution:
             console.print(advice, soft_wrap=not console.is_terminal, highlight=False, markup=False)
         # the last line: the run's wall time and how much of it was load (run.json timing has the parts)
         with contextlib.suppress(ResultsWriteError):
+            if steps := clock_watch.steps_json():
+                folder.note("clock_steps", steps)
             folder.note("timing", timing.as_json())
         console.print(timing.last_line(), soft_wrap=True, highlight=False, markup=False)
         if status == "incomplete":

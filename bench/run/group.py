@@ -40,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bench.nemesis import partitions
 from bench.nemesis.faults import FaultThread, namespace
+from bench.run import clock_watch
 from bench.run.case import Case, CaseFailed, ServerDied
 from bench.run.locust import client_hosts_of, locust_argv
 from bench.run.reset import reset_lock_state
@@ -129,6 +130,7 @@ def run_group(
         return []
     if len(launches) < len(cases):
         raise ValueError(f"{len(cases)} cases need as many launchers, got {len(launches)}")
+    clock_watch.start()  # wall-clock steps during the case (judge.environment_reason)
     begun_ns = time.monotonic_ns()
     backend = cases[0].backend
     try:

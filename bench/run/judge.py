@@ -18,6 +18,7 @@ from bench.measure.evidence import checker_reason
 from bench.measure.stalls import STALL_SHARE
 from bench.nemesis import partitions
 from bench.nemesis.faults import FaultWindow, StrikeMark
+from bench.run import clock_watch
 from bench.run.case import (
     Case,
     RunSettings,
@@ -264,7 +265,8 @@ def _load_columns(
     )
     for key, value in sorted((recording.get("lock_stats") or {}).items()):
         row[f"lockstat_{key}"] = value
-    row["stall_reason"] = stall_reason(row, settings, history, first_ns)
+    row["stall_reason"] = stall_reason(row, settings, history, first_ns, clock_watch.current())
+    row["clock_step_ms"] = clock_step_ms(history, clock_watch.current())
 
 
 def _extra(recording: dict[str, Any], verdict: Any) -> dict[str, Any]:
@@ -308,11 +310,20 @@ def _most_stalled(t_ns: np.ndarray, lag_ms: np.ndarray, who: np.ndarray) -> tupl
     return worst, count
 
 
+def clock_step_ms(history: pd.DataFrame | None, clock: clock_watch.ClockWatch | None) -> float:
+    """The wall clock's forward steps while the case ran (ms; 0 with no watcher): see clock_watch."""
+    if clock is None or history is None or history.empty:
+        return 0.0
+    t = history["t_ns"].to_numpy(dtype="int64")
+    return clock.forward_ns(int(t.min()), int(t.max())) / 1e6
+
+
 def stall_reason(
     row: dict[str, Any],
     settings: RunSettings,
     history: pd.DataFrame | None = None,
     first_ns: int | None = None,
+    clock: clock_watch.ClockWatch | None = None,
 ) -> str:
     """Why a failed case's violation may be a stall of the load generator's own process, "" if not.
 
@@ -325,6 +336,10 @@ def stall_reason(
     lock was painted red (redis.python-redis-lock x crash, 2026-12-05). Such a failure is the
     generator's doing, not necessarily the scenario's: the cell is undecided ("stalled"), never
     red and never green. A history without a time for its violation is judged by the whole case.
+
+    A step of the machine's wall clock forward (``clock``, bench/run/clock_watch.py) in the same
+    window counts alike: the servers time their leases by that clock, so a step of 30% of the
+    lease shortened the holder's lease by as much, the clock-skew fault, from the machine.
     """
     if row.get("verdict") != "invalid":
         return ""
@@ -332,6 +347,18 @@ def stall_reason(
     what = "session" if settings.lock_params.get("session_timeout") else "lease"
     if not lease or history is None or history.empty:
         return ""
+    if clock is not None:
+        t_all = history["t_ns"].to_numpy(dtype="int64")
+        end = first_ns if first_ns is not None else int(t_all.max())
+        begin = end - int((lease + 1.0) * 1e9) if first_ns is not None else int(t_all.min())
+        stepped_s = clock.forward_ns(begin, end) / 1e9
+        if stepped_s >= STALL_SHARE * lease:
+            where = "in the lease before the violation" if first_ns is not None else "during the case"
+            return (
+                f"the machine's wall clock stepped {stepped_s:+.2g} s {where}, against a {lease:g} s "
+                f"{what} (at least {STALL_SHARE:.0%} of it could explain the violation: the servers time "
+                "leases by that clock): it may be the machine, not the scenario"
+            )
     stalls = history[(history["op"] == "stall").to_numpy(dtype=bool)]
     if stalls.empty:
         return ""

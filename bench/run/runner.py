@@ -27,6 +27,7 @@ from bench.nemesis import partitions
 from bench.nemesis.faults import FaultThread, namespace
 from bench.results.folder import RunFolder
 from bench.results.redact import redact_text, redact_url
+from bench.run import clock_watch
 from bench.run.calibration_cache import CalibrationCache
 from bench.run.case import (
     Case,
@@ -99,6 +100,7 @@ def run_case(
     bench/run/warm.py). ``nemesis(case, stack, resource_url)`` makes the case's fault thread
     instead of :func:`fault_thread` (``bench explore`` plays a schedule of several kinds).
     """
+    clock_watch.start()  # wall-clock steps during the case (judge.environment_reason)
     begun_ns = time.monotonic_ns()
     settings = case.settings
     out = scratch / case.case_id
