@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.advisory_keys (
 #: Tables holding lock state (cleared by :func:`reset_state`); advisory_keys is a mapping, kept.
 STATE_TABLES = ("insert_locks", "insert_locks_ttl", "version_locks", "row_locks")
 
-_pools: dict[tuple[int, str], ConnectionPool] = {}
+_pools: dict[tuple[int, str, str], ConnectionPool] = {}
 _guards: dict[int, Any] = {}
 _keys: dict[tuple[str, str], int] = {}
 
@@ -209,9 +209,14 @@ def ensure_schema(conn: psycopg.Connection) -> None:
         ) from None
 
 
-def get_pool(dsn: str, max_size: int | None = None) -> ConnectionPool:
-    """This process's pool for ``dsn``, created (and the schema checked) on first use."""
-    key = (os.getpid(), dsn)
+def get_pool(dsn: str, max_size: int | None = None, purpose: str = "locks") -> ConnectionPool:
+    """This process's pool for ``dsn`` and ``purpose``, created (and the schema checked) on first use.
+
+    ``purpose`` keeps pools apart whose connections must not wait for each other: a holder
+    that takes its fencing token on a second connection (``tokens``) must not queue behind
+    the waiters blocked in the server on the lock pool's connections.
+    """
+    key = (os.getpid(), dsn, purpose)
     pool = _pools.get(key)
     if pool is not None:
         return pool
@@ -240,7 +245,7 @@ def get_pool(dsn: str, max_size: int | None = None) -> ConnectionPool:
                 "connect_timeout": CONNECT_TIMEOUT,
                 "application_name": "lockbench",
             },
-            name=f"lockbench-{os.getpid()}",
+            name=f"lockbench-{purpose}-{os.getpid()}",
             timeout=30.0,
             open=False,
         )
@@ -259,9 +264,9 @@ def get_pool(dsn: str, max_size: int | None = None) -> ConnectionPool:
 def close_pools() -> None:
     """Close this process's pools (pools inherited across a fork are left alone)."""
     pid = os.getpid()
-    for (owner_pid, dsn), pool in list(_pools.items()):
-        if owner_pid == pid:
-            _pools.pop((owner_pid, dsn), None)
+    for key, pool in list(_pools.items()):
+        if key[0] == pid:
+            _pools.pop(key, None)
             with contextlib.suppress(Exception):
                 pool.close(timeout=1)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -50,6 +50,8 @@ FENCE = f"nextval('{S}.fence')"
 
 #: How long ``release`` and ``acquire(timeout=None)`` wait for a pooled connection.
 POOL_WAIT = 30.0
+#: Connections per process for fencing tokens taken after a grant (``_PinnedPgLock._durable_token``).
+TOKEN_POOL_MAX = 4
 
 
 class _PgLock(Lock):
@@ -85,9 +87,9 @@ class _PgLock(Lock):
                 ) from exc
             raise LockTimeout(f"{self.id}: no pooled connection within {wait:.3f}s") from exc
 
-    def _putconn(self, conn: psycopg.Connection) -> None:
+    def _putconn(self, conn: psycopg.Connection, pool: ConnectionPool | None = None) -> None:
         try:
-            self._pool().putconn(conn)
+            (pool or self._pool()).putconn(conn)
         except Exception:  # noqa: BLE001 - a connection the pool no longer wants is just closed
             conn.close()
 
@@ -362,6 +364,9 @@ class _PinnedPgLock(_PgLock):
     """
 
     capabilities = Capabilities(ttl=False, fencing=True, wait="server-queue")
+    #: The lock lives in a transaction left open over the critical section (FOR UPDATE,
+    #: pg_advisory_xact_lock): its fencing token is taken after the grant (:meth:`_durable_token`).
+    _open_transaction: ClassVar[bool] = False
 
     @classmethod
     def recovery_after_crash(cls, ttl: float, params: dict[str, Any]) -> tuple[float | None, str]:
@@ -385,6 +390,33 @@ class _PinnedPgLock(_PgLock):
     def _release_sql(self) -> tuple[str, tuple | None]:
         return "COMMIT", None
 
+    def _token_sql(self) -> str:
+        return "NULL::bigint" if self._open_transaction else super()._token_sql()
+
+    def _durable_token(self) -> int:
+        """The grant's fencing token: a ``nextval`` committed on another connection, after the grant.
+
+        Why not in the holder's own transaction: a ``nextval`` that writes the sequence's WAL
+        record (one in 32 does) is flushed when its transaction commits, and this one stays open
+        over the critical section. Killed and restarted then, the server recovers the sequence
+        from the record before and hands the same token to the next holder: two holders with one
+        token, both admitted by a fence that refuses only smaller ones (postgres.for-update x
+        restart, fenced, 2026-12-05: token 1156 twice). In autocommit the logging ``nextval``
+        takes a transaction id, so its commit flushes the record before the token comes back;
+        taken after the grant and before ``acquire`` returns, tokens still follow grant order.
+        """
+        from psycopg_pool import PoolTimeout
+
+        pool = pg_conn.get_pool(self.dsn, TOKEN_POOL_MAX, purpose="tokens")
+        try:
+            conn = pool.getconn(timeout=POOL_WAIT)
+        except PoolTimeout as exc:
+            raise BackendUnavailable(f"{self.id}: no connection for a fencing token") from exc
+        try:
+            return int(_last_row(conn.execute(f"SELECT {FENCE}"))[0])
+        finally:
+            self._putconn(conn, pool)
+
     def _release_ok(self, cur: psycopg.Cursor) -> bool:
         # COMMIT of a transaction the server already aborted answers ROLLBACK, not an error.
         return cur.statusmessage == "COMMIT"
@@ -406,9 +438,14 @@ class _PinnedPgLock(_PgLock):
                     self._prepare(conn)
                     wait_ms = None if timeout == 0 else _lock_timeout_ms(timeout, started)
                     row = _last_row(conn.execute(*self._acquire_sql(conn, wait_ms)))
+                    if row is not None and row[0] and self._open_transaction and self.options.fencing:
+                        row = (row[0], self._durable_token())
                 except psycopg.Error as exc:
                     self._discard(conn)
                     raise self._fail(exc, maybe_applied=True) from None
+                except BaseException:
+                    self._discard(conn)  # granted, but no token: let the lock go with the transaction
+                    raise
                 if row is not None and row[0]:
                     owner = new_owner_id(self.options.owner_prefix)
                     self.close()  # a lease never released (its session lost): give its slot back
@@ -473,10 +510,12 @@ class ForUpdate(_PinnedPgLock):
     and frees the row. Unsafe: a client paused past a server-side timeout
     (``idle_in_transaction_session_timeout``, a proxy's idle timeout) loses the lock while
     it still believes it holds it; one connection per holder *and per waiter*. Fencing:
-    ``nextval`` read after the row lock was granted.
+    a ``nextval`` committed on a second connection after the row lock was granted (one in
+    the open transaction could be handed out again after a server crash: ``_durable_token``).
     """
 
     id = "postgres.for-update"
+    _open_transaction = True
     capabilities = Capabilities(
         ttl=False,
         fencing=True,
@@ -579,10 +618,12 @@ class AdvisoryXact(Advisory):
     Why a variant: it cannot be leaked by a forgotten unlock (COMMIT or ROLLBACK frees it)
     and works through transaction-mode poolers, at the price of a transaction held open
     over the critical section, like FOR UPDATE but without a table row. ``timeout=0``
-    uses ``pg_try_advisory_xact_lock``. Unsafe as the session variant.
+    uses ``pg_try_advisory_xact_lock``. Unsafe as the session variant. Its fencing token is
+    taken as FOR UPDATE's is, after the grant on a second connection (``_durable_token``).
     """
 
     id = "postgres.advisory-xact"
+    _open_transaction = True
     capabilities = Capabilities(
         ttl=False, fencing=True, wait="server-queue", notes="transaction lock; one connection per client"
     )
@@ -601,6 +642,33 @@ class AdvisoryXact(Advisory):
 
     def _release_sql(self) -> tuple[str, tuple | None]:
         return "COMMIT", None
+
+    def _token_sql(self) -> str:
+        return "NULL::bigint" if self._open_transaction else super()._token_sql()
+
+    def _durable_token(self) -> int:
+        """The grant's fencing token: a ``nextval`` committed on another connection, after the grant.
+
+        Why not in the holder's own transaction: a ``nextval`` that writes the sequence's WAL
+        record (one in 32 does) is flushed when its transaction commits, and this one stays open
+        over the critical section. Killed and restarted then, the server recovers the sequence
+        from the record before and hands the same token to the next holder: two holders with one
+        token, both admitted by a fence that refuses only smaller ones (postgres.for-update x
+        restart, fenced, 2026-12-05: token 1156 twice). In autocommit the logging ``nextval``
+        takes a transaction id, so its commit flushes the record before the token comes back;
+        taken after the grant and before ``acquire`` returns, tokens still follow grant order.
+        """
+        from psycopg_pool import PoolTimeout
+
+        pool = pg_conn.get_pool(self.dsn, TOKEN_POOL_MAX, purpose="tokens")
+        try:
+            conn = pool.getconn(timeout=POOL_WAIT)
+        except PoolTimeout as exc:
+            raise BackendUnavailable(f"{self.id}: no connection for a fencing token") from exc
+        try:
+            return int(_last_row(conn.execute(f"SELECT {FENCE}"))[0])
+        finally:
+            self._putconn(conn, pool)
 
     def _release_ok(self, cur: psycopg.Cursor) -> bool:
         return cur.statusmessage == "COMMIT"
