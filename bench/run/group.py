@@ -130,7 +130,7 @@ def run_group(
         return []
     if len(launches) < len(cases):
         raise ValueError(f"{len(cases)} cases need as many launchers, got {len(launches)}")
-    clock_watch.start()  # wall-clock steps during the case (judge.environment_reason)
+    clock_watch.start()  # wall-clock steps during the case (judge.stall_reason)
     begun_ns = time.monotonic_ns()
     backend = cases[0].backend
     try:

@@ -100,7 +100,7 @@ def run_case(
     bench/run/warm.py). ``nemesis(case, stack, resource_url)`` makes the case's fault thread
     instead of :func:`fault_thread` (``bench explore`` plays a schedule of several kinds).
     """
-    clock_watch.start()  # wall-clock steps during the case (judge.environment_reason)
+    clock_watch.start()  # wall-clock steps during the case (judge.stall_reason)
     begun_ns = time.monotonic_ns()
     settings = case.settings
     out = scratch / case.case_id
