@@ -210,7 +210,16 @@ def test_a_violation_under_a_stalled_generator_says_so() -> None:
         [("loop:7", -1, "stall", "ok", "", int(9.0 * S), None, 1500, None),
          ("7-u0", 4, "pause", "ok", "L", int(10.5 * S), None, 1500, None), *_grants([12.0])]
     )  # fmt: skip
-    assert stall_reason(row, settings, paused, int(11.0 * S)) == ""
+    world = RunSettings(ttl=1.0, lock_params={"session_timeout": 3}, workload_options={"pause_kind": "world"})
+    assert stall_reason(row, world, paused, int(11.0 * S)) == ""
+    # a task pause stops the holder's task, not a loop; and a world pause excuses only its own
+    # process (a 0.96 s stall of three processes inside one holder's task pause was let through)
+    assert "stalled 1.5 s" in stall_reason(row, settings, paused, int(11.0 * S))
+    other = _history(
+        [("loop:8", -1, "stall", "ok", "", int(9.0 * S), None, 1500, None),
+         ("7-u0", 4, "pause", "ok", "L", int(10.5 * S), None, 1500, None), *_grants([12.0])]
+    )  # fmt: skip
+    assert "stalled 1.5 s" in stall_reason(row, world, other, int(11.0 * S))
     cell = cell_for([_row(verdict="invalid", overlapping_holds=2, data_safe=False, stall_reason=reason)])
     assert cell.cls == "unknown" and cell.word == "stalled"  # undecided: never red, never green
     both = cell_for(
