@@ -643,32 +643,5 @@ class AdvisoryXact(Advisory):
     def _release_sql(self) -> tuple[str, tuple | None]:
         return "COMMIT", None
 
-    def _token_sql(self) -> str:
-        return "NULL::bigint" if self._open_transaction else super()._token_sql()
-
-    def _durable_token(self) -> int:
-        """The grant's fencing token: a ``nextval`` committed on another connection, after the grant.
-
-        Why not in the holder's own transaction: a ``nextval`` that writes the sequence's WAL
-        record (one in 32 does) is flushed when its transaction commits, and this one stays open
-        over the critical section. Killed and restarted then, the server recovers the sequence
-        from the record before and hands the same token to the next holder: two holders with one
-        token, both admitted by a fence that refuses only smaller ones (postgres.for-update x
-        restart, fenced, 2026-12-05: token 1156 twice). In autocommit the logging ``nextval``
-        takes a transaction id, so its commit flushes the record before the token comes back;
-        taken after the grant and before ``acquire`` returns, tokens still follow grant order.
-        """
-        from psycopg_pool import PoolTimeout
-
-        pool = pg_conn.get_pool(self.dsn, TOKEN_POOL_MAX, purpose="tokens")
-        try:
-            conn = pool.getconn(timeout=POOL_WAIT)
-        except PoolTimeout as exc:
-            raise BackendUnavailable(f"{self.id}: no connection for a fencing token") from exc
-        try:
-            return int(_last_row(conn.execute(f"SELECT {FENCE}"))[0])
-        finally:
-            self._putconn(conn, pool)
-
     def _release_ok(self, cur: psycopg.Cursor) -> bool:
         return cur.statusmessage == "COMMIT"
