@@ -47,6 +47,7 @@ from bench.run.reset import reset_lock_state
 from bench.run.runner import fault_thread, finish_case, lock_servers_of
 from infra import server_stats
 from infra.stack import Stack
+from workloads.harness.netns import clear_claims
 from workloads.harness.start_gate import GATE_WAIT_S, POLL_S, READY_FILE
 
 #: At most this many cases share one strike: every impl and fencing mode of a ZooKeeper or
@@ -183,6 +184,7 @@ def _prepare(
     for i, case in enumerate(cases):
         out = scratch / case.case_id
         out.mkdir(parents=True, exist_ok=True)
+        clear_claims(out)  # an earlier attempt's dead workers still hold its hosts
         outs.append(out)
         hosts = None
         if ground is not None:  # a case's Locust workers, each on a client host of the case's own

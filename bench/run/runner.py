@@ -47,6 +47,7 @@ from bench.run.timing import RunTiming, load_window_ns
 from bench.run.warm import WarmLocust, WarmLocustError
 from infra import server_stats
 from infra.stack import Stack
+from workloads.harness.netns import clear_claims
 
 
 def dead_servers_text(stack: Stack, dead: list[str]) -> str:
@@ -105,6 +106,7 @@ def run_case(
     settings = case.settings
     out = scratch / case.case_id
     out.mkdir(parents=True, exist_ok=True)
+    clear_claims(out)  # an earlier attempt's dead workers still hold its hosts
     lock_urls = stack.urls[case.backend]
     on_hosts = case.fault is not None and case.fault.is_partition
     ns = namespace("0") if case.fault is not None else ""

@@ -45,6 +45,18 @@ def enter_own_host(names: list[str], out: Path) -> str:
     raise NetnsError(f"no free client host among {len(names)} for worker {os.getpid()}")
 
 
+def clear_claims(out: Path) -> None:
+    """Forget the claims an earlier attempt of the case left in ``out`` (its workers are gone).
+
+    Why: a case run again in the same folder (the matrix re-runs a failure a stall could
+    explain) found every host claimed by the first attempt's dead workers, so its own workers
+    entered none and no buyer started (shard 3/4, 2026-12-05: PostgreSQL's partition-client
+    control, and with it three cells, undecided). Bench calls this before every launch.
+    """
+    for path in out.glob(f"{CLAIM_PREFIX}*"):
+        path.unlink(missing_ok=True)
+
+
 def claims(out: Path) -> dict[int, str]:
     """Worker pid -> namespace name, from the claims written so far in ``out``."""
     found: dict[int, str] = {}
