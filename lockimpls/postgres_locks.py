@@ -72,11 +72,14 @@ class _PgLock(Lock):
     def _pool(self) -> ConnectionPool:
         return pg_conn.get_pool(self.dsn, self._pool_max)
 
-    def _getconn(self, timeout: float | None) -> psycopg.Connection:
-        """A pooled connection within ``timeout`` (None: POOL_WAIT); never waits less than 0.1 s."""
+    def _getconn(self, timeout: float | None, pool: ConnectionPool | None = None) -> psycopg.Connection:
+        """A connection of ``pool`` (the lock pool unless given) within ``timeout`` (None: POOL_WAIT).
+
+        Never waits less than 0.1 s.
+        """
         from psycopg_pool import PoolTimeout
 
-        pool = self._pool()
+        pool = pool or self._pool()
         wait = POOL_WAIT if timeout is None else max(timeout, 0.1)
         try:
             return pool.getconn(timeout=wait)
@@ -405,13 +408,8 @@ class _PinnedPgLock(_PgLock):
         takes a transaction id, so its commit flushes the record before the token comes back;
         taken after the grant and before ``acquire`` returns, tokens still follow grant order.
         """
-        from psycopg_pool import PoolTimeout
-
         pool = pg_conn.get_pool(self.dsn, TOKEN_POOL_MAX, purpose="tokens")
-        try:
-            conn = pool.getconn(timeout=POOL_WAIT)
-        except PoolTimeout as exc:
-            raise BackendUnavailable(f"{self.id}: no connection for a fencing token") from exc
+        conn = self._getconn(None, pool)
         try:
             return int(_last_row(conn.execute(f"SELECT {FENCE}"))[0])
         finally:

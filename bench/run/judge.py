@@ -24,6 +24,7 @@ from bench.run.case import (
     RunSettings,
 )
 from bench.run.witnesses import write_witnesses
+from workloads.checks.common import process_of
 from workloads.checks.recovery import server_recovery_columns
 from workloads.harness.recording import decode_histogram, without_stopped_waits
 
@@ -265,8 +266,9 @@ def _load_columns(
     )
     for key, value in sorted((recording.get("lock_stats") or {}).items()):
         row[f"lockstat_{key}"] = value
-    row["stall_reason"] = stall_reason(row, settings, history, first_ns, clock_watch.current())
-    row["clock_step_ms"] = clock_step_ms(history, clock_watch.current())
+    clock = clock_watch.current()
+    row["stall_reason"] = stall_reason(row, settings, history, first_ns, clock)
+    row["clock_step_ms"] = clock_step_ms(history, clock)
 
 
 def _extra(recording: dict[str, Any], verdict: Any) -> dict[str, Any]:
@@ -297,14 +299,10 @@ def _most_stalled(t_ns: np.ndarray, lag_ms: np.ndarray, who: np.ndarray) -> tupl
         starts = t_ns[mine]
         stops = starts + (lag_ms[mine] * 1e6).astype("int64")
         spans = sorted(zip(starts.tolist(), stops.tolist(), strict=True))
-        total, end = 0, None
-        for start, stop in spans:
-            if end is None or start > end:
-                total += stop - start
-                end = stop
-            elif stop > end:
-                total += stop - end
-                end = stop
+        total, end = 0, -1
+        for start, stop in spans:  # sorted by start: each adds only what lies past the ones before
+            total += max(0, stop - max(start, end))
+            end = max(end, stop)
         if total / 1e9 > worst:
             worst, count = total / 1e9, len(spans)
     return worst, count
@@ -347,18 +345,20 @@ def stall_reason(
     what = "session" if settings.lock_params.get("session_timeout") else "lease"
     if not lease or history is None or history.empty:
         return ""
-    if clock is not None:
-        t_all = history["t_ns"].to_numpy(dtype="int64")
-        end = first_ns if first_ns is not None else int(t_all.max())
-        begin = end - int((lease + 1.0) * 1e9) if first_ns is not None else int(t_all.min())
-        stepped_s = clock.forward_ns(begin, end) / 1e9
-        if stepped_s >= STALL_SHARE * lease:
-            where = "in the lease before the violation" if first_ns is not None else "during the case"
-            return (
-                f"the machine's wall clock stepped {stepped_s:+.2g} s {where}, against a {lease:g} s "
-                f"{what} (at least {STALL_SHARE:.0%} of it could explain the violation: the servers time "
-                "leases by that clock): it may be the machine, not the scenario"
-            )
+    # the window that could explain the violation: the lease before it (plus 1 s), or the whole case
+    t_all = history["t_ns"].to_numpy(dtype="int64")
+    if first_ns is not None:
+        begin, end = first_ns - int((lease + 1.0) * 1e9), first_ns
+        where = "in the lease before the violation"
+    else:
+        begin, end = int(t_all.min()), int(t_all.max())
+        where = "during the case"
+    if clock is not None and (stepped_s := clock.forward_ns(begin, end) / 1e9) >= STALL_SHARE * lease:
+        return (
+            f"the machine's wall clock stepped {stepped_s:+.2g} s {where}, against a {lease:g} s "
+            f"{what} (at least {STALL_SHARE:.0%} of it could explain the violation: the servers time "
+            "leases by that clock): it may be the machine, not the scenario"
+        )
     stalls = history[(history["op"] == "stall").to_numpy(dtype=bool)]
     if stalls.empty:
         return ""
@@ -368,35 +368,25 @@ def stall_reason(
     # a stall of the paused process inside a world pause the scenario made on purpose is the strike,
     # not the generator's; a task pause stops only the holder's task, never a loop (excusing the
     # stalls in any pause's time let a 0.96 s stall of three processes, the machine's, through)
-    world = settings.workload_options.get("pause_kind") == "world"
     pauses = history[((history["op"] == "pause") & (history["type"] == "ok")).to_numpy(dtype=bool)]
-    if world and not pauses.empty:
+    if settings.workload_options.get("pause_kind") == "world" and not pauses.empty:
         ends = pauses["t_ns"].to_numpy(dtype="int64")
-        lens = pauses["value"].astype("Float64").fillna(0).to_numpy(dtype=float) * 1e6
-        starts = ends - lens.astype("int64")
-        paused = np.array([str(c).split("-")[0] for c in pauses["client"]])
-        keep = ~np.array(
-            [
-                bool(
-                    (
-                        (t0 >= starts - 50_000_000) & (t0 <= ends) & (paused == process.removeprefix("loop:"))
-                    ).any()
-                )
-                for t0, process in zip(t, who, strict=True)
-            ],
-            dtype=bool,
+        starts = ends - (pauses["value"].astype("Float64").fillna(0).to_numpy(dtype=float) * 1e6).astype(
+            "int64"
         )
-        t, lag_ms, who = t[keep], lag_ms[keep], who[keep]
-    if first_ns is not None:
-        # a stall row is dated at the stall's start: a long one that began before the window and
-        # ran through it counts (2.9 s from 2.9 s before a violation under a 1 s lease was missed)
-        stall_ends = t + (lag_ms * 1e6).astype("int64")
-        near = (t <= first_ns) & (stall_ends >= first_ns - int((lease + 1.0) * 1e9))
-        t, lag_ms, who = t[near], lag_ms[near], who[near]
+        paused = process_of(pauses["client"]).str.rsplit("/", n=1).str[-1].to_numpy()
+        pids = np.array([w.removeprefix("loop:") for w in who])
+        excused = np.zeros(len(t), dtype=bool)
+        for start, stop, pid in zip(starts, ends, paused, strict=True):
+            excused |= (t >= start - 50_000_000) & (t <= stop) & (pids == pid)
+        t, lag_ms, who = t[~excused], lag_ms[~excused], who[~excused]
+    # a stall row is dated at the stall's start: a long one that began before the window and
+    # ran through it counts (2.9 s from 2.9 s before a violation under a 1 s lease was missed)
+    near = (t <= end) & (t + (lag_ms * 1e6).astype("int64") >= begin)
+    t, lag_ms, who = t[near], lag_ms[near], who[near]
     worst_s, count = _most_stalled(t, lag_ms, who)
     if worst_s < STALL_SHARE * lease:
         return ""
-    where = "in the lease before the violation" if first_ns is not None else "during the case"
     cause = (
         f"the scenario's {row.get('fault') or row.get('workload')}" if row.get("fault") else "the scenario"
     )
