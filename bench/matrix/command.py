@@ -31,7 +31,7 @@ from rich.console import Console
 from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
 from bench.matrix.lanes import Shared, run_lanes, strike_cycles
-from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, load_average
+from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, generator_nice, load_average
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.request import MatrixRequest
 from bench.matrix.shards import Shard, deal
@@ -54,10 +54,10 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
     ``request.strikes`` runs that many strikes per cell instead of the target's k.
     """
     try:
-        plan, parallel, lanes_why = _plan(request, console)
+        plan, parallel, lanes_why, nice = _plan(request, console)
     except UserError as exc:  # name where the refused value came from (flag, variable, pyproject)
         raise UserError(with_source(str(exc), request.sources)) from None
-    folder = _open_folder(request, plan, parallel, lanes_why)
+    folder = _open_folder(request, plan, parallel, lanes_why, nice)
     shard = request.shard
     slice_ = f" (shard {shard.text}: {len(plan.cases)} of {len(plan.ids)} cases)" if shard is not None else ""
     try:  # a signal from here on finds run.json saying so, never 'running'
@@ -67,7 +67,7 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
             markup=False,
         )
         shared = Shared(
-            folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases), slots=parallel
+            folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases), parallel, nice
         )
     except KeyboardInterrupt:
         folder.finish("incomplete")
@@ -94,11 +94,14 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
         ) from None
 
 
-def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str]:
-    """The plan, the lanes side by side and why; everything that can refuse the matrix, before it starts."""
+def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str, int | None]:
+    """The plan, the lanes side by side and why, the cases' Locust nice value; everything that can
+    refuse the matrix, before it starts."""
+    nice, nice_why = generator_nice()
     parallel, lanes_why = request.parallel, "given"
     if parallel is None:
-        parallel, lanes_why = auto_lanes()
+        parallel, lanes_why = auto_lanes(raised=nice is not None)
+    lanes_why = f"{lanes_why}; {nice_why}"
     if parallel < 1:
         raise UserError(f"--lanes must be at least 1, got {parallel}{from_text(request.sources, 'lanes')}")
     if request.evidence not in LEVELS:
@@ -118,10 +121,12 @@ def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str]:
     )
     # what the lanes need, installed once before they start side by side (parallel apt-get races on dpkg)
     install_all.ensure(lane.backend for lane in plan.lanes if not user_urls.get(lane.backend))
-    return plan, parallel, lanes_why
+    return plan, parallel, lanes_why, nice
 
 
-def _open_folder(request: MatrixRequest, plan: _Plan, parallel: int, lanes_why: str) -> RunFolder:
+def _open_folder(
+    request: MatrixRequest, plan: _Plan, parallel: int, lanes_why: str, nice: int | None
+) -> RunFolder:
     """The matrix's results folder, its run.json saying what was asked ('report': missing until written)."""
     return RunFolder(
         request.results_dir,
@@ -132,7 +137,10 @@ def _open_folder(request: MatrixRequest, plan: _Plan, parallel: int, lanes_why: 
             "git_commit": meta.git_commit(),
             "host": meta.host_info(),
             "versions": {"libraries": meta.library_versions()},
-            "params": plan.params(request.evidence, parallel, lanes_why, request.warm),
+            "params": {
+                **plan.params(request.evidence, parallel, lanes_why, request.warm),
+                "generator_nice": nice,
+            },
             "impls": plan.subjects,
             "endpoints": {},
             "report": "missing",  # until report.html is written (an interrupt while rendering leaves it so)

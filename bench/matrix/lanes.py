@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.matrix.admission import Admission
+from bench.matrix.admission import BESIDE_HEAVY, Admission
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
 from bench.matrix.rerun import rerun_reason, settle
@@ -143,9 +143,17 @@ class Shared:
     """What lanes running in threads share: the results folder, the tallies, the stop flag."""
 
     def __init__(
-        self, folder: RunFolder, console: Console, total: int, caps_s: float = 0.0, slots: int = 1
+        self,
+        folder: RunFolder,
+        console: Console,
+        total: int,
+        caps_s: float = 0.0,
+        slots: int = 1,
+        nice: int | None = None,
     ) -> None:
         self.folder = folder
+        #: the nice value of every case's Locust session (machine.py generator_nice); None: not raised
+        self.nice = nice
         self.console = console
         self.total = total
         self.done = 0
@@ -165,8 +173,9 @@ class Shared:
         self.cancel = threading.Event()
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
-        #: the lane slots the running units take: a heavy unit two, never two heavy ones (admission.py)
-        self.admission = Admission(slots)
+        #: the lane slots the running units take, never two heavy ones (admission.py); with the cases'
+        #: Locust raised a heavy unit takes two slots, else all but one
+        self.admission = Admission(slots, beside_heavy=None if nice is not None else BESIDE_HEAVY)
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
@@ -289,7 +298,7 @@ class Shared:
             return {str(r.get("case")) for r in self.folder.rows}
 
 
-def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int]:
+def _launcher(warm: WarmLocust | None, nice: int | None) -> Callable[[list[str], Path, float], int]:
     """Start a case's Locust from the warm process, or cold when there is none or it broke."""
 
     def launch(argv: list[str], log_path: Path, timeout: float) -> int:
@@ -298,7 +307,7 @@ def _launcher(warm: WarmLocust | None) -> Callable[[list[str], Path, float], int
                 return warm.run(argv, log_path, timeout)
             except WarmLocustError:
                 warm.close()
-        return cold_locust(argv, log_path, timeout)
+        return cold_locust(argv, log_path, timeout, nice=nice)
 
     return launch
 
@@ -309,18 +318,19 @@ class _Launchers:
     Why a context manager: every warm process must end with the lane, whatever ends it.
     """
 
-    def __init__(self, warm: bool) -> None:
+    def __init__(self, warm: bool, nice: int | None = None) -> None:
         self.warm = warm
+        self.nice = nice
         self._pool: list[WarmLocust] = []
 
     def get(self, n: int) -> list[Callable[[list[str], Path, float], int]]:
         if not self.warm:
-            return [_launcher(None) for _ in range(n)]
+            return [_launcher(None, self.nice) for _ in range(n)]
         while len(self._pool) < n:
-            proc = WarmLocust()
+            proc = WarmLocust(self.nice)
             proc.spawn()  # the imports of a whole group overlap
             self._pool.append(proc)
-        return [_launcher(p) for p in self._pool[:n]]
+        return [_launcher(p, self.nice) for p in self._pool[:n]]
 
     def __enter__(self) -> _Launchers:
         return self
@@ -347,7 +357,7 @@ def _run_lane(
                 net = ctx.enter_context(TestHostNet(0))
                 ctx.enter_context(net.enter(net.add_host("control")))
             launchers = ctx.enter_context(
-                _Launchers(warm)
+                _Launchers(warm, shared.nice)
             )  # on test hosts too: workers fork, then enter their hosts
             _LaneRun(lane, shared, user_urls, resource_url, scratch, launchers, net).run()
     except ResultsWriteError:

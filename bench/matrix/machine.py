@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from workloads.harness.priority import can_raise
+
 #: What one lane keeps busy, in cores, at its busiest. Measured on the 2-core machine over the full
 #: standard matrix at ``--lanes 2`` (c7a4b1f, four shards, loads 0.3-1.9 at their starts): the
 #: machine was 0.62, 0.85, 1.23 and 1.08 cores busy, 0.31-0.62 a lane. The highest is used, so a
@@ -26,6 +28,18 @@ from pathlib import Path
 LANE_CPU = 0.6
 #: Never more lanes side by side than this, whatever the machine has spare.
 MAX_AUTO_LANES = 4
+#: What one lane takes, in cores, when every case's Locust runs above the servers and the harness
+#: (:data:`GENERATOR_NICE`): its generators no longer wait behind the others' bursts, so a lane's
+#: average, not its bursts, sets how many fit. Shard 2/4 of the standard matrix, 93 cases, on the
+#: 2-core machine (2026-12-05, load average 0.45-1.0 at the starts; heavy units two slots): at 3
+#: lanes 7 cases generator-bound at equal priority, none raised (1.27 and 1.22 cores busy, 516 and
+#: 505 s); raised at 5 lanes 2 bound (2.2%), 1.45 busy (0.29 a lane), 401 s; at 6 lanes 9 bound,
+#: 1.42 busy, 400 s. 0.35 gives a quiet 2-core machine (up to 0.25 busy) its five lanes.
+LANE_CPU_RAISED = 0.35
+MAX_AUTO_LANES_RAISED = 5
+#: The nice value of every case's Locust session in a matrix, where this process may raise it (root):
+#: workloads/harness/priority.py says why and what it changed.
+GENERATOR_NICE = -5
 #: How long the busy cores are sampled before choosing the lanes.
 SAMPLE_S = 1.0
 
@@ -62,14 +76,23 @@ def busy_now(seconds: float = SAMPLE_S) -> float | None:
     return busy_cores(start, cpu_ticks())
 
 
-def auto_lanes(cores: int | None = None, busy: float | None = None) -> tuple[int, str]:
-    """How many lanes to run side by side here, and why: the cores spare now, at ``LANE_CPU`` a lane.
+def generator_nice() -> tuple[int | None, str]:
+    """The nice value of the cases' Locust sessions (None: left as they are), and why in words."""
+    if can_raise():
+        return GENERATOR_NICE, f"cases' Locust at nice {GENERATOR_NICE}"
+    return None, "cases' Locust at the servers' priority (raising it needs root)"
+
+
+def auto_lanes(cores: int | None = None, busy: float | None = None, raised: bool = False) -> tuple[int, str]:
+    """How many lanes to run side by side here, and why: the cores spare now, at ``LANE_CPU`` a lane
+    (``LANE_CPU_RAISED`` when ``raised``: the cases' Locust above everything else, :func:`generator_nice`).
 
     The spare cores are measured (a second of /proc/stat), not taken from the load average: a
     shard that starts as the one before it ends would see that one's load for minutes and run
     on one lane. Where /proc/stat cannot be read, the 1-minute load average stands in.
     A starved lane makes sessions expire and holders stall, so never more lanes than fit.
     """
+    per, most = (LANE_CPU_RAISED, MAX_AUTO_LANES_RAISED) if raised else (LANE_CPU, MAX_AUTO_LANES)
     cores = cores or os.cpu_count() or 1
     source = "busy now"
     if busy is None:
@@ -81,5 +104,5 @@ def auto_lanes(cores: int | None = None, busy: float | None = None) -> tuple[int
         except OSError:
             busy = 0.0
     spare = max(0.0, cores - busy)
-    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / LANE_CPU)))
-    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {LANE_CPU:g} a lane"
+    lanes = max(1, min(most, math.floor(spare / per + 1e-9)))
+    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {per:g} a lane"

@@ -29,7 +29,16 @@ from resultsio.schema import MATRIX_COLUMNS
 
 #: run.json params that may differ between shards of one matrix (how each machine ran its slice, and
 #: what its own rows said of the controls: judged again over all rows).
-PER_SHARD = ("shard", "parallel", "lanes", "lanes_why", "warm_locust", "not_run", "controls")
+PER_SHARD = (
+    "shard",
+    "parallel",
+    "lanes",
+    "lanes_why",
+    "generator_nice",
+    "warm_locust",
+    "not_run",
+    "controls",
+)
 
 
 def _shard_of(meta: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from bench.run.case import (
 from infra.ports import free_port
 from infra.process import die_with_parent
 from infra.stack import Stack
+from workloads.harness.priority import raise_priority
 
 #: File the Locust child rewrites every second with its progress (see workloads/harness/locust_glue.py).
 PROGRESS_FILE = "progress.json"
@@ -135,17 +136,24 @@ def _poll_progress(path: Path, on_tick: Callable[[dict[str, Any]], None]) -> Non
 
 
 def run_locust(
-    argv: list[str], log_path: Path, timeout: float, on_tick: Callable[[dict[str, Any]], None] | None = None
+    argv: list[str],
+    log_path: Path,
+    timeout: float,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
+    nice: int | None = None,
 ) -> int:
     """Run a case's Locust cold (``python -m locust`` argv) to its end; return its exit code.
 
     ``on_tick`` gets the progress file's sample about once a second. Ctrl-C, the timeout or
-    any error stops Locust and its forked workers for good before it propagates.
+    any error stops Locust and its forked workers for good before it propagates. ``nice``
+    raises its session as the warm launch does (set while it imports, before any worker forks).
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        if nice is not None:
+            raise_priority(proc.pid, nice)
         try:
             deadline = time.monotonic() + timeout
             while True:

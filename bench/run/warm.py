@@ -39,7 +39,9 @@ class WarmLocust:
     Why a context manager: the warm process must end with the lane, whatever ends it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, nice: int | None = None) -> None:
+        #: the nice value each case's session is raised to (workloads/harness/priority.py); None: left
+        self.nice = nice
         self.proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._ready = False
@@ -110,7 +112,12 @@ class WarmLocust:
         proc = self.proc if alive and self._ready else self._start()
         assert proc is not None and proc.stdin is not None
         try:
-            proc.stdin.write((json.dumps({"argv": argv[3:], "log": str(log_path)}) + "\n").encode())
+            request = {
+                "argv": argv[3:],
+                "log": str(log_path),
+                **({"nice": self.nice} if self.nice is not None else {}),
+            }
+            proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError) as exc:
             raise WarmLocustError(f"the warm Locust process is gone: {exc}") from None
         pid = int(self._read(30)["pid"])

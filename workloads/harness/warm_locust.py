@@ -6,7 +6,8 @@ short cases would spend most of its time there. This process imports them once a
 forks a child for each case; the child runs Locust's own ``main()`` with the very argv
 ``python -m locust`` would get, in its own session, with its output in the case's log.
 
-Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path}``; this
+Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path}`` (and
+``"nice"``: the child's session is raised to it, workloads/harness/priority.py); this
 process answers ``{"pid": n}`` once the child exists and ``{"pid": n, "exit": code}`` when
 it has ended. It exits when its stdin closes. Run by bench as ``python -m workloads.harness.warm_locust``.
 """
@@ -23,6 +24,8 @@ from typing import Any, NoReturn
 # Locust first: it monkey-patches the standard library before anything else imports it.
 import locust  # noqa: F401
 import locust.main  # noqa: F401
+
+from workloads.harness.priority import raise_priority
 
 #: Modules every case imports anyway; importing them here is what makes a child start fast.
 PRELOAD = (
@@ -61,12 +64,14 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _child(argv: list[str], log: str, parent: int) -> NoReturn:
-    """Become ``python -m locust <argv>`` with output to ``log``; never returns."""
+def _child(argv: list[str], log: str, parent: int, nice: int | None = None) -> NoReturn:
+    """Become ``python -m locust <argv>`` with output to ``log``, its session at ``nice``; never returns."""
     code = 1
     try:
         os.setsid()
         _die_with_parent(parent)
+        if nice is not None:
+            raise_priority(0, nice)  # before Locust forks its workers: they inherit it
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -102,7 +107,7 @@ def serve() -> None:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(request["argv"], request["log"], parent)
+            _child(request["argv"], request["log"], parent, request.get("nice"))
         _answer({"pid": pid})
         _, status = os.waitpid(pid, 0)
         _answer({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})

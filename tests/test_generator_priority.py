@@ -1,0 +1,89 @@
+"""A matrix case's Locust runs above the servers: its session's autogroup and its own nice are
+raised, through the warm fork and the cold start alike, and the lanes fit the machine that gives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.matrix.machine import GENERATOR_NICE, auto_lanes, generator_nice
+from bench.run.locust import run_locust
+from bench.run.warm import WarmLocust
+from workloads.harness.priority import can_raise, raise_priority
+
+needs_root = pytest.mark.skipif(not can_raise(), reason="raising a nice value needs root (CI runs as root)")
+
+#: A locustfile that writes where its own process stands in the CPU queue, then lets Locust end.
+_LOCUSTFILE = """
+import os, sys
+from locust import User, task
+with open(os.environ["PRIORITY_OUT"], "w") as f:
+    f.write(f"{os.getpriority(os.PRIO_PROCESS, 0)}\\n{open('/proc/self/autogroup').read()}")
+class Idle(User):
+    @task
+    def nothing(self):
+        pass
+"""
+
+
+def _autogroup_nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def _locust_argv(tmp_path: Path) -> list[str]:
+    f = tmp_path / "prio_locustfile.py"
+    f.write_text(_LOCUSTFILE)
+    return [sys.executable, "-m", "locust", "-f", str(f), "--headless", "-u", "1", "-r", "1", "-t", "1s"]
+
+
+@needs_root
+def test_a_session_and_its_process_are_raised(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        assert _autogroup_nice(child.pid) == 0 and os.getpriority(os.PRIO_PROCESS, child.pid) == 0
+        assert raise_priority(child.pid, -3)
+        assert _autogroup_nice(child.pid) == -3
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == -3
+    finally:
+        child.kill()
+        child.wait()
+    assert not raise_priority(child.pid, -3)  # gone: nothing took
+
+
+@needs_root
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_case_launched_with_a_nice_value_runs_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
+) -> None:
+    out = tmp_path / "priority.txt"
+    monkeypatch.setenv("PRIORITY_OUT", str(out))
+    argv = _locust_argv(tmp_path)
+    for nice in (None, -2):
+        log = tmp_path / f"locust-{nice}.log"
+        if warm:
+            with WarmLocust(nice) as proc:
+                code = proc.run(argv, log, timeout=120)
+        else:
+            code = run_locust(argv, log, timeout=120, nice=nice)
+        assert code == 0, log.read_text()[-2000:]
+        own, group = out.read_text().splitlines()[:2]
+        assert int(own) == (nice or 0)
+        assert group.endswith(f"nice {nice or 0}")
+
+
+def test_the_matrix_raises_its_generators_only_where_it_may() -> None:
+    nice, why = generator_nice()
+    assert (nice == GENERATOR_NICE) == can_raise()
+    assert ("nice -5" in why) == can_raise()
+
+
+def test_raised_generators_fit_more_lanes() -> None:
+    assert auto_lanes(cores=2, busy=0.1, raised=True)[0] == 5  # a quiet 2-core machine
+    assert auto_lanes(cores=2, busy=0.1)[0] == 3
+    assert auto_lanes(cores=2, busy=1.0, raised=True)[0] == 2
+    assert auto_lanes(cores=16, busy=0.0, raised=True)[0] == 5  # never more than measured
+    assert "0.35 a lane" in auto_lanes(cores=2, busy=0.1, raised=True)[1]
