@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.matrix.machine import GENERATOR_NICE, auto_lanes, generator_nice
+from bench.matrix.machine import GENERATOR_NICE, generator_nice
 from bench.run.locust import run_locust
 from bench.run.warm import WarmLocust
 from workloads.harness.priority import can_raise, raise_priority
@@ -79,11 +79,3 @@ def test_the_matrix_raises_its_generators_only_where_it_may() -> None:
     nice, why = generator_nice()
     assert (nice == GENERATOR_NICE) == can_raise()
     assert ("nice -5" in why) == can_raise()
-
-
-def test_raised_generators_fit_more_lanes() -> None:
-    assert auto_lanes(cores=2, busy=0.1, raised=True)[0] == 5  # a quiet 2-core machine
-    assert auto_lanes(cores=2, busy=0.1)[0] == 3
-    assert auto_lanes(cores=2, busy=1.0, raised=True)[0] == 2
-    assert auto_lanes(cores=16, busy=0.0, raised=True)[0] == 5  # never more than measured
-    assert "0.35 a lane" in auto_lanes(cores=2, busy=0.1, raised=True)[1]

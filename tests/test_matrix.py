@@ -84,6 +84,11 @@ def test_observed_outcome_and_contradictions() -> None:
         {**overlap, "lost_updates": 2, "data_safe": False}, "redis.set-nx-px-lua", "long-cs", True
     )
     assert damaged["contradicts_catalog"] is True  # the tokens were meant to keep the data safe
+    # setnx-getset's token comes after its grant: under a clock-skew takeover the catalog promises no fence
+    broken = {**overlap, "data_safe": False}
+    takeover = annotate(broken, "redis.setnx-getset", "clock-skew", fenced=True)
+    assert takeover["contradicts_catalog"] is False and "out of grant order" in takeover["expected_note"]
+    assert annotate(broken, "redis.setnx-getset", "long-cs", fenced=True)["contradicts_catalog"] is True
     silent = annotate({"verdict": "valid"}, "memcached.add", "crash", fenced=False)
     assert silent["expected_outcome"] == "" and silent["contradicts_catalog"] is False
 

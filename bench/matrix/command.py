@@ -100,7 +100,7 @@ def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str, in
     nice, nice_why = generator_nice()
     parallel, lanes_why = request.parallel, "given"
     if parallel is None:
-        parallel, lanes_why = auto_lanes(raised=nice is not None)
+        parallel, lanes_why = auto_lanes()
     lanes_why = f"{lanes_why}; {nice_why}"
     if parallel < 1:
         raise UserError(f"--lanes must be at least 1, got {parallel}{from_text(request.sources, 'lanes')}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.matrix.admission import BESIDE_HEAVY, Admission
+from bench.matrix.admission import Admission
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
 from bench.matrix.rerun import rerun_reason, settle
@@ -173,9 +173,8 @@ class Shared:
         self.cancel = threading.Event()
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
-        #: the lane slots the running units take, never two heavy ones (admission.py); with the cases'
-        #: Locust raised a heavy unit takes two slots, else all but one
-        self.admission = Admission(slots, beside_heavy=None if nice is not None else BESIDE_HEAVY)
+        #: the lane slots the running units take: a heavy unit all but one, never two heavy ones (admission.py)
+        self.admission = Admission(slots)
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:

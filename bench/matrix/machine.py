@@ -28,15 +28,12 @@ from workloads.harness.priority import can_raise
 LANE_CPU = 0.6
 #: Never more lanes side by side than this, whatever the machine has spare.
 MAX_AUTO_LANES = 4
-#: What one lane takes, in cores, when every case's Locust runs above the servers and the harness
-#: (:data:`GENERATOR_NICE`): its generators no longer wait behind the others' bursts, so a lane's
-#: average, not its bursts, sets how many fit. Shard 2/4 of the standard matrix, 93 cases, on the
-#: 2-core machine (2026-12-05, load average 0.45-1.0 at the starts; heavy units two slots): at 3
-#: lanes 7 cases generator-bound at equal priority, none raised (1.27 and 1.22 cores busy, 516 and
-#: 505 s); raised at 5 lanes 2 bound (2.2%), 1.45 busy (0.29 a lane), 401 s; at 6 lanes 9 bound,
-#: 1.42 busy, 400 s. 0.35 gives a quiet 2-core machine (up to 0.25 busy) its five lanes.
-LANE_CPU_RAISED = 0.35
-MAX_AUTO_LANES_RAISED = 5
+#: Raised generators (:data:`GENERATOR_NICE`) did not buy more lanes. At 5 lanes, a heavy unit two
+#: slots, shard 2/4 had 2 of 93 cases generator-bound (1.45 cores busy, 401 s against 505 at 3), but
+#: the full matrix did not hold it: two runs of shard 3 had 10 and 38 of 113 bound (1.25 and 1.41
+#: busy; the second saturated, 1.8-2.0 busy for its first 4 minutes under Redis's failover,
+#: long-cs and lease-expiry groups at once), and etcd's fail-open control granted before any strike
+#: once (two cells undecided). 6 lanes: 9 of 93 bound. So the lanes stay at 0.6 of a core.
 #: The nice value of every case's Locust session in a matrix, where this process may raise it (root):
 #: workloads/harness/priority.py says why and what it changed.
 GENERATOR_NICE = -5
@@ -83,16 +80,14 @@ def generator_nice() -> tuple[int | None, str]:
     return None, "cases' Locust at the servers' priority (raising it needs root)"
 
 
-def auto_lanes(cores: int | None = None, busy: float | None = None, raised: bool = False) -> tuple[int, str]:
-    """How many lanes to run side by side here, and why: the cores spare now, at ``LANE_CPU`` a lane
-    (``LANE_CPU_RAISED`` when ``raised``: the cases' Locust above everything else, :func:`generator_nice`).
+def auto_lanes(cores: int | None = None, busy: float | None = None) -> tuple[int, str]:
+    """How many lanes to run side by side here, and why: the cores spare now, at ``LANE_CPU`` a lane.
 
     The spare cores are measured (a second of /proc/stat), not taken from the load average: a
     shard that starts as the one before it ends would see that one's load for minutes and run
     on one lane. Where /proc/stat cannot be read, the 1-minute load average stands in.
     A starved lane makes sessions expire and holders stall, so never more lanes than fit.
     """
-    per, most = (LANE_CPU_RAISED, MAX_AUTO_LANES_RAISED) if raised else (LANE_CPU, MAX_AUTO_LANES)
     cores = cores or os.cpu_count() or 1
     source = "busy now"
     if busy is None:
@@ -104,5 +99,5 @@ def auto_lanes(cores: int | None = None, busy: float | None = None, raised: bool
         except OSError:
             busy = 0.0
     spare = max(0.0, cores - busy)
-    lanes = max(1, min(most, math.floor(spare / per + 1e-9)))
-    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {per:g} a lane"
+    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / LANE_CPU)))
+    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {LANE_CPU:g} a lane"
