@@ -57,10 +57,8 @@ def lane_cost(lane: Any) -> float:
     return sum(max(c.settings.duration for c in unit) for unit in lane.units if unit)
 
 
-#: How many lanes a shard is dealt for. A constant, not this machine's count: every machine must deal
-#: the same shards. It stays 3 (``--lanes auto`` on a quiet 2-core runner until the cases' Locust was
-#: raised, machine.py) although a raised runner runs 5: dealt for 5, the plan's longest lane, ZooKeeper's
-#: ensemble (units that run alone), was a shard on its own, one lane on a machine of five.
+#: How many lanes a shard is dealt for (what ``--lanes auto`` runs on a quiet 2-core runner). A
+#: constant, not this machine's count: every machine must deal the same shards.
 DEAL_LANES = 3
 
 
