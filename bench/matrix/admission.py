@@ -30,9 +30,9 @@ generator-bound case decides nothing. Measured on the 2-core machine, full stand
   generators are late before the machine is busier. That is why ``--lanes auto`` gives a 2-core
   machine 3 lanes, not more (``LANE_CPU``, machine.py).
 
-- With every case's Locust raised above the servers (machine.py ``generator_nice``, root) the rule
-  was measured again at 5 lanes with a heavy unit two slots of 5: 2 of 93 cases generator-bound in
-  shard 2, but 10 and 38 of 113 in two runs of shard 3, so the rule below stands. ZooKeeper's
+- With every case's Locust raised above the servers (machine.py ``generator_nice``, root), a heavy
+  unit two slots of 5 lanes did not hold over the full matrix (figures at machine.py
+  ``GENERATOR_NICE``), so the rule below stands. ZooKeeper's
   ensemble kills treated as heavy, raised (a shard at 5 lanes, a test run beside it for its first
   3 minutes, load average 0.53 at the start): 15 of their 24 cases generator-bound (member kills
   12 of 12), and 12 of the 46 others; they still run alone.

@@ -112,11 +112,7 @@ class WarmLocust:
         proc = self.proc if alive and self._ready else self._start()
         assert proc is not None and proc.stdin is not None
         try:
-            request = {
-                "argv": argv[3:],
-                "log": str(log_path),
-                **({"nice": self.nice} if self.nice is not None else {}),
-            }
+            request = {"argv": argv[3:], "log": str(log_path), "nice": self.nice}
             proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError) as exc:
             raise WarmLocustError(f"the warm Locust process is gone: {exc}") from None

@@ -6,8 +6,8 @@ short cases would spend most of its time there. This process imports them once a
 forks a child for each case; the child runs Locust's own ``main()`` with the very argv
 ``python -m locust`` would get, in its own session, with its output in the case's log.
 
-Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path}`` (and
-``"nice"``: the child's session is raised to it, workloads/harness/priority.py); this
+Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path, "nice": n}``
+(``nice`` null: left as it is; else the child's session is raised to it, priority.py); this
 process answers ``{"pid": n}`` once the child exists and ``{"pid": n, "exit": code}`` when
 it has ended. It exits when its stdin closes. Run by bench as ``python -m workloads.harness.warm_locust``.
 """
