@@ -175,3 +175,19 @@ def test_zookeepers_member_kills_run_with_nothing_beside_them() -> None:
     assert len(ran) == 9
     alone = next(r for r in ran if r[4] == "kill-member")
     assert not [r for r in ran if r is not alone and r[0] < alone[1] and alone[0] < r[1]]
+
+
+def test_postgresqls_restarts_run_in_fours_and_so_are_no_heavy_unit() -> None:
+    """A PostgreSQL restart reconnects every user through a fork of the server: its groups hold four
+    cases (light), while Redis's restarts still share a strike eight at a time (heavy)."""
+    from bench.matrix.plan import form_groups, plan_lanes, plan_matrix
+
+    cases, _ = plan_matrix(["postgres", "redis"], [], ["restart"], set(), root=False)
+    groups: dict[str, list[list]] = {}
+    for lane in plan_lanes(cases, set()):
+        for unit in form_groups(lane):
+            groups.setdefault(unit[0].backend, []).append(unit)
+    postgres, redis = groups["postgres"], groups["redis"]
+    assert sum(len(u) for u in postgres) >= 12 and max(len(u) for u in postgres) == 4
+    assert all(unit_weight(u) == LIGHT for u in postgres)
+    assert max(len(u) for u in redis) == BIG_GROUP and unit_weight(max(redis, key=len)) == HEAVY

@@ -29,7 +29,7 @@ from workloads.harness.catalog import WORKLOADS
 #: A lane of more cases than this, or whose cases may take longer than this in all (their caps
 #: added up), is split by impl, so no single lane sets the matrix's pace.
 LANE_CASES = 400
-LANE_BUDGET_S = 900.0
+LANE_BUDGET_S = 1000.0
 
 
 @dataclass
@@ -270,15 +270,16 @@ def _can_make_hosts() -> bool:
 def _capped_s(cases: list[MatrixCase]) -> float:
     """How long ``cases`` may take in one lane: a group's cases run side by side (its longest
     counts), and a scenario with more cases than a group holds runs as several groups."""
-    groups: dict[tuple[str, int], list[float]] = {}
+    groups: dict[tuple[str, str, int], list[float]] = {}
     alone = 0.0
     for c in cases:
         if groupable(c):
-            groups.setdefault((c.matrix_scenario, c.trial), []).append(c.settings.duration)
+            groups.setdefault((c.matrix_scenario, c.backend, c.trial), []).append(c.settings.duration)
         else:
             alone += c.settings.duration
     return alone + sum(
-        max(caps) * math.ceil(len(caps) / group_size(scenario)) for (scenario, _), caps in groups.items()
+        max(caps) * math.ceil(len(caps) / group_size(scenario, backend))
+        for (scenario, backend, _), caps in groups.items()
     )
 
 
@@ -340,7 +341,7 @@ def form_groups(lane: Lane) -> list[list[MatrixCase]]:
         control = members[0].control_impl
         subjects = [c for c in members if not (control and c.impl == control)]
         own = [c for c in members if control and c.impl == control]
-        size = group_size(item[0])
+        size = group_size(item[0], lane.backend)
         room = max(1, size - 1 if control else size)
         chunks = [subjects[i : i + room] for i in range(0, len(subjects), room)] or [[]]
         for j, chunk in enumerate(chunks):

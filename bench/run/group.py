@@ -115,9 +115,19 @@ def groupable(case: Case) -> bool:
     return case.fault.at_seconds is None
 
 
-def group_size(scenario: str) -> int:
-    """At most this many cases of ``scenario`` side by side (GROUP_MAX, smaller for heavy cases)."""
-    return max(1, min(GROUP_MAX, GROUP_SIZES.get(scenario, GROUP_MAX)))
+#: Smaller still on one backend. PostgreSQL forks a server process for every connection, so its
+#: restart makes each case's six users reconnect through a fork each, all at once. Its group of
+#: eight alone on a quiet machine kept loops late 5-8% of the time (a group of four 2-3%; load
+#: average 0.57 at the start, 2026-12-06), but beside one light unit at three lanes 16-18%: 9, 8
+#: and 7 of its 8 cases came out generator-bound in three full matrices (R3, P5, B4, 2026-12-05/06),
+#: a quarter to a half of all bound cases. In fours it is no heavy unit (admission.BIG_GROUP).
+BACKEND_GROUP_SIZES = {("postgres", "restart"): 4}
+
+
+def group_size(scenario: str, backend: str = "") -> int:
+    """At most this many cases of ``scenario`` side by side on ``backend`` (GROUP_MAX, smaller for heavy cases)."""
+    size = BACKEND_GROUP_SIZES.get((backend, scenario), GROUP_SIZES.get(scenario, GROUP_MAX))
+    return max(1, min(GROUP_MAX, size))
 
 
 def run_group(
