@@ -227,3 +227,16 @@ def test_matrix_runs_the_catalog_into_one_folder_and_one_report(tmp_path: Path) 
     assert recovered["recovery_by"] == "the lease TTL" and recovered["recovery_ms_p50"] > 0
     assert not cases["contradicts_catalog"].any()
     assert "contradict the catalog" not in r.stderr
+
+
+def test_etcds_lease_expiry_task_cases_may_run_long_enough_for_their_evidence() -> None:
+    """etcd grants through a fsync each (14-23 grants a second beside other lanes) and its stop rule
+    needs about 1,100 grants: its cap allows that, while the other backends' stay as they were."""
+    cases, _ = plan_matrix(["etcd", "redis"], [], ["lease-expiry-task", "restart"], set(), root=False)
+    caps = {(c.backend, c.matrix_scenario): c.settings.duration for c in cases}
+    assert caps[("etcd", "lease-expiry-task")] >= 1_100 / 14
+    assert caps[("redis", "lease-expiry-task")] == 15.0 + 10 * 1.5
+    etcd = next(c for c in cases if (c.backend, c.matrix_scenario) == ("etcd", "lease-expiry-task"))
+    rule = StopRule.from_json(etcd.settings.stop_rule)
+    assert rule is not None and rule.after_first == 1_000  # what the cap must leave time for
+    assert [s.name for s in SCENARIOS.values() if s.per_strike_on] == ["lease-expiry-task"]

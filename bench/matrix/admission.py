@@ -66,6 +66,10 @@ MAX_HEAVY = 1
 #: Light units a heavy unit may run beside, however many lanes: at 3 lanes (a heavy unit two slots
 #: of 3) one light unit beside it left it unbound; at 5 lanes with a heavy unit taking two slots,
 #: three light units beside etcd's ensemble kills made 17 of 114 cases generator-bound (X5, 2026-12-05).
+#: Two beside it at 4 lanes, raised generators (B4, 2026-12-06, four shards, loads 0.04-1.43 at
+#: their starts): 444, 461, 571 and 547 s (2,023 s against 2,222 at 3 lanes) at 1.16, 1.59, 1.38
+#: and 1.46 cores busy (1.40 in all), but 41 of 346 cases generator-bound: the Sentinel failover 13
+#: of 13 beside two crash groups (12 Locust processes each, "light"), and two etcd cells thin.
 BESIDE_HEAVY = 1
 #: A restart under a group of this many cases or more is heavy (12 Locust processes reconnecting),
 #: and so is a partition group running more Locust processes than this, each on a test host of its

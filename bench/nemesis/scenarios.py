@@ -53,6 +53,8 @@ class Scenario:
     strike: str = ""
     #: seconds one strike may take, heal and the grants after it included (sizes the case's cap)
     per_strike_s: float = 5.0
+    #: backend -> seconds a strike may take there instead, where its locks grant far slower
+    per_strike_on: dict[str, float] = field(default_factory=dict)
     #: at most this many strikes in one case; more come from further trials of the case
     max_strikes: int = 1000
     #: False where every acquisition is itself a strike (long-cs): the target has no n then
@@ -181,9 +183,15 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             needs_lease=True,
             strike="pause",
             # the cap, 15 s + k x 1.5 s. At 3 s a strike (45 s) Redis's group ran to the cap
-            # (52 s against 31-33 s) and 7 of its 7 cases came out generator-bound (1 before), so it
-            # stays; etcd's cells were thin with it only at five lanes (448 grants a case, 705 at three)
+            # (52 s against 31-33 s: redis.pottery-redlock, the slowest, sets the group's end), so
+            # 1.5 s stays for the others. etcd writes every grant through a fsync and granted 430-560
+            # a case in 30 s beside other lanes (R4, 3 lanes, and B4, 4 lanes, 2026-12-06; 705 once),
+            # where the stop rule needs about 1,100 (k pauses, one every 100 grants, and n = 1,000
+            # after the first): its cells came out thin (k=8-10, n=810) or their control unproven, in
+            # three matrices of four. 6.5 s a strike caps it at 80 s, enough at 14 grants a second;
+            # a quicker group still ends on its stop rule.
             per_strike_s=1.5,
+            per_strike_on={"etcd": 6.5},
             workload="lease-expiry",
             summary="a holder's task pauses 2 s under a 1 s lease (its process, watchdogs included, runs on)",
             stop=StopRule("pause", acquisitions=5, or_after_s=2.5),
