@@ -252,12 +252,21 @@ def _kept_or_stalled(row: pd.Series) -> None:
 
 
 def test_zookeeper_keeps_the_lock_when_its_leader_dies(tmp_path: Path) -> None:
-    """A 3-node ensemble loses its leader while a lock is held: quorum survives, no overlap."""
-    cases, run = run_cases(
-        tmp_path, "--impl", "zookeeper.sequential", "--fault", "kill-leader", "--users", "4", "--duration", "8",
-    )  # fmt: skip
-    row = cases.loc["zookeeper.sequential__flash-sale__kill-leader-held"]
+    """A 3-node ensemble loses its leader while a lock is held: quorum survives, no overlap.
+
+    A try the product calls unknown tested nothing, so it is run once more: with five pytest
+    workers beside it, the ensemble answered one acquisition in the 8 s after the kill ("no
+    evidence: only 1 acquisitions; 4 attempts failed with BackendUnavailable"), as it must say."""
+    for attempt in (1, 2):
+        (tmp_path / f"try{attempt}").mkdir()
+        cases, run = run_cases(
+            tmp_path / f"try{attempt}", "--impl", "zookeeper.sequential", "--fault", "kill-leader",
+            "--users", "4", "--duration", "8",
+        )  # fmt: skip
+        row = cases.loc["zookeeper.sequential__flash-sale__kill-leader-held"]
+        if row["verdict"] != "unknown":
+            break
     assert row["fault"] == "kill-leader@held" and row["fault_window_s"] > 0
-    assert row["overlapping_holds"] == 0 and row["verdict"] == "valid"
+    assert row["overlapping_holds"] == 0 and row["verdict"] == "valid", row["verdict_reason"]
     meta = json.loads((run / "run.json").read_text())
     assert meta["endpoints"]["zookeeper"]["urls"][0].count(",") == 2  # three members
