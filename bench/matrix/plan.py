@@ -84,10 +84,8 @@ def _settings(scenario: Scenario, level: EvidenceTarget, backend: str = "") -> R
     info = WORKLOADS[scenario.workload]
     defaults = {k: v for k, v in info.defaults.items() if k in ("ttl", "duration", "processes")}
     values: dict[str, Any] = {"users": USERS, **defaults, **scenario.settings}
-    slower = scenario.per_strike_on.get(backend)
-    if slower is not None and scenario.strike and "duration" in values:
-        # the sized scenario's cap allows per_strike_s a strike; this backend's locks need longer
-        values["duration"] += scenario.stop.count * (slower - scenario.per_strike_s)
+    if (cap := scenario.cap_on(backend)) is not None:
+        values["duration"] = cap
     options = {
         "items": 1, "skew": 1.0, "stock": 100_000, "max_qty": 3,
         **{k: v for k, v in info.defaults.items() if k == "cs"}, **scenario.options,

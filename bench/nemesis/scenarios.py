@@ -107,6 +107,14 @@ class Scenario:
             settings["processes"] = max(int(settings.get("processes", 2)), k + 1)
         return replace(self, settings=settings, options=options, stop=stop)
 
+    def cap_on(self, backend: str) -> float | None:
+        """A sized case's cap (``duration``, as :meth:`at` builds it) on ``backend``, with that backend's
+        seconds a strike (``per_strike_on``) for ``per_strike_s``; None where it has none of its own."""
+        slower = self.per_strike_on.get(backend)
+        if slower is None or not self.strike or "duration" not in self.settings:
+            return None
+        return self.settings["duration"] + self.stop.count * (slower - self.per_strike_s)
+
     def applies_to(self, impl_id: str, backend: str, servers: int, has_lease: bool = True) -> bool:
         if self.needs_lease and not has_lease:
             return False
