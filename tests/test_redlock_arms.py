@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import redis
 
 from bench.measure.stalls import failed_under_stall
+from bench.nemesis import redlock_arms
+from infra.redis_server import RedisServer
 from tests.helpers import bench
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -66,3 +70,25 @@ def _said(row: pd.Series) -> str:
     keys = ("verdict", "overlapping_holds", "locks_lost", "strikes", "generator_bound", "loop_lag_late_share",
             "stall_reason", "control_outcome", "verdict_reason")  # fmt: skip
     return f"{row.name}: " + ", ".join(f"{k}={row.get(k)}" for k in keys)
+
+
+def test_a_delayed_restart_keeps_its_master_down_for_the_delay_even_when_the_case_ends(
+    tmp_path: Path,
+) -> None:
+    """The delay is the arm's premise: a master back before it, while a holder still releases, is a
+    loss the harness made. The case ending (the fault's wait returns at once) must not cut it short."""
+    servers = [RedisServer(tmp_path / f"m{i}", name=f"master-{i}").start() for i in range(5)]
+    try:
+        nemesis = SimpleNamespace(
+            servers=servers, mailboxes=[], quorum_keys={}, lease_s=0.5,
+            release_holders=lambda which=None: None, wait=lambda seconds: True,  # the case has ended
+        )  # fmt: skip
+        window = redlock_arms._strike(redlock_arms.RESTART_DELAYED)(nemesis, lambda: True)
+        assert window is not None
+        down_s = nemesis.lease_s + 0.5
+        assert (window.end_ns - window.start_ns) / 1e9 >= down_s, window
+        # and it is back afterwards, empty (no persistence)
+        assert all(redis.Redis.from_url(s.url).ping() for s in servers)
+    finally:
+        for s in servers:
+            s.stop()

@@ -107,7 +107,10 @@ def _strike(kind: str) -> Callable[[Any, Callable[[], bool]], FaultWindow | None
             # a holder whose lease ends before the master is back lets go now (never past its lease);
             # one whose lease outlasts the delay (the control) holds on through the restart
             nemesis.release_holders(lambda b: b.lease_left_s is None or b.lease_left_s < down_s + 1.0)
-            nemesis.wait(max(0.0, down_s - (time.monotonic_ns() - start) / 1e9))
+            # the delay is the arm's premise, so a case that ends meanwhile does not cut it short: a
+            # holder still releasing then would find the master back, empty, inside its lease, a
+            # loss the harness made (it failed a quick matrix on a loaded machine)
+            time.sleep(max(0.0, down_s - (time.monotonic_ns() - start) / 1e9))
         target.start()
         how = {RESTART_BARE: "at once, no persistence", RESTART_AOF: "at once, from its AOF (everysec)",
                RESTART_DELAYED: f"after {down_s:g} s, no persistence"}[kind]  # fmt: skip
