@@ -22,6 +22,7 @@ from infra.install import find_binary
 from infra.placement import LOOPBACK_HOST, Placer, on_loopback
 from infra.ports import free_port
 from infra.process import ServerProcess
+from infra.ramdisk import ram_dir, release
 from infra.server import ManagedServer
 
 #: Raft timing of a single node. A node elects itself at once, so short timings only
@@ -88,8 +89,13 @@ class EtcdServer(ManagedServer):
         election_ms: int = SINGLE_ELECTION_MS,
         host: str = LOOPBACK_HOST,
         launcher: Sequence[str] = (),
+        fsync: bool = False,
     ) -> None:
         self.binary = binary()
+        #: with False (the default) the data directory is in RAM (infra/ramdisk.py), where etcd's
+        #: fsync of every write costs nothing; True keeps it on the disk under ``workdir``
+        self.fsync = fsync
+        self._ram: Path | None = None
         self.name = name
         self.host = host
         self.client_port = client_port or free_port()
@@ -135,12 +141,33 @@ class EtcdServer(ManagedServer):
     def start(self, detached: bool = False, wait: bool = True) -> EtcdServer:
         """Start the member; with ``wait`` (the default) return once /health says healthy."""
         ready = (lambda: health(self.url)) if wait else (lambda: True)
+        if not self.fsync and not detached and not self.data_dir.exists() and not self.data_dir.is_symlink():
+            # a detached member outlives this process, whose pid names (and reaps) a RAM directory
+            self._ram = ram_dir("etcd", f"{self.name}-{self.client_port}")
+            if self._ram is not None:
+                self.data_dir.symlink_to(self._ram, target_is_directory=True)
         self.process.start(ready, timeout=30, detached=detached)
         return self
 
+    def stop(self) -> None:
+        """Stop the member for good and free its RAM data directory.
+
+        A member that is to come back is killed (:meth:`kill`, as every fault does), which keeps
+        its data: started again after a stop it would be a new member of a cluster that knows it.
+        """
+        super().stop()
+        if self._ram is not None:
+            release(self._ram)
+            self.data_dir.unlink(missing_ok=True)
+            self._ram = None
+
     def wipe(self) -> None:
         """Remove the data directory (only while stopped): the next start is a new member."""
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        if self._ram is not None:
+            shutil.rmtree(self._ram, ignore_errors=True)
+            self._ram.mkdir(mode=0o700)
+        else:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def version(self) -> str:
         return binary_version(self.binary)

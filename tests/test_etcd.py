@@ -8,6 +8,7 @@ lost answer, bad URL), failover across cluster members and cooperation with geve
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import catalog
+from infra import catalog, ramdisk
 from infra.etcd_server import EtcdCluster, EtcdServer
 from infra.ports import free_port
 from infra.process import ServerProcess
@@ -276,7 +277,9 @@ def test_cluster_forms_answers_and_survives_a_member_loss(server_dir: Path) -> N
         lock = EtcdLease("cluster", [cluster.url])  # one comma-separated URL, as --etcd-url takes it
         lease = lock.acquire(timeout=5)
         assert lock.release(lease) is True
-        cluster.nodes[0].stop()  # the client's first endpoint is gone; two members keep quorum
+        # the client's first endpoint is gone; two members keep quorum (a kill keeps its data for
+        # heal; a stop is a member's end and frees its RAM data directory)
+        cluster.nodes[0].kill()
         assert wait_until(lambda: cluster.leader() is not None, limit=15)
         again = EtcdLease("cluster", cluster.urls, LockOptions(params={"request_timeout": 10}))
         lease = again.acquire(timeout=15)
@@ -298,6 +301,9 @@ def test_cluster_forms_answers_and_survives_a_member_loss(server_dir: Path) -> N
 def test_restart_keeps_revisions_so_tokens_keep_growing(server_dir: Path) -> None:
     server = EtcdServer(server_dir, name="etcd-restart").start()
     try:
+        # the data directory is in RAM (etcd's fsyncs cost nothing there), and a SIGKILL keeps it
+        ram = server.data_dir.resolve()
+        assert server.data_dir.is_symlink() and ram.is_relative_to(ramdisk.RAM_ROOT), ram
         lock = EtcdLease("restart", [server.url])
         before = lock.acquire(timeout=2)
         assert lock.release(before)
@@ -307,6 +313,22 @@ def test_restart_keeps_revisions_so_tokens_keep_growing(server_dir: Path) -> Non
         assert before.token is not None and after.token is not None and after.token > before.token
     finally:
         server.stop()
+    assert not ram.exists() and not server.data_dir.exists()  # stop frees the RAM
+
+
+def test_a_ram_directory_is_reaped_once_its_owner_is_gone(tmp_path: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = tmp_path / f"{ramdisk.PREFIX}etcd-{int(gone.stdout)}-m-1"
+    dead.mkdir()
+    (dead / "member").mkdir()
+    mine = tmp_path / f"{ramdisk.PREFIX}etcd-{os.getpid()}-m-2"
+    mine.mkdir()
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    assert ramdisk.reap(tmp_path) == [dead]
+    assert not dead.exists() and mine.exists() and other.exists()
 
 
 GEVENT_SCRIPT = textwrap.dedent(
