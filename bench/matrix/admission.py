@@ -36,6 +36,10 @@ generator-bound case decides nothing. Measured on the 2-core machine, full stand
   ensemble kills treated as heavy, raised (a shard at 5 lanes, a test run beside it for its first
   3 minutes, load average 0.53 at the start): 15 of their 24 cases generator-bound (member kills
   12 of 12), and 12 of the 46 others; they still run alone.
+- The same at 3 lanes, heavy (one light unit beside them), raised (2026-12-06, shard 1 of the full
+  standard matrix on 61a735b with ``_ALONE`` empty, load 0.48 at the start): the machine 1.58
+  cores busy, but 23 of their 24 cases generator-bound (loops late 22% of the time, against 8-13%
+  alone in R4) beside etcd's and the file's crash groups and Redis's partitions; they run alone.
 
 So each lane running a unit takes a slot, a heavy unit all slots but one (at least two), and the
 lanes have as many slots as lanes: whatever the lanes, a heavy unit runs beside one light unit
