@@ -92,3 +92,24 @@ def test_a_delayed_restart_keeps_its_master_down_for_the_delay_even_when_the_cas
     finally:
         for s in servers:
             s.stop()
+
+
+def test_the_phantom_takes_only_free_votes_and_gives_back_only_its_own(tmp_path: Path) -> None:
+    """A holder's vote is the lock's state: arming a strike must neither overwrite nor delete it."""
+    server = RedisServer(tmp_path, name="phantom-master").start()
+    client = redis.Redis.from_url(server.url)
+    try:
+        nemesis = SimpleNamespace(mailboxes=[SimpleNamespace(label="a")], quorum_keys={"a": ["held", "free"]})
+        client.set("held", "holder-uuid", px=60_000)
+        redlock_arms.phantom(nemesis, [server], on=True)
+        assert client.get("held") == b"holder-uuid"  # the holder keeps its vote
+        assert client.get("free") == redlock_arms.PHANTOM.encode()
+        client.set("free", "next-holder")  # the phantom's vote expired and a client won it
+        redlock_arms.phantom(nemesis, [server], on=False)
+        assert client.get("held") == b"holder-uuid" and client.get("free") == b"next-holder"
+        client.set("free", redlock_arms.PHANTOM)
+        redlock_arms.phantom(nemesis, [server], on=False)
+        assert client.get("free") is None  # its own vote it takes back
+    finally:
+        client.close()
+        server.stop()

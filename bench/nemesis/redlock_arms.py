@@ -39,24 +39,53 @@ ARMS = (RESTART_BARE, RESTART_AOF, RESTART_DELAYED)
 #: arms a strike, so each grant meanwhile rests on exactly the other three.
 BLOCKED_FOR_BARE_MAJORITY = (3, 4)
 PHANTOM = "lockbench-phantom-voter"
+#: How long arming keeps asking for the votes a holder still has (its release frees them)
+PHANTOM_WAIT_S = 1.0
+
+
+#: Gives a free key to the phantom for 60 s and returns the key's value (KEYS[1], ARGV[1] the phantom's value).
+_GIVE = (
+    "local v = redis.call('get', KEYS[1]) if v then return v end "
+    "redis.call('set', KEYS[1], ARGV[1], 'PX', 60000) return ARGV[1]"
+)
+#: Deletes a key only while the phantom owns it (KEYS[1], ARGV[1] the phantom's value).
+_TAKE_BACK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 def phantom(nemesis: Any, servers: list[Any], on: bool) -> None:
-    """Give (``on``) or take back every case's lock key on ``servers`` from a phantom owner."""
+    """Give (``on``) every case's free lock key on ``servers`` to a phantom owner, or take back what it holds.
+
+    Only free keys and only the phantom's own: a holder's vote on these masters is the lock's state,
+    and overwriting it (a plain SET did until round 18) or deleting it took a holder's majority away
+    while it held, a loss the harness made that its release then reported as the lock's. A holder
+    that keeps a vote here owns more than a bare majority, and its strike is missed (:func:`not_bare`).
+    """
     keys = [k for box in nemesis.mailboxes for k in nemesis.quorum_keys.get(box.label, [])]
     import redis  # here: naming a kind (bench run --fault) must not import it
 
-    for server in servers:
-        client = redis.Redis.from_url(server.url, socket_connect_timeout=2, socket_timeout=5)
-        try:
-            pipe = client.pipeline(transaction=False)
-            for key in keys:
-                if on:
-                    pipe.set(key, PHANTOM, px=60_000)
-                else:
-                    pipe.delete(key)
-            pipe.execute()
-        finally:
+    clients = [redis.Redis.from_url(sv.url, socket_connect_timeout=2, socket_timeout=5) for sv in servers]
+    try:
+        if not on:
+            for client in clients:
+                pipe = client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.eval(_TAKE_BACK, 1, key, PHANTOM)
+                pipe.execute()
+            return
+        # a vote a holder keeps is free once it releases: take it then, before the next grant
+        deadline = time.monotonic() + PHANTOM_WAIT_S
+        while True:
+            held = 0
+            for client in clients:
+                pipe = client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.eval(_GIVE, 1, key, PHANTOM)
+                held += sum(value == PHANTOM.encode() for value in pipe.execute())
+            if held == len(keys) * len(clients) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+    finally:
+        for client in clients:
             client.close()
 
 
