@@ -70,7 +70,15 @@ LOCK_API_FLOOR = 0.05
 class _Held:
     """One granted lease the keepalive thread refreshes, and what it learned about it."""
 
-    def __init__(self, client: EtcdClient, lease_id: int, ttl: int, interval: float, sent_ns: int) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        lease_id: int,
+        ttl: int,
+        interval: float,
+        sent_ns: int,
+        stats: dict[str, int] | None = None,
+    ) -> None:
         self.client = client
         self.lease_id = lease_id
         self.ttl = ttl
@@ -81,6 +89,8 @@ class _Held:
         self.lease: Lease | None = None
         self.lost = False
         self.done = False
+        #: the owning lock's counters, where its renewals are told (``renewals`` and the rest)
+        self.stats = stats if stats is not None else {}
 
 
 class _Keepalive:
@@ -142,9 +152,22 @@ class _Keepalive:
             if not due:
                 self._wake.wait(max(0.0, upcoming - time.monotonic()))
 
+    def _count(self, held: _Held, sent_ns: int, due: float, failed: bool = False) -> None:
+        """Tell the owning lock how this renewal went: how late it was sent, how long it took, whether it failed."""
+        took_s = (time.monotonic_ns() - sent_ns) / 1e9
+        with self._mutex:
+            held.stats["renewals"] = held.stats.get("renewals", 0) + 1
+            if failed:
+                held.stats["renewals_failed"] = held.stats.get("renewals_failed", 0) + 1
+            elif took_s > held.interval:
+                held.stats["renewals_slow"] = held.stats.get("renewals_slow", 0) + 1
+            if sent_ns / 1e9 - due > held.interval:
+                held.stats["renewals_behind"] = held.stats.get("renewals_behind", 0) + 1
+
     def _renew(self, held: _Held) -> None:
         if held.done:
             return
+        due = held.next_due
         sent = time.monotonic_ns()
         budget = max(0.2, min(held.interval, held.client.request_timeout))
         try:
@@ -154,11 +177,13 @@ class _Keepalive:
                 r = held.client.range(held.key, timeout=budget, count_only=True)
                 alive = num(r.get("count")) > 0
         except LockError:
+            self._count(held, sent, due, failed=True)
             if time.monotonic_ns() >= held.deadline_ns:
                 self._lose(held)  # no refresh within the TTL: the server has expired it by now
             else:
                 held.next_due = time.monotonic() + min(held.interval, 0.5)
             return
+        self._count(held, sent, due)
         if not alive:
             self._lose(held)
             return
@@ -215,10 +240,15 @@ class _EtcdLeaseLock(Lock):
         self.watch_round = float(params.get("watch_round", WATCH_ROUND))
         self.prefix = str(params.get("prefix", self.default_prefix)).rstrip("/")
         self._held: dict[int, _Held] = {}
-        self._stats = {"grants": 0, "leases_lost": 0}
+        self._stats = {"grants": 0, "leases_lost": 0, "renewals": 0, "renewals_slow": 0,
+                       "renewals_failed": 0, "renewals_behind": 0}  # fmt: skip
 
     def stats(self) -> dict[str, int]:
-        """grants; leases_lost (seen at release); etcd.lease adds queued and watch_rounds."""
+        """grants; leases_lost (seen at release); the keepalive's ``renewals`` of this instance's
+        leases, of them ``renewals_slow`` (its round trips together longer than the keepalive
+        interval, a third of the TTL by default), ``renewals_failed`` (unanswered or refused in
+        time) and ``renewals_behind`` (sent more than an interval after due: the
+        process's one keepalive loop was behind). etcd.lease adds queued and watch_rounds."""
         return dict(self._stats)
 
     def _client(self) -> EtcdClient:
@@ -232,7 +262,7 @@ class _EtcdLeaseLock(Lock):
         except LockOutcomeUnknown as exc:
             # A lease with no key holds no lock: nothing that matters was applied.
             raise BackendUnavailable(f"{self.id}: lease grant unanswered ({exc})") from exc
-        held = _Held(client, lease_id, ttl or self.ttl, self.keepalive_interval, sent)
+        held = _Held(client, lease_id, ttl or self.ttl, self.keepalive_interval, sent, self._stats)
         _keepalive().add(held)
         return held
 

@@ -217,6 +217,27 @@ def test_keepalive_holds_the_lock_past_its_ttl(etcd_server: EtcdServer) -> None:
     assert lease.deadline_ns is not None and first_deadline is not None and lease.deadline_ns > first_deadline
     assert EtcdLease(name, [etcd_server.url]).try_acquire() is None
     assert holder.release(lease) is True
+    assert holder.stats()["renewals"] >= 2 and holder.stats()["renewals_failed"] == 0, holder.stats()
+
+
+@pytest.mark.server
+def test_renewals_a_paused_server_cannot_answer_are_counted_failed(server_dir: Path) -> None:
+    """A lost lease is explained by its renewals: each is counted, and those not answered in time apart."""
+    server = EtcdServer(server_dir, name="etcd-renewals").start()
+    try:
+        holder = EtcdLease("renewals", [server.url], LockOptions(ttl=5, params={"keepalive_interval": 0.2}))
+        lease = holder.acquire(timeout=2)
+        answered = holder.stats()["renewals"]
+        server.process.kill(signal.SIGSTOP)  # renewals are due every 0.2 s, each given 0.2 s
+        time.sleep(1.0)
+        server.process.kill(signal.SIGCONT)
+        ok = lambda: holder.stats()["renewals"] - holder.stats()["renewals_failed"] > answered  # noqa: E731
+        assert wait_until(ok, limit=10), holder.stats()
+        assert holder.release(lease) is True  # 1 s of a 5 s lease: still held
+        stats = holder.stats()
+        assert stats["renewals_failed"] >= 1, stats
+    finally:
+        server.stop()
 
 
 def test_lease_expiry_removes_key_and_holder_learns_it(etcd_server: EtcdServer) -> None:
