@@ -138,6 +138,17 @@ def test_an_error_inside_leaves_no_namespace_or_process() -> None:
     assert _own_namespaces(prefix) == []
 
 
+def _where(pid: int) -> str:
+    """A process's state, kernel wait channel and kernel stack (root only), as far as /proc tells."""
+    said = []
+    for name in ("stat", "wchan", "stack"):
+        try:
+            said.append(f"{name}: {Path(f'/proc/{pid}/{name}').read_text().strip()[:600]}")
+        except OSError as exc:
+            said.append(f"{name}: ({exc.strerror})")
+    return "; ".join(said)
+
+
 def _wait_gone(prefix: str, timeout: float = 10.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while (left := _own_namespaces(prefix)) and time.monotonic() < deadline:
@@ -161,7 +172,13 @@ def test_owner_killed_leaves_no_namespace_or_process(sig: int) -> None:
         prefix, pid = owner.stdout.readline().split()
         assert _own_namespaces(prefix)
         owner.send_signal(sig)
-        owner.wait(60)  # a guard, not a bound: a netns owner's exit waited out 10 s once under a full suite
+        try:
+            owner.wait(
+                60
+            )  # a guard, not a bound: a netns owner's exit waited out 10 s once under a full suite
+        except subprocess.TimeoutExpired:
+            # once (SIGKILL, full suite, load about 5) it outlived 60 s: say where the kernel held it
+            pytest.fail(f"owner {owner.pid} still there 60 s after signal {sig}: {_where(owner.pid)}")
         assert _wait_gone(prefix) == []
         deadline = time.monotonic() + 5
         while testhosts._pid_alive(int(pid)) and time.monotonic() < deadline:
