@@ -17,6 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
+from infra.state import pid_alive
+
 #: Where RAM-backed directories go (tmpfs on Linux)
 RAM_ROOT = Path("/dev/shm")
 PREFIX = "lockbench-"
@@ -31,23 +33,13 @@ def _owner(path: Path) -> int | None:
     return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap(root: Path = RAM_ROOT) -> list[Path]:
     """Remove the directories whose owning process is gone; returns those removed."""
     gone = []
     with contextlib.suppress(OSError):
         for path in root.glob(f"{PREFIX}*"):
             pid = _owner(path)
-            if pid is not None and pid != os.getpid() and not _alive(pid):
+            if pid is not None and pid != os.getpid() and not pid_alive(pid):
                 shutil.rmtree(path, ignore_errors=True)
                 gone.append(path)
     return gone
