@@ -160,7 +160,10 @@ def _wait_gone(prefix: str, timeout: float = 10.0) -> list[str]:
 def test_owner_killed_leaves_no_namespace_or_process(sig: int) -> None:
     _netns_or_skip()
     code = (
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        # a shell that starts a job in the background (nohup ... &) ignores SIGINT for it, and an
+        # ignored SIGINT is inherited: the owner must have Ctrl-C's own handler whatever ran the suite
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from infra.testhosts import TestHostNet\n"
         "net = TestHostNet(2, prefix='lbt')\n"
         "p = net.popen(net.hosts[1], ['sleep', '60'])\n"
