@@ -77,7 +77,7 @@ class _Held:
         ttl: int,
         interval: float,
         sent_ns: int,
-        stats: dict[str, int] | None = None,
+        stats: dict[str, int],
     ) -> None:
         self.client = client
         self.lease_id = lease_id
@@ -89,8 +89,8 @@ class _Held:
         self.lease: Lease | None = None
         self.lost = False
         self.done = False
-        #: the owning lock's counters, where its renewals are told (``renewals`` and the rest)
-        self.stats = stats if stats is not None else {}
+        #: the owning lock's counters (``renewals`` and the rest), where its renewals are told
+        self.stats = stats
 
 
 class _Keepalive:
@@ -155,14 +155,15 @@ class _Keepalive:
     def _count(self, held: _Held, sent_ns: int, due: float, failed: bool = False) -> None:
         """Tell the owning lock how this renewal went: how late it was sent, how long it took, whether it failed."""
         took_s = (time.monotonic_ns() - sent_ns) / 1e9
+        stats = held.stats
         with self._mutex:
-            held.stats["renewals"] = held.stats.get("renewals", 0) + 1
+            stats["renewals"] += 1
             if failed:
-                held.stats["renewals_failed"] = held.stats.get("renewals_failed", 0) + 1
+                stats["renewals_failed"] += 1
             elif took_s > held.interval:
-                held.stats["renewals_slow"] = held.stats.get("renewals_slow", 0) + 1
+                stats["renewals_slow"] += 1
             if sent_ns / 1e9 - due > held.interval:
-                held.stats["renewals_behind"] = held.stats.get("renewals_behind", 0) + 1
+                stats["renewals_behind"] += 1
 
     def _renew(self, held: _Held) -> None:
         if held.done:
