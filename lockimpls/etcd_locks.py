@@ -19,7 +19,8 @@ that also checks its own key still exists (its lease may have expired while it w
 is parked in etcd until the lock is granted; it costs fewer round trips when contended.
 
 While a lease is registered, a background thread per process (a greenlet under gevent)
-refreshes it every ``ttl / 3``. When a refresh says the lease is gone (TTL 0), the key
+refreshes it every ``ttl / 3``; a refresh unanswered within its interval is tried again at
+once (not an interval later), so one lost answer never costs a lease. When a refresh says the lease is gone (TTL 0), the key
 is gone, or the client's own deadline passed without a successful refresh, the holder's
 ``Lease.lost`` becomes True and ``Lease.deadline_ns`` stops moving: a holder that checks
 either before touching the resource learns it lost the lock. Release deletes the key
@@ -65,6 +66,8 @@ WATCH_ROUND = 5.0
 LOCK_API_MIN_WAIT = 0.25
 #: The shortest wait any server-side lock request gets (about a loaded round trip).
 LOCK_API_FLOOR = 0.05
+#: Seconds between a renewal that went unanswered within its budget and the next try.
+RETRY_GAP_S = 0.02
 
 
 class _Held:
@@ -171,6 +174,8 @@ class _Keepalive:
         due = held.next_due
         sent = time.monotonic_ns()
         budget = max(0.2, min(held.interval, held.client.request_timeout))
+        # a renewal answered after the deadline comes too late for the holder: wait no longer
+        budget = min(budget, max(RETRY_GAP_S, (held.deadline_ns - sent) / 1e9))
         try:
             ttl = held.client.keepalive(held.lease_id, timeout=budget)
             alive = ttl > 0
@@ -182,7 +187,11 @@ class _Keepalive:
             if time.monotonic_ns() >= held.deadline_ns:
                 self._lose(held)  # no refresh within the TTL: the server has expired it by now
             else:
-                held.next_due = time.monotonic() + min(held.interval, 0.5)
+                # Again at once: the unanswered request already waited its budget, and waiting a
+                # further interval would leave a lease of three intervals no second try before it
+                # lapses. A prompt refusal (nothing listening) tries again an interval after it
+                # was sent, as an answered one would, so this never spins.
+                held.next_due = max(sent / 1e9 + held.interval, time.monotonic() + RETRY_GAP_S)
             return
         self._count(held, sent, due)
         if not alive:

@@ -27,7 +27,7 @@ from infra.process import ServerProcess
 from lockimpls import etcd_client
 from lockimpls.base import BackendUnavailable, Lock, LockConfigError, LockOptions, LockOutcomeUnknown
 from lockimpls.etcd_client import client_for, prefix_end
-from lockimpls.etcd_locks import EtcdLease, EtcdLockApi
+from lockimpls.etcd_locks import EtcdLease, EtcdLockApi, _keepalive
 from lockimpls.registry import resolve
 from tests import lock_contract as contract
 
@@ -236,6 +236,49 @@ def test_renewals_a_paused_server_cannot_answer_are_counted_failed(server_dir: P
         assert holder.release(lease) is True  # 1 s of a 5 s lease: still held
         stats = holder.stats()
         assert stats["renewals_failed"] >= 1, stats
+    finally:
+        server.stop()
+
+
+@pytest.mark.server
+def test_one_unanswered_renewal_does_not_bring_a_one_second_lease_to_its_deadline(server_dir: Path) -> None:
+    """A renewal lost to a pause is tried again at once, not a third of the lease later.
+
+    The member is stopped just before a renewal is due and woken once that renewal's whole
+    budget (the 0.33 s interval) has run out, so exactly one renewal goes unanswered. The holder
+    checks ``Lease.remaining()`` as a workload does before touching the resource; it must never
+    come near 0. Retried only after another interval (the old client), the next renewal was sent
+    with about 0.01 s of the lease left, and a release then found itself past its deadline.
+    """
+    server = EtcdServer(server_dir, name="etcd-one-miss").start()
+    try:
+        holder = EtcdLease("one-miss", [server.url], LockOptions(ttl=1))
+        lease = holder.acquire(timeout=2)
+        assert lease.deadline_ns is not None and lease.remaining() <= 1.0  # the server kept a 1 s TTL
+        (held,) = [h for h in _keepalive()._entries if h.lease is lease]
+        interval = held.interval
+        least = lease.remaining()
+        stop_at = held.next_due - 0.05
+        while time.monotonic() < stop_at:
+            time.sleep(0.005)
+        server.process.kill(signal.SIGSTOP)
+        try:
+            resume_at = time.monotonic() + 0.05 + interval + 0.05
+            while time.monotonic() < resume_at:
+                least = min(least, lease.remaining())
+                time.sleep(0.005)
+        finally:
+            server.process.kill(signal.SIGCONT)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            least = min(least, lease.remaining())
+            time.sleep(0.005)
+        stats = holder.stats()
+        assert stats["renewals_failed"] >= 1, stats  # the pause did cost a renewal
+        assert not lease.lost, stats
+        # the retry goes out about 0.02 s after the failure, answered on waking: about 0.3 s left
+        assert least > 0.12, (least, stats)
+        assert holder.release(lease) is True
     finally:
         server.stop()
 
