@@ -191,3 +191,30 @@ def test_postgresqls_restarts_run_in_fours_and_so_are_no_heavy_unit() -> None:
     assert sum(len(u) for u in postgres) >= 12 and max(len(u) for u in postgres) == 4
     assert all(unit_weight(u) == LIGHT for u in postgres)
     assert max(len(u) for u in redis) == BIG_GROUP and unit_weight(max(redis, key=len)) == HEAVY
+
+
+def test_occupancy_tells_what_ran_and_adds_up_to_the_whole_time() -> None:
+    """run.json's ``occupancy``: a unit alone, a heavy unit, light units only, nothing; every moment once."""
+    start = time.monotonic()
+    admission = Admission(3)
+    go = threading.Event()
+    light, heavy, alone = (
+        _unit("crash", 2),
+        _unit("failover", 13),
+        _unit("kill-member", 6, backend="zookeeper"),
+    )
+    assert admission.take([light], go) == 0
+    time.sleep(0.02)  # light units only
+    assert admission.take([heavy], go) == 0
+    time.sleep(0.02)  # a heavy unit (beside the light one)
+    admission.give_back(heavy)
+    admission.give_back(light)
+    time.sleep(0.02)  # nothing
+    assert admission.take([alone], go) == 0
+    time.sleep(0.02)  # a unit alone
+    admission.give_back(alone)
+    seconds = admission.occupancy()
+    whole = time.monotonic() - start
+    assert set(seconds) == {"alone_s", "heavy_s", "light_s", "nothing_s"}
+    assert all(v > 0 for v in admission.spent.values()), admission.spent
+    assert 0 <= whole - sum(admission.spent.values()) < 0.5, (whole, admission.spent)

@@ -65,6 +65,8 @@ LIGHT = 1
 HEAVY = 2
 #: Takes every slot, however many there are: nothing runs beside it.
 ALONE = 1_000
+#: What :meth:`Admission.occupancy` tells apart: a unit running alone, a heavy unit, light units only, nothing.
+OCCUPANCY = ("alone", "heavy", "light", "nothing")
 #: Heavy units (and units run alone) running at once, at most.
 MAX_HEAVY = 1
 #: Light units a heavy unit may run beside, however many lanes: at 3 lanes (a heavy unit two slots
@@ -129,9 +131,28 @@ class Admission:
         self.heavy = 0
         self.heavy_slots = 0
         self.waited_s = 0.0
+        #: units running alone right now (:data:`ALONE`)
+        self.alone = 0
+        #: seconds spent with a unit alone, a heavy unit (and a light one beside), light units only,
+        #: nothing: what set the matrix's wall, beside how busy the machine was
+        self.spent = dict.fromkeys(OCCUPANCY, 0.0)
+        self._since = time.monotonic()
         #: what each waiting lane needs (the fewest slots of its units), by lane
         self._needs: dict[int, int] = {}
         self._cond = threading.Condition()
+
+    def _tick(self) -> None:
+        """Add the time since the last change to what was running then (the caller holds the lock)."""
+        now = time.monotonic()
+        state = "alone" if self.alone else "heavy" if self.heavy else "light" if self.used else "nothing"
+        self.spent[state] += now - self._since
+        self._since = now
+
+    def occupancy(self) -> dict[str, float]:
+        """Seconds so far with a unit running alone, a heavy unit, light units only, and nothing."""
+        with self._cond:
+            self._tick()
+            return {f"{k}_s": round(v, 1) for k, v in self.spent.items()}
 
     def _slots_of(self, weight: int) -> int:
         """The slots a unit of ``weight`` holds: a heavy one all but :data:`BESIDE_HEAVY` (at least two),
@@ -169,7 +190,9 @@ class Admission:
                     for i, unit in enumerate(units):
                         weight = unit_weight(unit)
                         if self.fits(weight) and (waiting or self._leaves_room(weight)):
+                            self._tick()
                             self.used += self._slots_of(weight)
+                            self.alone += weight >= ALONE
                             if weight >= HEAVY:
                                 self.heavy += 1
                                 self.heavy_slots += self._slots_of(weight)
@@ -187,7 +210,9 @@ class Admission:
         """The unit ended: its slots are free for the lanes that wait."""
         weight = unit_weight(unit)
         with self._cond:
+            self._tick()
             self.used = max(0, self.used - self._slots_of(weight))
+            self.alone = max(0, self.alone - (weight >= ALONE))
             if weight >= HEAVY:
                 self.heavy = max(0, self.heavy - 1)
                 self.heavy_slots = max(0, self.heavy_slots - self._slots_of(weight))

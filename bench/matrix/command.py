@@ -35,7 +35,7 @@ from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, generator_ni
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.request import MatrixRequest
 from bench.matrix.shards import Shard, deal
-from bench.matrix.tables import markdown_table, print_summary, timing_summary, undecided
+from bench.matrix.tables import markdown_table, occupancy_words, print_summary, timing_summary, undecided
 from bench.measure.strikes import LEVELS, EvidenceTarget
 from bench.nemesis.scenarios import USERS, scenarios_at
 from bench.results import meta
@@ -272,6 +272,7 @@ def _run(plan: _Plan, folder: RunFolder, shared: Shared, parallel: int, request:
                                "load_average": {"start": load_start, "end": load_average()},
                                "busy_cores": busy_cores(ticks, cpu_ticks()),
                                "admission_wait_s": round(shared.admission.waited_s, 1),
+                               "occupancy": shared.admission.occupancy(),
                                "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip
         folder.note("endpoints", shared.endpoints)
         folder.note("versions", {"servers": shared.versions, "libraries": meta.library_versions()})
@@ -303,7 +304,7 @@ def _judge_whole(
         atomic_write_text(folder.path / "matrix.md", markdown_table(folder.rows, not_run))
     timing = folder.meta["matrix"]
     console.print(
-        f"lockbench: matrix wall time {timing['wall_s']:.0f} s; Locust start-up took "
+        f"lockbench: matrix wall time {timing['wall_s']:.0f} s{occupancy_words(timing)}; Locust start-up took "
         f"{timing['locust_startup_share']:.0%} of the case time",
         markup=False,
     )

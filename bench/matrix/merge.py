@@ -173,6 +173,8 @@ def merge_command(paths: list[Path], results_dir: Path, console: Console, render
                     "hosts": (m.get("host") or {}).get("hostname"),
                     "wall_s": (m.get("matrix") or {}).get("wall_s"),
                     "load_average": (m.get("matrix") or {}).get("load_average"),
+                    "busy_cores": (m.get("matrix") or {}).get("busy_cores"),
+                    "occupancy": (m.get("matrix") or {}).get("occupancy"),
                 }
                 for p, m, _ in shards
             ],  # fmt: skip

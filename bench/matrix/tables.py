@@ -37,6 +37,21 @@ def timing_summary(timings: dict[str, dict[str, Any]], wall_s: float, parallel: 
     }
 
 
+def occupancy_words(timing: dict[str, Any]) -> str:
+    """`` (a unit alone 300 s, a heavy unit 200 s, light units only 100 s, nothing 5 s)``: what ran, over
+    the wall; "" for a folder from before the matrix counted it."""
+    spent = timing.get("occupancy")
+    if not spent:
+        return ""
+    names = {
+        "alone_s": "a unit alone",
+        "heavy_s": "a heavy unit",
+        "light_s": "light units only",
+        "nothing_s": "nothing",
+    }
+    return " (" + ", ".join(f"{names[k]} {float(spent.get(k) or 0):.0f} s" for k in names) + ")"
+
+
 def _axes(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """Scenarios in table order and impls in catalog order (others as first seen)."""
     from lockimpls.registry import known_ids
