@@ -57,6 +57,48 @@ def test_overlapping_holds_are_not_ordered_by_this_checker() -> None:
     assert r.status == "valid"
 
 
+def _seen_after_a_pause(*, still: bool, earlier_end: int = 900) -> pd.DataFrame:
+    """p1-u0 is granted token 10 at about 110 and sees it only at 2160, after p1-u1's pause (150-2150);
+    meanwhile p2-u0 holds token 50 (500 to ``earlier_end``). ``still``: nothing else of p1 runs."""
+    ev = [
+        ("p1-u0", 1, "acquire", "invoke", "L", 100),
+        ("p1-u1", 2, "pause", "invoke", "L", 150),
+        ("p2-u0", 3, "acquire", "ok", "L", 500, 50),
+        ("p2-u0", 4, "release", "invoke", "L", earlier_end),
+        ("p1-u1", 2, "pause", "ok", "L", 2150),
+        ("p1-u0", 1, "acquire", "ok", "L", 2160, 10),
+        ("p1-u0", 5, "release", "invoke", "L", 2200),
+    ]
+    if not still:  # a task's pause: the process's other users run on and see their grants when made
+        ev.append(("p1-u2", 6, "acquire", "invoke", "L2", 1000))
+    return history(*sorted(ev, key=lambda e: e[5]))
+
+
+def test_a_grant_seen_after_its_process_stood_still_may_have_come_first() -> None:
+    # token 10 was handed out before the pause, 50 during it: tokens in grant order
+    r = check_fencing_order(_seen_after_a_pause(still=True))
+    assert r.status == "valid" and r.counters == {"fencing_order_violations": 0}, r.detail
+
+
+def test_a_grant_seen_late_while_its_process_ran_on_is_out_of_order() -> None:
+    r = check_fencing_order(_seen_after_a_pause(still=False))
+    assert r.status == "invalid" and r.counters["fencing_order_violations"] == 1
+
+
+def test_a_grant_over_before_the_paused_grant_was_asked_for_still_orders_it() -> None:
+    ev = [
+        ("p2-u0", 1, "acquire", "ok", "L", 20, 50),
+        ("p2-u0", 2, "release", "invoke", "L", 60),
+        ("p1-u0", 3, "acquire", "invoke", "L", 100),
+        ("p1-u1", 4, "pause", "invoke", "L", 150),
+        ("p1-u1", 4, "pause", "ok", "L", 2150),
+        ("p1-u0", 3, "acquire", "ok", "L", 2160, 10),
+        ("p1-u0", 5, "release", "invoke", "L", 2200),
+    ]
+    r = check_fencing_order(history(*ev))
+    assert r.status == "invalid" and r.counters["fencing_order_violations"] == 1
+
+
 def test_grants_on_different_locks_are_ordered_separately() -> None:
     ev = pd.concat([grants(("a", 100, 200, 9), lock="L1"), grants(("b", 300, 400, 1), lock="L2")])
     assert check_fencing_order(ev.sort_values("t_ns").reset_index(drop=True)).status == "valid"

@@ -32,6 +32,7 @@ from workloads.checks.common import (
     fenced,
     hold_record,
     holds,
+    process_of,
     tolerances,
     worker_of,
 )
@@ -57,6 +58,48 @@ def _prefix_before(token: np.ndarray, ends: np.ndarray, rows: np.ndarray, at: np
     return np.where(k > 0, prefix[np.maximum(k - 1, 0)], -np.inf)
 
 
+def _earliest_grants(g: pd.DataFrame, history: pd.DataFrame | None) -> np.ndarray:
+    """When each grant may have been made at the earliest: its ``acquire ok``, or its ``acquire
+    invoke`` where its process stood still in between.
+
+    The ok is when the client saw the grant, which is when the lock made it only while the
+    process runs on. A process paused whole (lease-expiry-world: the holder's blocking sleep
+    stops every user of the process) sees, after the pause, grants the lock made before it; by
+    then later grants, with higher tokens, may have come and gone. Such a grant is placed
+    anywhere from its invoke: a grant that ended before that invoke is certainly earlier, and one
+    that ended between the invoke and the ok ran concurrently with it, which either order of
+    tokens satisfies (Jepsen's real-time order, not a clock's doubt: no "uncertain") (2026-12-06: ``memcached.add`` fenced took token 1739 just before its process's 2 s pause,
+    recorded its ok after it, after token 1848's hold had ended: tokens in order, drawn red).
+    """
+    early = g["start_ns"].to_numpy(dtype=np.int64).copy()
+    if history is None or history.empty or not (history["op"] == "pause").any():
+        return early
+    pause = history[(history["op"] == "pause").to_numpy(dtype=bool)]
+    begun = pause[pause["type"] == "invoke"].set_index(["client", "seq"])["t_ns"]
+    over = pause[pause["type"] != "invoke"].set_index(["client", "seq"])["t_ns"]
+    history_end = int(history["t_ns"].max())
+    procs = process_of(history["client"]).to_numpy(dtype=object)
+    t_all = history["t_ns"].to_numpy(dtype=np.int64)
+    spans = []
+    for (client, seq), t0 in begun.items():
+        proc, t1 = str(client).rsplit("-u", 1)[0], int(over.get((client, seq), history_end))
+        # stood still: nobody of the process recorded anything meanwhile (a task's pause lets the
+        # others run on, and their grants are seen when made)
+        if not ((procs == proc) & (t_all > t0) & (t_all < t1)).any():
+            spans.append((proc, int(t0), t1))
+    acq = history[((history["op"] == "acquire") & (history["type"] == "invoke")).to_numpy(dtype=bool)]
+    invoked = acq.set_index(["client", "seq"])["t_ns"]
+    keys = pd.MultiIndex.from_arrays([g["client"].astype(object), g["acquire_seq"].astype("int64")])
+    inv = invoked.reindex(keys).to_numpy(dtype=np.float64)
+    known = ~np.isnan(inv)
+    process = process_of(g["client"]).to_numpy(dtype=object)
+    start = g["start_ns"].to_numpy(dtype=np.int64)
+    for proc, t0, t1 in spans:
+        stood = known & (process == proc) & (start > t0) & (np.where(known, inv, np.inf) < t1)
+        early[stood] = np.minimum(early[stood], inv[stood].astype(np.int64))
+    return early
+
+
 def order_flags(
     history: pd.DataFrame,
     hold_frame: pd.DataFrame | None = None,
@@ -79,6 +122,7 @@ def order_flags(
         )
     tol = tolerances(g, uncertainty_ns)
     start = g["start_ns"].to_numpy(dtype=np.int64)
+    early = _earliest_grants(g, history)
     end = g["end_ns"].to_numpy(dtype=np.int64)
     seen = g["seen_ns"].to_numpy(dtype=np.int64)
     open_ended = g["open_ended"].to_numpy(dtype=bool)
@@ -102,12 +146,12 @@ def order_flags(
             same = b_rows
             other = np.flatnonzero(on_lock & (worker != w))
             sure = np.maximum(
-                _prefix_before(token, surely_same, same, start[b_rows]),
-                _prefix_before(token, surely_other, other, start[b_rows] - tol[b_rows]),
+                _prefix_before(token, surely_same, same, early[b_rows]),
+                _prefix_before(token, surely_other, other, early[b_rows] - tol[b_rows]),
             )
             possible = np.maximum(
-                _prefix_before(token, maybe_same, same, start[b_rows]),
-                _prefix_before(token, maybe_other, other, start[b_rows] + tol[b_rows]),
+                _prefix_before(token, maybe_same, same, early[b_rows]),
+                _prefix_before(token, maybe_other, other, early[b_rows] + tol[b_rows]),
             )
             bad[b_rows] = token[b_rows] <= sure
             maybe[b_rows] = token[b_rows] < possible
