@@ -233,6 +233,9 @@ class _MemcachedLock(Lock):
     def _try_acquire(self) -> Lease | None:
         owner = new_owner_id(self.options.owner_prefix)
         self._stats["attempts"] += 1
+        # the key's expiry runs from the add, so the client's deadline does too (as the Redis locks'):
+        # a process paused after the add and before the lease is made has lost that time already
+        started = time.monotonic_ns()
         with self._call("add", changes_state=True) as mc:
             stored = mc.add(self.key, owner.encode(), expire=self.expire, noreply=False)
         if not stored:
@@ -245,7 +248,9 @@ class _MemcachedLock(Lock):
             raise LockOutcomeUnknown(
                 f"{self.id}: {self.name!r} added, fencing counter unreachable ({exc})"
             ) from exc
-        return self._new_lease(owner, token=token, ttl=self.expire - 1)
+        lease = self._new_lease(owner, token=token)
+        lease.deadline_ns = started + (self.expire - 1) * 1_000_000_000
+        return lease
 
     def owns(self, lease: Lease) -> bool | None:
         """The key still holds this grant's owner id (a read; an expired or taken-over key does not)."""

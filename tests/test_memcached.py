@@ -186,6 +186,27 @@ def test_client_deadline_is_one_second_short_of_the_expiry(memcached_server: Mem
     assert lock.release(lease)
 
 
+def test_the_deadline_runs_from_the_add_not_from_when_the_lease_is_made(
+    memcached_server: MemcachedServer,
+) -> None:
+    """The key's expiry started at the add: time lost before the lease is made (here a fencing
+    counter answered 0.6 s late, as when the process stood still) is off the holder's lease."""
+
+    class SlowFence(MemcachedAdd):
+        def _next_token(self) -> int:
+            time.sleep(0.6)
+            return super()._next_token()
+
+    lock = SlowFence(
+        contract.fresh_name("late-lease"), [memcached_server.url], LockOptions(ttl=3, fencing=True)
+    )
+    lease = lock.acquire(timeout=2)
+    remaining = lease.remaining()
+    # 2 s from the add (expiry 3, one tick short), 0.6 s of them gone: about 1.4 s (not 2.0)
+    assert remaining is not None and remaining < 1.5, remaining
+    assert lock.release(lease)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_fencing_tokens_strictly_increase(impl: str, memcached_server: MemcachedServer) -> None:
     make = factory(impl, memcached_server.url)
