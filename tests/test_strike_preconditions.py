@@ -460,3 +460,30 @@ def test_a_pause_strikes_when_it_begins_so_a_violation_during_it_is_tied_to_it()
     )  # fmt: skip
     counted, _ = strikes.strike_record(history, "lease-expiry", 1.0, server_fault=False)
     assert list(counted) == [int(1.0 * S)]
+
+
+def test_a_violation_of_the_struck_hold_ties_a_control_to_its_strike_whatever_failed_first() -> None:
+    """H, 2026-12-06: ``canary.no-keepalive-etcd`` lost a queued waiter's lease at 2.6 s, before any
+    pause, then lost every paused hold (12.3-14.3 s, ...): its first violation hid those."""
+    from bench.run.judge import struck_hold_violated
+    from workloads.checks.common import CheckResult, Witness
+
+    def hold(start: float, end: float) -> dict:
+        return {
+            "client": "1-u0",
+            "lock": "L",
+            "start_ns": int(start * S),
+            "end_ns": int(end * S),
+            "token": 1,
+            "open": False,
+        }
+
+    early = Witness("lost-lock", int(2.64 * S), "L", (hold(2.51, 2.52),))
+    paused = Witness("lost-lock", int(14.29 * S), "L", (hold(12.26, 14.26),))
+    pauses = [int(t * S) for t in (12.26, 18.89)]
+    both = CheckResult("ownership", "invalid", {}, "", witnesses=[early, paused])
+    assert struck_hold_violated([both], pauses)
+    only_early = CheckResult("ownership", "invalid", {}, "", witnesses=[early])
+    assert not struck_hold_violated([only_early], pauses)  # a failure of its own, no strike's
+    assert not struck_hold_violated([CheckResult("ownership", "valid", {}, "", witnesses=[paused])], pauses)
+    assert not struck_hold_violated([both], [])

@@ -54,7 +54,8 @@ def failed(row: dict[str, Any]) -> bool:
     """Did the control fail as it must, because of the strikes it shared with the cells beside it?
 
     A violation counts only when it is tied to a strike (the first one the case placed in time
-    came at or after its first counted strike: ``violation_after_strike``) and no stall of the
+    came at or after its first counted strike, or a violation's own holds contain a strike:
+    ``violation_after_strike``, :func:`bench.run.judge.struck_hold_violated`) and no stall of the
     load generator could explain it (``stall_reason`` empty). A lock nobody could take again
     after a crash or a server fault (stuck) is tied to its strike by definition. A violation
     before any strike, or under a stall, proves the scenario nothing.

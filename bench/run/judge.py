@@ -109,7 +109,8 @@ def judge(
     fault_case, strike_ns = _fault_columns(row, case, settings, recording, history)
     first_ns = first_violation_ns(verdict.results)
     row["violation_after_strike"] = (
-        bool(len(strike_ns)) and first_ns >= int(strike_ns[0])
+        bool(len(strike_ns))
+        and (first_ns >= int(strike_ns[0]) or struck_hold_violated(verdict.results, strike_ns))
         if fault_case and first_ns is not None
         else None
     )
@@ -149,6 +150,31 @@ def data_safe(row: dict[str, Any]) -> bool:
         row.get(k) for k in ("oversold_units", "lost_updates", "stale_writes_accepted", *fenced_columns)
     ]
     return not any(v and v == v for v in damage)
+
+
+def struck_hold_violated(results: list[Any], strike_ns: Any) -> bool:
+    """Is a hold that a counted strike fell inside (the struck holder's) one of a violation's holds?
+
+    Why beside "the first violation came after the first strike": a control without the
+    protection may also fail on its own before any strike (``canary.no-keepalive-etcd``'s 1 s lease
+    ran out while a waiter queued, 2026-12-06, H), and its first violation then hid the ones its
+    strikes made. A violation whose own holds contain a strike is that strike's, whenever it came.
+    """
+    times = np.sort(np.asarray(list(strike_ns), dtype=np.int64))
+    if not len(times):
+        return False
+    for result in results:
+        if result.status != "invalid":
+            continue
+        for witness in getattr(result, "witnesses", None) or []:
+            for hold in witness.holds:
+                start, end = hold.get("start_ns"), hold.get("end_ns")
+                if start is None or end is None:
+                    continue
+                k = int(np.searchsorted(times, int(start), side="left"))
+                if k < len(times) and times[k] <= int(end):
+                    return True
+    return False
 
 
 #: Reason prefix of a fault that could not reach the lock at all (the cell says "n/a", never a strike).
