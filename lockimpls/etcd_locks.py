@@ -19,8 +19,9 @@ that also checks its own key still exists (its lease may have expired while it w
 is parked in etcd until the lock is granted; it costs fewer round trips when contended.
 
 While a lease is registered, a background thread per process (a greenlet under gevent)
-refreshes it every ``ttl / 3``; a refresh unanswered within its interval is tried again at
-once (not an interval later), so one lost answer does not cost a lease. When a refresh says the lease is gone (TTL 0), the key
+refreshes it every ``ttl / 3``, one lease after another (a refresh unanswered within its
+interval is tried again an interval later, so one lost answer can cost a 1 s lease: open, see
+docs/catalog.md). When a refresh says the lease is gone (TTL 0), the key
 is gone, or the client's own deadline passed without a successful refresh, the holder's
 ``Lease.lost`` becomes True and ``Lease.deadline_ns`` stops moving: a holder that checks
 either before touching the resource learns it lost the lock. Release deletes the key
@@ -66,8 +67,6 @@ WATCH_ROUND = 5.0
 LOCK_API_MIN_WAIT = 0.25
 #: The shortest wait any server-side lock request gets (about a loaded round trip).
 LOCK_API_FLOOR = 0.05
-#: Seconds between a renewal that went unanswered within its budget and the next try.
-RETRY_GAP_S = 0.02
 
 
 class _Held:
@@ -173,11 +172,6 @@ class _Keepalive:
             return
         due = held.next_due
         sent = time.monotonic_ns()
-        # The whole budget even near the deadline: an answer that comes after the client's
-        # deadline is still the server's word that the lease lives (the deadline counts from the
-        # last answer's send, the server's expiry from its arrival). Cut to the time left (58255c5),
-        # a late answer became a lease given up, which then really expires (suspected in I's four
-        # etcd lease-expiry-task losses on a slow etcd; not proven).
         budget = max(0.2, min(held.interval, held.client.request_timeout))
         try:
             ttl = held.client.keepalive(held.lease_id, timeout=budget)
@@ -190,11 +184,11 @@ class _Keepalive:
             if time.monotonic_ns() >= held.deadline_ns:
                 self._lose(held)  # no refresh within the TTL: the server has expired it by now
             else:
-                # Again at once: the unanswered request already waited its budget, and waiting a
-                # further interval would leave a lease of three intervals no second try before it
-                # lapses. A prompt refusal (nothing listening) tries again an interval after it
-                # was sent, as an answered one would, so this never spins.
-                held.next_due = max(sent / 1e9 + held.interval, time.monotonic() + RETRY_GAP_S)
+                # After an interval, not at once: the loop renews every lease of the process one
+                # after another, and a retry at once (58255c5) held it another budget while the
+                # others fell behind (suspected of I's and J's lost leases on a slow etcd, catalog);
+                # the one-miss loss this wait causes is open (the xfail test) until renewals run apart.
+                held.next_due = time.monotonic() + min(held.interval, 0.5)
             return
         self._count(held, sent, due)
         if not alive:

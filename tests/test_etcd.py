@@ -241,6 +241,11 @@ def test_renewals_a_paused_server_cannot_answer_are_counted_failed(server_dir: P
 
 
 @pytest.mark.server
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a failed renewal waits an interval before the next (a retry at once, 58255c5, is "
+    "suspected of holding the process's one keepalive loop while other leases fell behind: docs/catalog.md)",
+)
 def test_one_unanswered_renewal_does_not_bring_a_one_second_lease_to_its_deadline(server_dir: Path) -> None:
     """A renewal lost to a pause is tried again at once, not a third of the lease later.
 
