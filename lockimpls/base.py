@@ -324,7 +324,11 @@ class Lock(ABC):
     def _release(self, lease: Lease) -> bool: ...
 
     # helpers for subclasses ----------------------------------------------------------
-    def _new_lease(self, owner: str, token: int | None = None, ttl: float | None = None) -> Lease:
+    def _new_lease(
+        self, owner: str, token: int | None = None, ttl: float | None = None, since_ns: int | None = None
+    ) -> Lease:
+        """A Lease granted now; its deadline ``ttl`` seconds after ``since_ns`` (when the request that
+        won was sent: the server's expiry ran from then, whatever came after) or else after now."""
         now = time.monotonic_ns()
-        deadline = None if ttl is None else now + int(ttl * 1e9)
+        deadline = None if ttl is None else (now if since_ns is None else since_ns) + int(ttl * 1e9)
         return Lease(self.name, owner, token, now, deadline)

@@ -248,9 +248,7 @@ class _MemcachedLock(Lock):
             raise LockOutcomeUnknown(
                 f"{self.id}: {self.name!r} added, fencing counter unreachable ({exc})"
             ) from exc
-        lease = self._new_lease(owner, token=token)
-        lease.deadline_ns = started + (self.expire - 1) * 1_000_000_000
-        return lease
+        return self._new_lease(owner, token=token, ttl=self.expire - 1, since_ns=started)
 
     def owns(self, lease: Lease) -> bool | None:
         """The key still holds this grant's owner id (a read; an expired or taken-over key does not)."""

@@ -139,8 +139,7 @@ class RedisPyLock(_Adapter):
             if stop_trying_at is not None and time.monotonic() + sleep > stop_trying_at:
                 raise self._timeout(timeout)
             self._between_attempts(sleep)
-        lease = self._new_lease(owner)
-        lease.deadline_ns = started + int(self.options.ttl * 1e9)
+        lease = self._new_lease(owner, ttl=self.options.ttl, since_ns=started)
         lease.extra["lib"] = lib
         return lease
 
@@ -239,8 +238,7 @@ class PythonRedisLock(_Adapter):
                     lib.acquire(blocking=False) if timeout == 0 else lib.acquire(blocking=True, timeout=chunk)
                 )
             if ok:
-                lease = self._new_lease(owner)
-                lease.deadline_ns = started + self.expire * 1_000_000_000
+                lease = self._new_lease(owner, ttl=self.expire, since_ns=started)
                 lease.extra["lib"] = lib
                 return lease
             if deadline is not None and time.monotonic() >= deadline:
@@ -336,8 +334,7 @@ class PotteryRedlock(_Adapter):
             self._between_attempts(random.uniform(0, self._mod.Redlock._RETRY_DELAY))  # noqa: S311
             if timeout is not None and time.monotonic() - start >= timeout:
                 raise self._timeout(timeout)
-        lease = self._new_lease(lib._uuid)
-        lease.deadline_ns = started + int(self.options.ttl * 1e9)
+        lease = self._new_lease(lib._uuid, ttl=self.options.ttl, since_ns=started)
         lease.extra["lib"] = lib
         return lease
 

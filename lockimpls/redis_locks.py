@@ -93,9 +93,7 @@ class _RedisLock(Lock):
         return int(execute(self.url, "INCR", self.fence_key))
 
     def _granted(self, token: int | None, started_ns: int, ttl: float | None) -> Lease:
-        lease = self._new_lease(self._owner, token)
-        if ttl is not None:
-            lease.deadline_ns = started_ns + int(ttl * 1e9)
+        lease = self._new_lease(self._owner, token, ttl=ttl, since_ns=started_ns)
         self._owner = new_owner_id(self.options.owner_prefix)
         return lease
 

@@ -166,13 +166,10 @@ def struck_hold_violated(results: list[Any], strike_ns: Any) -> bool:
     for result in results:
         if result.status != "invalid":
             continue
-        for witness in getattr(result, "witnesses", None) or []:
+        for witness in result.witnesses:
             for hold in witness.holds:
-                start, end = hold.get("start_ns"), hold.get("end_ns")
-                if start is None or end is None:
-                    continue
-                k = int(np.searchsorted(times, int(start), side="left"))
-                if k < len(times) and times[k] <= int(end):
+                k = int(np.searchsorted(times, int(hold["start_ns"]), side="left"))
+                if k < len(times) and times[k] <= int(hold["end_ns"]):
                     return True
     return False
 

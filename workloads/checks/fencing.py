@@ -68,25 +68,26 @@ def _earliest_grants(g: pd.DataFrame, history: pd.DataFrame | None) -> np.ndarra
     then later grants, with higher tokens, may have come and gone. Such a grant is placed
     anywhere from its invoke: a grant that ended before that invoke is certainly earlier, and one
     that ended between the invoke and the ok ran concurrently with it, which either order of
-    tokens satisfies (Jepsen's real-time order, not a clock's doubt: no "uncertain") (2026-12-06: ``memcached.add`` fenced took token 1739 just before its process's 2 s pause,
-    recorded its ok after it, after token 1848's hold had ended: tokens in order, drawn red).
+    tokens satisfies (Jepsen's real-time order, not a clock's doubt: no "uncertain").
+    2026-12-06: ``memcached.add`` fenced took token 1739 just before its process's 2 s pause and
+    recorded its ok after it, after token 1848's hold had ended: tokens in order, drawn red.
     """
     early = g["start_ns"].to_numpy(dtype=np.int64).copy()
     if history is None or history.empty or not (history["op"] == "pause").any():
         return early
     pause = history[(history["op"] == "pause").to_numpy(dtype=bool)]
-    begun = pause[pause["type"] == "invoke"].set_index(["client", "seq"])["t_ns"]
+    begun = pause[pause["type"] == "invoke"]
     over = pause[pause["type"] != "invoke"].set_index(["client", "seq"])["t_ns"]
-    history_end = int(history["t_ns"].max())
+    # a pause never over (its process killed) lasts to the end of the history
+    ends = over.reindex(pd.MultiIndex.from_frame(begun[["client", "seq"]])).fillna(history["t_ns"].max())
     procs = process_of(history["client"]).to_numpy(dtype=object)
     t_all = history["t_ns"].to_numpy(dtype=np.int64)
     spans = []
-    for (client, seq), t0 in begun.items():
-        proc, t1 = str(client).rsplit("-u", 1)[0], int(over.get((client, seq), history_end))
+    for proc, t0, t1 in zip(process_of(begun["client"]), begun["t_ns"], ends, strict=True):
         # stood still: nobody of the process recorded anything meanwhile (a task's pause lets the
         # others run on, and their grants are seen when made)
         if not ((procs == proc) & (t_all > t0) & (t_all < t1)).any():
-            spans.append((proc, int(t0), t1))
+            spans.append((proc, int(t0), int(t1)))
     acq = history[((history["op"] == "acquire") & (history["type"] == "invoke")).to_numpy(dtype=bool)]
     invoked = acq.set_index(["client", "seq"])["t_ns"]
     keys = pd.MultiIndex.from_arrays([g["client"].astype(object), g["acquire_seq"].astype("int64")])
