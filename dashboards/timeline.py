@@ -51,6 +51,8 @@ MAX_LANES = 6
 #: Padding around the violation: this share of its span on each side, at least MIN_PAD_NS.
 PAD_SHARE = 0.1
 MIN_PAD_NS = 20_000_000
+#: how far before a grant its acquire's invoke is looked for (a blocking acquire may wait this long)
+SENT_LOOKBACK_NS = 60_000_000_000
 #: A process whose loop ran more than 2 ms late this share of the time "stalled" (fidelity's limit).
 LATE_SHARE_LIMIT = 0.25
 #: Counters that make a case "failed" beside its verdict.
@@ -455,6 +457,7 @@ class _Drawing:
         lo, hi = _window(v)
         self.lo, self.hi = max(lo, ctx.t0_ns), hi
         self.v, self.ctx = v, ctx
+        self.history = history
         self.near = history.window(self.lo, self.hi)
         a, b = v.first, v.second
         near = self.near
@@ -623,41 +626,51 @@ class _Drawing:
                 }
             )  # fmt: skip
 
-    def lease_ends(self) -> dict[str, int]:
-        """Where each hold's lease or session ended: a lease at grant + TTL; a session TTL after its
-        client stalled (a pause of its own, or a fault window inside the hold), else not at all."""
+    def _sent(self, h: Hold) -> int:
+        """When the request that won ``h`` was sent at the earliest: its acquire's invoke (else its grant)."""
+        w = self.history.window(h.start_ns - SENT_LOOKBACK_NS, h.start_ns)
+        mine = (w.client == h.client) & (w.lock == h.lock) & (w.op == "acquire") & (w.type == "invoke")
+        return int(w.t[mine][-1]) if mine.any() else h.start_ns
+
+    def lease_ends(self) -> dict[str, tuple[int, int]]:
+        """Where each hold's lease or session ended, as (earliest, latest): a lease TTL after its
+        grant, which the server made between the acquire's send and its ok, so from each; a session
+        TTL after its client stalled (a pause of its own, or a fault window inside the hold), else
+        not at all. A lease that ran out before the second grant is drawn no later than it."""
         ctx, lo, hi, labels = self.ctx, self.lo, self.hi, self.labels
-        a = self.v.first
-        lease_end: dict[str, int] = {}
+        a, b = self.v.first, self.v.second
+        lease_end: dict[str, tuple[int, int]] = {}
         word = ctx.kind if ctx.kind == "session" or ctx.leased else "TTL"
         if not ctx.ttl_s:
             return lease_end
         ttl_ns = int(ctx.ttl_s * 1e9)
         pauses = _pairs(self.near, "pause") if ctx.kind != "lease" else []
-        ends = []
+        ends: list[tuple[Hold, tuple[int, int]]] = []
         for h in self.in_lanes:
             if ctx.kind == "lease":
-                ends.append((h, h.start_ns + ttl_ns))
+                ends.append((h, (self._sent(h) + ttl_ns, h.start_ns + ttl_ns)))
                 continue
             stalls = [p.start_ns for p in pauses if p.client == h.client and p.start_ns is not None]
             stalls += [r.start_ns for r in ctx.strikes if r.start_ns is not None]
             stalls = [t for t in stalls if h.start_ns <= t < h.end_ns]
             if stalls:
-                ends.append((h, min(stalls) + ttl_ns))
-        ends = [(h, t) for h, t in ends if lo <= t <= hi and t < h.end_ns]
+                ends.append((h, (min(stalls) + ttl_ns,) * 2))
+        ends = [(h, t) for h, t in ends if lo <= t[0] <= hi and t[0] < h.end_ns]
         for h, t in ends:
             lease_end.setdefault(h.client, t)
+        drawn = [(h, t[1] if h.key != a.key or t[0] > b.start_ns else min(t[1], b.start_ns)) for h, t in ends]
         if a.client in lease_end:
-            self.notes.append({"x": ctx.s(lease_end[a.client]), "y": labels[a.client], "yshift": -22,
+            at = next(t for h, t in drawn if h.client == a.client)
+            self.notes.append({"x": ctx.s(at), "y": labels[a.client], "yshift": -22,
                                "showarrow": False, "text": f"{word} ends", "font": {"size": 11, "color": "#a16207"}})  # fmt: skip
-        if ends:
+        if drawn:
             self.traces.append(
                 {
                     "type": "scatter", "mode": "markers", "name": f"{word} ends ({ctx.ttl_s:g} s)",
-                    "x": [ctx.s(t) for _, t in ends], "y": [labels[h.client] for h, _ in ends],
+                    "x": [ctx.s(t) for _, t in drawn], "y": [labels[h.client] for h, _ in drawn],
                     "marker": {"symbol": "line-ns-open", "size": 22, "color": "#a16207", "line": {"width": 3}},
-                    "hovertext": [html.escape(f"{h.client}: its {ctx.ttl_s:g} s {word} ends at {ctx.s(t):.3f} s")
-                                  for h, t in ends], "hoverinfo": "text",
+                    "hovertext": [html.escape(f"{h.client}: its {ctx.ttl_s:g} s {word} ends at "
+                                              f"{_seconds(ctx, *span)}") for (h, span) in ends], "hoverinfo": "text",
                 }
             )  # fmt: skip
         return lease_end
@@ -742,11 +755,17 @@ def view(history: Events, v: Violation, ctx: CaseContext, holds: Holds) -> dict[
     return {"data": drawing.traces, "layout": drawing.layout(), "caption": caption}
 
 
+def _seconds(ctx: CaseContext, t0: int, t1: int) -> str:
+    """A moment known to lie between ``t0`` and ``t1``: one figure where they agree to the millisecond."""
+    a, b = f"{ctx.s(t0):.3f}", f"{ctx.s(t1):.3f}"
+    return f"{a} s" if a == b else f"{a}-{b} s"
+
+
 def _caption(
     v: Violation,
     ctx: CaseContext,
     near: Events,
-    lease_end: dict[str, int],
+    lease_end: dict[str, tuple[int, int]],
     paused: dict[str, tuple[float, float]],
     strike_text: str,
 ) -> str:
@@ -766,11 +785,12 @@ def _caption(
             + (f"; {strike_text}" if strike_text else "")
         )
     parts = [f"client {a.client} held {a.lock} from {ctx.s(a.start_ns):.3f} s"]
-    t_end = lease_end.get(a.client)
-    if t_end is not None and t_end <= b.start_ns:
+    span = lease_end.get(a.client)
+    if span is not None and span[0] <= b.start_ns:
+        e0, e1 = span[0], min(span[1], b.start_ns)
         why = []
         p = paused.get(a.client)
-        if p is not None and p[0] <= t_end <= p[1]:
+        if p is not None and p[0] <= e1 and e0 <= p[1]:
             why.append(f"while it was paused (the strike: {ctx.s(p[0]):.3f}-{ctx.s(p[1]):.3f} s)")
         late = ctx.late(a.client)
         if late is not None and late == late and late > LATE_SHARE_LIMIT:
@@ -780,7 +800,7 @@ def _caption(
             if ctx.kind == "session" or ctx.leased
             else f"the run's {ctx.ttl_s:g} s TTL ran out"  # whether this lock takes it, run.json does not say
         )
-        parts.append(f"{ended} at {ctx.s(t_end):.3f} s" + (" " + " and ".join(why) if why else ""))
+        parts.append(f"{ended} at {_seconds(ctx, e0, e1)}" + (" " + " and ".join(why) if why else ""))
     elif ctx.ttl_s and ctx.kind == "lease" and ctx.leased:
         parts.append(f"its {ctx.ttl_s:g} s lease had not ended")
     parts.append(f"client {b.client} was granted at {ctx.s(b.start_ns):.3f} s")

@@ -69,7 +69,11 @@ def test_a_lease_overlap_names_both_holders_the_pause_and_the_lease(tmp_path: Pa
     caption = views[0]["caption"]
     assert caption.startswith("client 1-u0 held flash-sale:item-0 from 0.001 s")
     # run.json does not say whether "x" takes the TTL: the TTL is named as the run's, not as its lease
-    assert "the run's 1 s TTL ran out at 1.001 s while it was paused (the strike: 0.002-2.002 s)" in caption
+    # the grant was made between the acquire's send (0.000 s) and its ok (0.001 s): the TTL from each
+    assert (
+        "the run's 1 s TTL ran out at 1.000-1.001 s while it was paused (the strike: 0.002-2.002 s)"
+        in caption
+    )
     assert "client 2-u0 was granted at 1.020 s" in caption
     assert "both wrote while both held (1.040-2.005 s)" in caption
     xs = [x for t in views[0]["data"] for x in t.get("x", []) if isinstance(x, float)]
@@ -180,6 +184,32 @@ def test_a_server_faults_recovery_names_the_service_and_the_grant_apart() -> Non
     assert "the service answered again after 1.3 s; the next grant after 0.2 s" in cell_for([row]).detail
     crash = {**row, "case": "c__crash", "service_back_ms_p50": None}
     assert "recovered in 0.2 s" in cell_for([crash]).detail
+
+
+def test_a_lease_runs_from_the_request_not_from_when_the_client_heard_its_answer(tmp_path: Path) -> None:
+    # CI on 03cc8a2: a grant answered 10 ms after its send, a 1 s lease, the next grant 5 ms before
+    # ok + 1 s. The server's lease ran from its SET, before the ok: the lease had ended, though
+    # counting from the ok said it "had not ended"
+    lock = "L"
+    h = history(
+        ("1-u0", 0, "acquire", "invoke", lock, 0),
+        ("1-u0", 0, "acquire", "ok", lock, 10 * MS),
+        ("1-u0", 1, "pause", "invoke", lock, 20 * MS),
+        ("2-u0", 0, "acquire", "invoke", lock, 30 * MS),
+        ("2-u0", 0, "acquire", "ok", lock, 1 * S + 5 * MS),
+        ("2-u0", 1, "release", "invoke", lock, 1 * S + 50 * MS),
+        ("1-u0", 1, "pause", "ok", lock, 2 * S, None, 1980),
+        ("1-u0", 2, "release", "invoke", lock, 2 * S + 1 * MS),
+    )
+    row = {"case": "s", "impl": "r", "workload": "lease-expiry", "verdict": "invalid"}
+    meta = {"params": {"ttl_s": 1.0}, "impl_capabilities": {"r": {"ttl": True}}}
+    view = case_views(_run(tmp_path, {"s": h}, [row], meta), row)[0]
+    assert (
+        "its 1 s lease ended at 1.000-1.005 s while it was paused (the strike: 0.020-2.000 s)"
+        in view["caption"]
+    )
+    ends = next(t for t in view["data"] if t["name"].startswith("lease ends"))
+    assert ends["x"][0] == pytest.approx(1.005)  # drawn no later than the grant it let in
 
 
 def test_a_lease_is_said_only_where_the_lock_is_known_to_take_one(tmp_path: Path) -> None:
