@@ -19,9 +19,10 @@ that also checks its own key still exists (its lease may have expired while it w
 is parked in etcd until the lock is granted; it costs fewer round trips when contended.
 
 While a lease is registered, a background thread per process (a greenlet under gevent)
-refreshes it every ``ttl / 3``, one lease after another (a refresh unanswered within its
-interval is tried again an interval later, so one lost answer can cost a 1 s lease: open, see
-docs/catalog.md). When a refresh says the lease is gone (TTL 0), the key
+watches when it is due, every ``ttl / 3``, and sends each due refresh from a thread of its own,
+so one slow answer never delays another lease's refresh (at most one is in flight per lease).
+A refresh unanswered within its interval is tried again at once, never waiting past the
+lease's deadline, so one lost answer never costs a lease. When a refresh says the lease is gone (TTL 0), the key
 is gone, or the client's own deadline passed without a successful refresh, the holder's
 ``Lease.lost`` becomes True and ``Lease.deadline_ns`` stops moving: a holder that checks
 either before touching the resource learns it lost the lock. Release deletes the key
@@ -67,6 +68,8 @@ WATCH_ROUND = 5.0
 LOCK_API_MIN_WAIT = 0.25
 #: The shortest wait any server-side lock request gets (about a loaded round trip).
 LOCK_API_FLOOR = 0.05
+#: Seconds between a renewal that went unanswered within its budget and the next try.
+RETRY_GAP_S = 0.02
 
 
 class _Held:
@@ -91,16 +94,20 @@ class _Held:
         self.lease: Lease | None = None
         self.lost = False
         self.done = False
+        #: a refresh of this lease is in flight (the loop sends none other until it is answered)
+        self.busy = False
         #: the owning lock's counters (``renewals`` and the rest), where its renewals are told
         self.stats = stats
 
 
 class _Keepalive:
-    """One background thread per process refreshing every registered lease when due.
+    """One background thread per process that sends every registered lease's refresh when due.
 
-    Why one per process instead of one per lock: a Locust worker holds up to one lease
-    per user; a single loop keeps that to one thread (one greenlet under gevent) and its
-    requests share the process's keep-alive connections.
+    Why one loop per process instead of one thread per lock: most leases are released long
+    before their first refresh, so a lock costs no thread unless its lease lives an interval.
+    Why each refresh then runs in a thread of its own: the loop once sent them one after
+    another, and on a slow etcd (applies over 100 ms) the refreshes queued behind a slow one
+    came late enough that 1 s leases ran out (the full matrix's I and J, docs/catalog.md).
     """
 
     def __init__(self) -> None:
@@ -144,15 +151,24 @@ class _Keepalive:
             self._wake.clear()
             now = time.monotonic()
             with self._mutex:
-                due = [h for h in self._entries if h.next_due <= now]
-                upcoming = min((h.next_due for h in self._entries), default=now + 60.0)
+                idle = [h for h in self._entries if not h.busy]
+                due = [h for h in idle if h.next_due <= now]
+                for held in due:
+                    held.busy = True
+                upcoming = min((h.next_due for h in idle if h.next_due > now), default=now + 60.0)
             for held in due:
-                try:
-                    self._renew(held)
-                except Exception:  # noqa: BLE001 - this thread must survive any one lease's trouble
-                    held.next_due = time.monotonic() + held.interval
-            if not due:
-                self._wake.wait(max(0.0, upcoming - time.monotonic()))
+                threading.Thread(target=self._renew_apart, args=(held,), daemon=True).start()
+            self._wake.wait(max(0.0, upcoming - time.monotonic()))
+
+    def _renew_apart(self, held: _Held) -> None:
+        try:
+            self._renew(held)
+        except Exception:  # noqa: BLE001 - one lease's trouble must not end its refreshes
+            held.next_due = time.monotonic() + held.interval
+        finally:
+            with self._mutex:
+                held.busy = False
+            self._wake.set()
 
     def _count(self, held: _Held, sent_ns: int, due: float, failed: bool = False) -> None:
         """Tell the owning lock how this renewal went: how late it was sent, how long it took, whether it failed."""
@@ -173,6 +189,8 @@ class _Keepalive:
         due = held.next_due
         sent = time.monotonic_ns()
         budget = max(0.2, min(held.interval, held.client.request_timeout))
+        # a renewal answered after the deadline comes too late for the holder: wait no longer
+        budget = min(budget, max(RETRY_GAP_S, (held.deadline_ns - sent) / 1e9))
         try:
             ttl = held.client.keepalive(held.lease_id, timeout=budget)
             alive = ttl > 0
@@ -184,11 +202,11 @@ class _Keepalive:
             if time.monotonic_ns() >= held.deadline_ns:
                 self._lose(held)  # no refresh within the TTL: the server has expired it by now
             else:
-                # After an interval, not at once: the loop renews every lease of the process one
-                # after another, and a retry at once (58255c5) held it another budget while the
-                # others fell behind (suspected of I's and J's lost leases on a slow etcd, catalog);
-                # the one-miss loss this wait causes is open (the xfail test) until renewals run apart.
-                held.next_due = time.monotonic() + min(held.interval, 0.5)
+                # Again at once: the unanswered request already waited its budget, and waiting a
+                # further interval would leave a lease of three intervals no second try before it
+                # lapses (this holds no other lease's refresh: each runs apart). A prompt refusal
+                # (nothing listening) tries again an interval after it was sent, so nothing spins.
+                held.next_due = max(sent / 1e9 + held.interval, time.monotonic() + RETRY_GAP_S)
             return
         self._count(held, sent, due)
         if not alive:
