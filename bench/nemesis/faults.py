@@ -257,6 +257,10 @@ class FaultThread(threading.Thread):
         #: the cases armed for the strike being prepared (the others already had their strikes)
         self._armed: set[str] = {m.label for m in self.mailboxes}
         self._cancel = threading.Event()
+        #: the heal running beside the strike's aftermath (:meth:`_start_heal`), and how long it took
+        self._healer: threading.Thread | None = None
+        self._healed_s: float | None = None
+        self._heal_began_s = 0.0
 
     def mailbox(self, label: str) -> Mailbox:
         return next(m for m in self.mailboxes if m.label == label)
@@ -388,6 +392,8 @@ class FaultThread(threading.Thread):
                 if window is None:
                     break
                 self._mark(len(self.windows), window)
+                if KINDS[self.spec.kind].heals_beside_hold:
+                    self._start_heal(window.end_ns)
                 released = time.monotonic()
                 self._release_holder()
                 cycle.update(
@@ -401,6 +407,7 @@ class FaultThread(threading.Thread):
                 self.holders.append(self.holder)
                 if self._cancel.is_set():
                     break
+            self._join_heal()
             if self.windows:
                 self._heal_topology()  # the case ends whole: a server dead now died on its own
         except Exception as exc:  # noqa: BLE001 - reported in the case row, the run goes on
@@ -430,29 +437,46 @@ class FaultThread(threading.Thread):
         if KINDS[self.spec.kind].heals and hasattr(self.server, "heal"):
             self.server.heal()
 
-    def _between(self, cycle: dict[str, float]) -> bool:
-        """Heal and let the service grant its purchases before the next strike; False once it is over.
-
-        The two overlap: the grants are counted from the holder's release while a killed member
-        starts again (a 3-node ensemble serves on with two), so a strike costs the longer of the
-        two, not their sum. The next strike waits for both (a leader kill needs the others whole).
-        """
+    def _start_heal(self, action_end_ns: int | None) -> None:
+        """Begin bringing back what the strike (its action ended at ``action_end_ns``) took down, in
+        a thread: :meth:`_between` waits for it."""
         t = time.monotonic()
-        healed: dict[str, float] = {}
+        self._healed_s = None
+        self._heal_began_s = (time.monotonic_ns() - action_end_ns) / 1e9 if action_end_ns else 0.0
 
         def heal() -> None:
             try:
                 self._heal_topology()
             except Exception as exc:  # noqa: BLE001 - reported with the case, as a strike error is
                 self.error = self.error or f"heal: {type(exc).__name__}: {exc}"
-            healed["s"] = time.monotonic() - t
+            self._healed_s = time.monotonic() - t
 
-        healer = threading.Thread(target=heal, name=f"heal-{self.spec.kind}", daemon=True)
-        healer.start()
+        self._healer = threading.Thread(target=heal, name=f"heal-{self.spec.kind}", daemon=True)
+        self._healer.start()
+
+    def _join_heal(self) -> float:
+        """Wait for the heal begun last, if any; the seconds it took (0.0: none was running)."""
+        healer, self._healer = self._healer, None
+        if healer is None:
+            return 0.0
+        healer.join()
+        return self._healed_s or 0.0
+
+    def _between(self, cycle: dict[str, float]) -> bool:
+        """Heal and let the service grant its purchases before the next strike; False once it is over.
+
+        The two overlap: the grants are counted from the holder's release while a killed member
+        starts again (a 3-node ensemble serves on with two), so a strike costs the longer of the
+        two, not their sum; an ensemble's heal began even earlier, beside the holder's wait
+        (``heals_beside_hold``). The next strike waits for both (a leader kill needs the others whole).
+        """
+        t = time.monotonic()
+        if self._healer is None:
+            self._start_heal(self.windows[-1].end_ns if self.windows else None)
         paced = self._paced()
         cycle["grants_s"] = time.monotonic() - t
-        healer.join()
-        cycle["heal_s"] = healed.get("s", time.monotonic() - t)
+        cycle["heal_s"] = self._join_heal()
+        cycle["heal_began_s"] = self._heal_began_s  # after the previous strike's action ended
         cycle["between_s"] = time.monotonic() - t
         return paced and not self._cancel.is_set()
 

@@ -43,6 +43,11 @@ class FaultKind:
     hold_for_s: float = 12.0
     #: the topology needs healing after a strike (a killed member back, a failed-over master back)
     heals: bool = False
+    #: the heal may start as soon as the action is over, beside the holder's wait, instead of after
+    #: it: a killed ensemble member that rejoins is the ensemble's own business (its protocol syncs
+    #: it before it serves); a Sentinel's old master restarted before every sentinel agrees on the
+    #: new one could take writes as a second fault inside the window, so failover heals after it
+    heals_beside_hold: bool = False
     #: matrix scenario -> backend -> the control impl (a lock that must fail there)
     controls: dict[str, dict[str, str]] = field(default_factory=dict)
     strike: Callable[[Any, Callable[[], bool]], Any] | None = None

@@ -63,6 +63,7 @@ KILL_MEMBER_KIND = FaultKind(
     regrant_wait_s=3.0,
     hold_for_s=10.0,
     heals=True,
+    heals_beside_hold=True,
     controls={KILL_MEMBER: _CANARIES},
     strike=_strike(KILL_MEMBER),
 )
@@ -75,6 +76,7 @@ KILL_LEADER_KIND = FaultKind(
     regrant_wait_s=4.0,
     hold_for_s=12.0,
     heals=True,
+    heals_beside_hold=True,
     controls={KILL_LEADER: _CANARIES},
     strike=_strike(KILL_LEADER),
 )
