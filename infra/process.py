@@ -32,6 +32,20 @@ FAIL_START_ENV = "LOCKBENCH_TEST_FAIL_START"
 KILL_AFTER_ENV = "LOCKBENCH_TEST_KILL_AFTER"
 _hook_counts: dict[tuple[str, str], int] = {}
 _hook_lock = threading.Lock()
+#: Called with the pid of every server process this process starts from now on (restarts of a
+#: fault included): a matrix raises servers to its Locust sessions' priority with it.
+_spawn_hook: Callable[[int], object] | None = None
+
+
+@contextlib.contextmanager
+def on_every_start(hook: Callable[[int], object]) -> Any:
+    """Call ``hook(pid)`` for every server started (or started again) inside the ``with`` block."""
+    global _spawn_hook
+    before, _spawn_hook = _spawn_hook, hook
+    try:
+        yield
+    finally:
+        _spawn_hook = before
 
 
 def _test_hook(env: str, name: str) -> tuple[float, float, int] | None:
@@ -226,6 +240,8 @@ class ServerProcess:
             raise InfraError(f"cannot start {self.name}: {exc}") from exc
         finally:
             log.close()
+        if _spawn_hook is not None:
+            _spawn_hook(self.popen.pid)
         if not detached:
             _live.add(self)
         deadline = time.monotonic() + timeout

@@ -79,3 +79,29 @@ def test_the_matrix_raises_its_generators_only_where_it_may() -> None:
     nice, why = generator_nice()
     assert (nice == GENERATOR_NICE) == can_raise()
     assert ("nice -5" in why) == can_raise()
+
+
+@needs_root
+def test_servers_started_inside_a_matrix_hook_run_at_its_nice_value_restarts_too(server_dir: Path) -> None:
+    """A matrix raises its servers with its Locust sessions (bench/matrix/command.py): in K (shard
+    4/4, 2026-12-06) etcd answered keepalives in up to 0.54 s behind sessions raised above it."""
+    from infra.process import on_every_start
+    from infra.redis_server import RedisServer
+
+    outside = RedisServer(server_dir, name="prio-outside").start()
+    with on_every_start(lambda pid: raise_priority(pid, -3)):
+        inside = RedisServer(server_dir, name="prio-inside").start()
+        try:
+            assert _autogroup_nice(inside.process.pid) == -3
+            assert os.getpriority(os.PRIO_PROCESS, inside.process.pid) == -3
+            inside.restart()  # a fault's restart starts a new process: raised as well
+            assert _autogroup_nice(inside.process.pid) == -3
+        finally:
+            inside.stop()
+    try:
+        assert _autogroup_nice(outside.process.pid) == 0
+        after = RedisServer(server_dir, name="prio-after").start()  # the hook ended with its block
+        assert _autogroup_nice(after.process.pid) == 0
+        after.stop()
+    finally:
+        outside.stop()

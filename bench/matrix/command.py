@@ -19,6 +19,7 @@ contradictions) and say it (bench/matrix/tables.py).
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from bench.run import clock_watch
 from bench.run.command import check_user_servers, plan_impls, refuse_before_start
 from bench.run.request import from_text, with_source
 from infra import install_all
+from infra.process import on_every_start
+from workloads.harness.priority import raise_priority
 
 
 def matrix_command(request: MatrixRequest, console: Console) -> int:
@@ -78,7 +81,10 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
     except BaseException:
         folder.finish("incomplete")
         raise
-    status = _run(plan, folder, shared, parallel, request)
+    with contextlib.ExitStack() as raised:
+        if nice is not None:  # servers as high as the cases' Locust: neither starves the other
+            raised.enter_context(on_every_start(lambda pid: raise_priority(pid, nice)))
+        status = _run(plan, folder, shared, parallel, request)
     if status == "incomplete":
         raise Interrupted(
             f"interrupted; finished cases in {folder.path} ({len(folder.rows)} of {len(plan.cases)} finished; "
