@@ -34,8 +34,8 @@ MAX_AUTO_LANES = 4
 #: busy; the second saturated, 1.8-2.0 busy for its first 4 minutes under Redis's failover,
 #: long-cs and lease-expiry groups at once), and etcd's fail-open control granted before any strike
 #: once (two cells undecided). 6 lanes: 9 of 93 bound. So the lanes stay at 0.6 of a core.
-#: The nice value of every case's Locust session in a matrix, where this process may raise it (root):
-#: workloads/harness/priority.py says why and what it changed.
+#: The nice value of every case's Locust session and every server in a matrix, where this process may
+#: raise it (root): workloads/harness/priority.py says why and what it changed.
 GENERATOR_NICE = -5
 #: How long the busy cores are sampled before choosing the lanes.
 SAMPLE_S = 1.0
@@ -76,7 +76,7 @@ def busy_now(seconds: float = SAMPLE_S) -> float | None:
 def generator_nice() -> tuple[int | None, str]:
     """The nice value of the cases' Locust sessions (None: left as they are), and why in words."""
     if can_raise():
-        return GENERATOR_NICE, f"cases' Locust at nice {GENERATOR_NICE}"
+        return GENERATOR_NICE, f"cases' Locust and servers at nice {GENERATOR_NICE}"
     return None, "cases' Locust at the servers' priority (raising it needs root)"
 
 
