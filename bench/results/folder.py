@@ -139,6 +139,14 @@ class RunFolder:
         self.broken = error
         return error
 
+    def keep_log(self, case: str, text: str) -> Path:
+        """Keep a case's Locust output as ``logs/<case>.log``: a finished case's, or a lost one's,
+        which has no row to hang it on and whose scratch folder goes when the run ends."""
+        (self.path / "logs").mkdir(exist_ok=True)
+        path = self.path / "logs" / f"{case}.log"
+        atomic_write_text(path, text)
+        return path
+
     def add_case(
         self,
         row: dict[str, Any],
@@ -158,8 +166,7 @@ class RunFolder:
         what = f"case {case}"
         try:
             if log_text is not None:
-                (self.path / "logs").mkdir(exist_ok=True)
-                atomic_write_text(self.path / "logs" / f"{case}.log", log_text)
+                self.keep_log(case, log_text)
             atomic_write_text(
                 self.path / "hist" / f"{case}.json",
                 json.dumps({"unit": "us", "histograms": histograms, **extra}),

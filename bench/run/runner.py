@@ -227,8 +227,14 @@ def finish_case(
             f"{dead_servers_text(stack, dead)} died during {case.case_id}; finished cases are kept"
         )
     if not rec_path.exists():
+        try:
+            kept: str | None = redact_text(log_path.read_text(errors="replace"))
+        except OSError:
+            kept = None
+        where = f" (its Locust output: logs/{case.case_id}.log)" if kept is not None else ""
         raise CaseFailed(
-            f"{case.case_id}: Locust exited with code {code} and no recording: {_log_tail(log_path)}"
+            f"{case.case_id}: Locust exited with code {code} and no recording{where}: {_log_tail(log_path)}",
+            log=kept,
         )
     recording = json.loads(rec_path.read_text())
     history = pd.read_parquet(out / "history.parquet")
@@ -425,6 +431,8 @@ class _PlanRun:
             )
         except CaseFailed as exc:
             self.timing.add_case(case, [], begun_ns, time.monotonic_ns())
+            if exc.log is not None:
+                self.folder.keep_log(case.case_id, exc.log)
             self.failures.append(str(exc))
             if self.on_failure:
                 self.on_failure(case, str(exc))
