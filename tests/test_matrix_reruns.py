@@ -50,6 +50,12 @@ def test_the_second_answer_is_recorded_with_why_there_were_two() -> None:
     assert isinstance(lost, CaseFailed) and "in both of its two attempts" in str(lost)
     logged = settle(NO_BUYERS, {**_result(acquisitions=0), "log": "locust said this"})
     assert isinstance(logged, CaseFailed) and logged.log == "locust said this"
+    # both attempts' output is kept, in order (P kept only the second's)
+    twice = settle(NO_BUYERS, {**_result(acquisitions=0), "log": "second said"}, first_log="first said")
+    assert isinstance(twice, CaseFailed) and twice.log is not None
+    assert twice.log.index("attempt 1 of 2") < twice.log.index("first said") < twice.log.index("second said")
+    stood = settle(NO_BUYERS, {**_result(), "log": "second said"}, first_log="first said")
+    assert isinstance(stood, dict) and "first said" in stood["log"] and "second said" in stood["log"]
     # a case run again for a stall whose second attempt never started says so, not "both"
     after_stall = settle("a failure a stall could explain (...)", _result(acquisitions=0))
     assert isinstance(after_stall, CaseFailed) and "both" not in str(after_stall)
@@ -86,3 +92,4 @@ def test_a_matrix_case_whose_buyers_never_start_twice_is_unknown(tmp_path: Path)
     # the second attempt's Locust output is kept, and the reason names it
     kept = run / "logs" / f"{row['case']}.log"
     assert f"logs/{row['case']}.log" in row["verdict_reason"] and kept.stat().st_size > 0
+    assert "=== attempt 1 of 2 ===" in kept.read_text() and "=== attempt 2 of 2 ===" in kept.read_text()

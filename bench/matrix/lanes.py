@@ -515,7 +515,8 @@ class _LaneRun:
             _heal(self.stack)
         second = _run_unit([unit[i] for i in again], self.stack, self.scratch, self.launchers)
         for (i, why), result in zip(again.items(), second, strict=True):
-            results[i] = settle(why, result)
+            before = results[i]
+            results[i] = settle(why, result, before.get("log") if isinstance(before, dict) else None)
         return results, self._dead()
 
     def _unit(self, unit: list[MatrixCase]) -> bool:

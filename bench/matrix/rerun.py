@@ -47,14 +47,28 @@ def rerun_reason(result: dict[str, Any] | Exception) -> str:
     return ""
 
 
-def settle(first: str, second: dict[str, Any] | Exception) -> dict[str, Any] | Exception:
-    """The answer recorded for a case run twice: its second result, marked with why it ran again.
+def both_logs(first: str | None, second: str | None) -> str | None:
+    """The Locust output of a case's two attempts, one after the other (the second alone when the
+    first left none): in P a case whose buyers never started twice kept only its second attempt's."""
+    if not first:
+        return second
+    return f"=== attempt 1 of 2 ===\n{first}\n=== attempt 2 of 2 ===\n{second or ''}"
+
+
+def settle(
+    first: str, second: dict[str, Any] | Exception, first_log: str | None = None
+) -> dict[str, Any] | Exception:
+    """The answer recorded for a case run twice: its second result, marked with why it ran again,
+    keeping both attempts' Locust output (``first_log``: the first's).
 
     A second attempt whose buyers also never started becomes a lost case (``unknown``): no
     cell is drawn from zero grants. A second stall stays on the row (the cell is "stalled").
     """
     if isinstance(second, Exception):
+        if isinstance(second, CaseFailed):
+            second.log = both_logs(first_log, second.log)
         return second
+    second["log"] = both_logs(first_log, second.get("log"))
     if rerun_reason(second) == NO_BUYERS:
         case = second["row"].get("case")
         log = second.get("log")
