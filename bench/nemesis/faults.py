@@ -257,10 +257,9 @@ class FaultThread(threading.Thread):
         #: the cases armed for the strike being prepared (the others already had their strikes)
         self._armed: set[str] = {m.label for m in self.mailboxes}
         self._cancel = threading.Event()
-        #: the heal running beside the strike's aftermath (:meth:`_start_heal`), and how long it took
+        #: the heal running beside the strike's aftermath (:meth:`_start_heal`), when it began and ended
         self._healer: threading.Thread | None = None
-        self._healed_s: float | None = None
-        self._heal_began_s = 0.0
+        self._heal_ns: tuple[int, int | None] = (0, None)
 
     def mailbox(self, label: str) -> Mailbox:
         return next(m for m in self.mailboxes if m.label == label)
@@ -393,7 +392,7 @@ class FaultThread(threading.Thread):
                     break
                 self._mark(len(self.windows), window)
                 if KINDS[self.spec.kind].heals_beside_hold:
-                    self._start_heal(window.end_ns)
+                    self._start_heal()
                 released = time.monotonic()
                 self._release_holder()
                 cycle.update(
@@ -437,19 +436,17 @@ class FaultThread(threading.Thread):
         if KINDS[self.spec.kind].heals and hasattr(self.server, "heal"):
             self.server.heal()
 
-    def _start_heal(self, action_end_ns: int | None) -> None:
-        """Begin bringing back what the strike (its action ended at ``action_end_ns``) took down, in
-        a thread: :meth:`_between` waits for it."""
-        t = time.monotonic()
-        self._healed_s = None
-        self._heal_began_s = (time.monotonic_ns() - action_end_ns) / 1e9 if action_end_ns else 0.0
+    def _start_heal(self) -> None:
+        """Begin bringing back what the last strike took down, in a thread: :meth:`_between` waits for it."""
+        began = time.monotonic_ns()
+        self._heal_ns = (began, None)
 
         def heal() -> None:
             try:
                 self._heal_topology()
             except Exception as exc:  # noqa: BLE001 - reported with the case, as a strike error is
                 self.error = self.error or f"heal: {type(exc).__name__}: {exc}"
-            self._healed_s = time.monotonic() - t
+            self._heal_ns = (began, time.monotonic_ns())
 
         self._healer = threading.Thread(target=heal, name=f"heal-{self.spec.kind}", daemon=True)
         self._healer.start()
@@ -460,7 +457,8 @@ class FaultThread(threading.Thread):
         if healer is None:
             return 0.0
         healer.join()
-        return self._healed_s or 0.0
+        began, ended = self._heal_ns
+        return (ended - began) / 1e9 if ended is not None else 0.0
 
     def _between(self, cycle: dict[str, float]) -> bool:
         """Heal and let the service grant its purchases before the next strike; False once it is over.
@@ -472,11 +470,12 @@ class FaultThread(threading.Thread):
         """
         t = time.monotonic()
         if self._healer is None:
-            self._start_heal(self.windows[-1].end_ns if self.windows else None)
+            self._start_heal()
         paced = self._paced()
         cycle["grants_s"] = time.monotonic() - t
         cycle["heal_s"] = self._join_heal()
-        cycle["heal_began_s"] = self._heal_began_s  # after the previous strike's action ended
+        if self.windows:  # when the heal began, after the previous strike's action ended
+            cycle["heal_began_s"] = (self._heal_ns[0] - self.windows[-1].end_ns) / 1e9
         cycle["between_s"] = time.monotonic() - t
         return paced and not self._cancel.is_set()
 

@@ -64,12 +64,18 @@ def dead_servers_text(stack: Stack, dead: list[str]) -> str:
     return ", ".join(parts)
 
 
-def _log_tail(path: Path, lines: int = 4) -> str:
+def _read_log(path: Path) -> str | None:
+    """A case's Locust output, passwords stripped (None: it wrote none)."""
     try:
-        text = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        return redact_text(path.read_text(errors="replace"))
     except OSError:
-        return ""
-    return redact_text(" | ".join(text[-lines:]))
+        return None
+
+
+def _log_tail(text: str | None, lines: int = 4) -> str:
+    """The last non-empty lines of a log, on one line."""
+    kept = [ln for ln in (text or "").splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:])
 
 
 def _server_pids(stack: Stack, backend: str) -> list[int]:
@@ -227,13 +233,10 @@ def finish_case(
             f"{dead_servers_text(stack, dead)} died during {case.case_id}; finished cases are kept"
         )
     if not rec_path.exists():
-        try:
-            kept: str | None = redact_text(log_path.read_text(errors="replace"))
-        except OSError:
-            kept = None
+        kept = _read_log(log_path)
         where = f" (its Locust output: logs/{case.case_id}.log)" if kept is not None else ""
         raise CaseFailed(
-            f"{case.case_id}: Locust exited with code {code} and no recording{where}: {_log_tail(log_path)}",
+            f"{case.case_id}: Locust exited with code {code} and no recording{where}: {_log_tail(kept)}",
             log=kept,
         )
     recording = json.loads(rec_path.read_text())
@@ -272,7 +275,7 @@ def finish_case(
     if server_cpu is not None:
         recording["server_cpu"] = {"seconds": server_cpu.seconds, "source": server_cpu.source}
     result = judge(case, settings, recording, history, out / "history.parquet", solo)
-    result["log"] = redact_text(log_path.read_text(errors="replace")) if log_path.exists() else None
+    result["log"] = _read_log(log_path)
     # where a case's wall time goes: Locust start-up (launch -> test start), load, shut-down
     result["timing"] = {
         **timing,
