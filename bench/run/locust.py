@@ -76,7 +76,10 @@ def locust_argv(
         "--stop-timeout", "10",
         "--exit-code-on-error", "0",
         "--only-summary",
-        "--loglevel", "WARNING",
+        # INFO: the kept log of a case that went wrong says when its workers connected, when users
+        # were sent to them and why Locust stopped (a few lines a case; WARNING alone left a case
+        # whose buyers never started with nothing but an empty table, P 2026-12-06)
+        "--loglevel", "INFO",
         "--lock-impl", case.impl,
         "--lockbench-urls-file", str(urls_file),
         "--lock-ttl", str(settings.ttl),
