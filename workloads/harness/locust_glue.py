@@ -59,6 +59,14 @@ log = logging.getLogger("lockbench")
 FINAL_WAIT_S = 60.0
 #: How often workers ship their recording while a stop rule waits for evidence (s).
 STOP_REPORT_INTERVAL_S = 0.5
+#: Heartbeats (one a second) a worker may miss before its master counts it lost; Locust's own is 3.
+#: A worker whose process was kept off the CPU for 3-4 s (a crash group on a loaded 2-core
+#: machine: 14 Locust processes, 20-30 runnable tasks, stalls of 3.3-4.2 s, shard 4 2026-12-06)
+#: was counted lost with its recording, and the cell was unknown. What it costs: a worker that
+#: dies without a word is counted lost 11 s after its last heartbeat instead of 4 (the case's end
+#: waits that much longer for it); a crash strike is not such a death (the dying worker hands its
+#: recording over first), and the master's quit sees a forked worker's exit at once (child_gone).
+WORKER_LIVENESS = 10
 #: Seconds the master waits for one clock round trip before counting it lost.
 PONG_WAIT_S = 1.0
 
@@ -309,6 +317,7 @@ def _on_init(environment: Any, **_: Any) -> None:
             # the master judges the evidence from what workers ship: ship it sooner than every 3 s
             locust_runners.WORKER_REPORT_INTERVAL = STOP_REPORT_INTERVAL_S
     elif isinstance(runner, MasterRunner):
+        locust_runners.HEARTBEAT_LIVENESS = WORKER_LIVENESS  # read as each worker connects and beats
         runner.register_message("lockbench_final", _on_final)
         runner.register_message("lockbench_pong", _on_pong)
         make_prompt(environment)  # start when the workers are ready, end when they have left
