@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from bench.errors import UserError
 from bench.matrix.machine import auto_lanes
 from bench.matrix.plan import Lane, plan_lanes, plan_matrix
-from bench.matrix.shards import deal, parse_shard
+from bench.matrix.shards import deal, lane_slot_seconds, parse_shard, start_order
 from bench.matrix.tables import grid
 from tests.helpers import bench
 
@@ -134,3 +135,30 @@ def test_the_matrix_estimates_the_time_left_only_after_a_twentieth_of_its_caps(t
     assert shared.time_left().endswith("estimating the time left")
     shared.caps_done_s = 100.0
     assert "left" in shared.time_left() and "estimating" not in shared.time_left()
+
+
+def _unit(scenario: str, duration: float, cases: int = 1) -> list[SimpleNamespace]:
+    settings = SimpleNamespace(duration=duration, processes=1)
+    return [
+        SimpleNamespace(matrix_scenario=scenario, backend="zookeeper", fault=None, settings=settings)
+        for _ in range(cases)
+    ]
+
+
+def test_lanes_start_by_the_slot_seconds_they_hold_not_by_their_cases() -> None:
+    """A lane of two heavy units (few cases) starts before a lane of many light cases that holds
+    fewer slot-seconds: heavy units never meet, so started last they ran one after the other
+    with the machine nearly idle (shard 4, 2026-12-06)."""
+    heavy = SimpleNamespace(
+        name="heavy", units=[_unit("session-pause", 100, 2), _unit("session-pause", 100, 2)]
+    )
+    light = SimpleNamespace(name="light", units=[_unit("crash", 60, 2) for _ in range(5)])
+    small = SimpleNamespace(name="small", units=[_unit("crash", 50)])
+    assert lane_slot_seconds(heavy) == 400  # two slots of three, 100 s each
+    assert lane_slot_seconds(light) == 300
+    assert sum(c.settings.duration for u in light.units for c in u) > sum(
+        c.settings.duration for u in heavy.units for c in u
+    )  # the old order (the cases' durations) put the light lane first
+    assert [ln.name for ln in start_order([small, light, heavy])] == ["heavy", "light", "small"]
+    twin = SimpleNamespace(name="a-twin", units=light.units)
+    assert [ln.name for ln in start_order([light, twin])] == ["a-twin", "light"]  # ties: by name

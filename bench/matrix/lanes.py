@@ -21,6 +21,7 @@ from bench.matrix.admission import Admission
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
 from bench.matrix.rerun import rerun_reason, settle
+from bench.matrix.shards import start_order
 from bench.measure.evidence import server_died
 from bench.results.folder import ResultsWriteError, RunFolder
 from bench.run.case import CaseFailed
@@ -612,9 +613,13 @@ def run_lanes(
     scratch: Path,
     warm: bool = True,
 ) -> None:
-    """Run the lanes, ``parallel`` at a time; Ctrl-C lets each lane finish its current case."""
+    """Run the lanes, ``parallel`` at a time, most slot-seconds first (bench/matrix/shards.py
+    :func:`~bench.matrix.shards.start_order`); Ctrl-C lets each lane finish its current case."""
     pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lane")
-    futures = [pool.submit(_run_lane, lane, shared, user_urls, resource_url, scratch, warm) for lane in lanes]
+    futures = [
+        pool.submit(_run_lane, lane, shared, user_urls, resource_url, scratch, warm)
+        for lane in start_order(lanes)
+    ]
     try:
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in done:
