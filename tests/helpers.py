@@ -253,3 +253,19 @@ def python_json(*args: str) -> Any:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def two_worker_locust(locustfile: Path, out: Path, case: str, options: list[str]) -> list[str]:
+    """Locust's command line for a headless case on two forked workers (``--processes 2``), as bench
+    runs one: ``options`` gives the users, run time, lock and resource, and the workload's flags."""
+    from infra.ports import free_port
+
+    port = free_port()
+    return [
+        sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--stop-timeout", "10",
+        "--exit-code-on-error", "0", "--only-summary", *options,
+        "--lockbench-out", str(out), "--lockbench-case", case, "--lockbench-no-summary",
+        "--processes", "2",
+        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+        "--master-host", "127.0.0.1", "--master-port", str(port),
+    ]  # fmt: skip

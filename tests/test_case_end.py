@@ -23,8 +23,8 @@ import redis
 from bench.nemesis.faults import parse_fault
 from bench.run.case import Case, RunSettings
 from bench.run.locust import locust_argv, run_locust
-from infra.ports import free_port
 from infra.redis_server import RedisServer
+from tests.helpers import two_worker_locust
 from workloads.checks.core import check_flash_sale
 from workloads.checks.stock import check_stock
 from workloads.harness.catalog import WORKLOADS
@@ -126,20 +126,13 @@ def test_a_buyer_slowed_in_its_sale_at_the_stop_ends_in_ledger_and_history_alike
 ) -> None:
     """Two worker processes, every sale 50 ms between its stock write and its order: the stop
     meets buyers inside that window, and the final state must be read after all of them."""
-    port = free_port()
     out = tmp_path / "case"
     out.mkdir()
-    argv = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "slow_ledger_locustfile.py"),
-        "--headless", "--users", "20", "--spawn-rate", "20", "--run-time", "2s", "--stop-timeout", "10",
-        "--exit-code-on-error", "0", "--only-summary", "--loglevel", "WARNING",
+    argv = two_worker_locust(ROOT / "tests" / "slow_ledger_locustfile.py", out, "slow-stop", [
+        "--users", "20", "--spawn-rate", "20", "--run-time", "2s", "--loglevel", "WARNING",
         "--items", "4", "--skew", "0", "--cs", "0ms", "--lock-impl", "redis.set-nx-px-lua",
         "--lock-url", redis_url, "--resource-url", resource_server.url,
-        "--lockbench-out", str(out), "--lockbench-case", "slow-stop", "--lockbench-no-summary",
-        "--processes", "2",
-        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-        "--master-host", "127.0.0.1", "--master-port", str(port),
-    ]  # fmt: skip
+    ])  # fmt: skip
     log = out / "locust.log"
     assert run_locust(argv, log, timeout=120) == 0, log.read_text()[-2000:]
 

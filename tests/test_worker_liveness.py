@@ -12,13 +12,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from infra.ports import free_port
 from infra.procfs import stat_fields
 from infra.redis_server import RedisServer
+from tests.helpers import two_worker_locust
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,18 +36,11 @@ def test_a_worker_stopped_for_six_seconds_is_not_lost(
 ) -> None:
     out = tmp_path / "case"
     out.mkdir()
-    port = free_port()
-    argv = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "workloads" / "flash_sale.py"), "--headless",
-        "--users", "4", "--spawn-rate", "4", "--run-time", "10s", "--stop-timeout", "10",
-        "--exit-code-on-error", "0", "--only-summary", "--loglevel", "INFO",
+    argv = two_worker_locust(ROOT / "workloads" / "flash_sale.py", out, "liveness", [
+        "--users", "4", "--spawn-rate", "4", "--run-time", "10s", "--loglevel", "INFO",
         "--lock-impl", "redis.set-nx-px-lua", "--lock-url", redis_url,
         "--resource-url", resource_server.url, "--cs", "1ms", "--pace", "20",
-        "--lockbench-out", str(out), "--lockbench-case", "liveness", "--lockbench-no-summary",
-        "--processes", "2",
-        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-        "--master-host", "127.0.0.1", "--master-port", str(port),
-    ]  # fmt: skip
+    ])  # fmt: skip
     log = out / "locust.log"
     with log.open("w") as sink:
         master = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
