@@ -257,23 +257,29 @@ def test_one_unanswered_renewal_does_not_bring_a_one_second_lease_to_its_deadlin
         assert lease.deadline_ns is not None and lease.remaining() <= 1.0  # the server kept a 1 s TTL
         (held,) = [h for h in _keepalive()._entries if h.lease is lease]
         interval = held.interval
-        least = lease.remaining()
-        stop_at = held.next_due - 0.05
-        while time.monotonic() < stop_at:
-            time.sleep(0.005)
-        server.process.kill(signal.SIGSTOP)
-        try:
-            resume_at = time.monotonic() + 0.05 + interval + 0.05
-            while time.monotonic() < resume_at:
+        # a loaded machine can move this thread or the renewal out of the window (the suite at
+        # 5-minute load 6: no renewal failed), so the stop is tried again, at most three times,
+        # until one renewal went unanswered; the figures are those of that attempt
+        for _ in range(3):
+            least = lease.remaining()
+            stop_at = held.next_due - 0.05
+            while time.monotonic() < stop_at:
+                time.sleep(0.005)
+            server.process.kill(signal.SIGSTOP)
+            try:
+                resume_at = time.monotonic() + 0.05 + interval + 0.05
+                while time.monotonic() < resume_at:
+                    least = min(least, lease.remaining())
+                    time.sleep(0.005)
+            finally:
+                server.process.kill(signal.SIGCONT)
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
                 least = min(least, lease.remaining())
                 time.sleep(0.005)
-        finally:
-            server.process.kill(signal.SIGCONT)
-        end = time.monotonic() + 1.5
-        while time.monotonic() < end:
-            least = min(least, lease.remaining())
-            time.sleep(0.005)
-        stats = holder.stats()
+            stats = holder.stats()
+            if stats["renewals_failed"] >= 1 or lease.lost:
+                break
         assert stats["renewals_failed"] >= 1, stats  # the pause did cost a renewal
         assert not lease.lost, stats
         # the retry goes out about 0.02 s after the failure, answered on waking: about 0.3 s left
