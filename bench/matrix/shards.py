@@ -61,16 +61,11 @@ def lane_slot_seconds(lane: Any) -> float:
     """The lane slots its units hold, times their caps: how much of the machine's time the lane takes.
 
     A heavy unit holds two of three slots and keeps every other heavy unit waiting, a unit that
-    runs alone holds them all (bench/matrix/admission.py), so its cap counts that many times.
-    The order lanes start in (:func:`start_order`).
+    runs alone holds them all (bench/matrix/admission.py), so its cap counts that many times: the
+    caps once, the heavy ones (alone included) once more, those alone a third time
+    (:func:`lane_parts`). The order lanes start in (:func:`start_order`).
     """
-    from bench.matrix.admission import unit_weight
-
-    return sum(
-        max(c.settings.duration for c in unit) * min(unit_weight(unit), DEAL_LANES)
-        for unit in lane.units or []
-        if unit
-    )
+    return sum(lane_parts(lane))
 
 
 def start_order(lanes: list[Any]) -> list[Any]:
