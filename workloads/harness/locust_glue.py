@@ -45,7 +45,7 @@ from locust.user.task import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING, LOCUST
 from lockimpls.base import DEFAULT_RETRY_INTERVAL, Lock, LockOptions
 from lockimpls.registry import resolve
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
-from workloads.harness import clock_offsets
+from workloads.harness import cheap_stop, clock_offsets
 from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
 from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.netns import enter_own_host
@@ -55,6 +55,7 @@ from workloads.harness.start_gate import wait_at_gate
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
 log = logging.getLogger("lockbench")
+cheap_stop.install()  # every case's Locust stops at least once: no source read for a DEBUG line
 
 FINAL_WAIT_S = 60.0
 #: How often workers ship their recording while a stop rule waits for evidence (s).
