@@ -201,7 +201,11 @@ def test_zookeeper_sequential_recovers_after_the_session_timeout(tmp_path: Path)
     )  # fmt: skip
     row = cases.loc["zookeeper.sequential__crash"]
     assert row["crashes"] == 1 and row["stuck_locks"] == 0
-    assert row["recovery_ms_p50"] >= 1500  # not before the session could have expired
+    # not before the session could have expired: the server drops it 2 s after it last heard from
+    # the holder, and kazoo pings an idle session every third of its timeout (read timeout 2/3 of
+    # it, a ping at half that, less jitter), so the last word may come 667 ms before the kill.
+    # (A bound of 1,500 ms failed once at 1,499.4 ms: the ping, not the lock.)
+    assert row["recovery_ms_p50"] >= 2000 - 2000 / 3
     assert row["overlapping_holds"] == 0 and row["verdict"] == "valid"
 
 
