@@ -34,12 +34,17 @@ from workloads.harness.recording import encode_histogram, new_histogram
 
 #: How often the probe samples the loop (seconds). Each sample is one point of a fixed grid, so
 #: the late share is the share of grid points at which the loop was behind: the same quantity
-#: at any spacing, only with fewer samples. 10 ms: a 0.2 s case still has 20 of them, and the
-#: probe costs next to nothing. At 1 ms it woke each process 1,000 times a second and cost 0.025
-#: of a core each (benchmarks/loop_lag_cost.py): a group of 14 cases was 0.74 cores busy with
-#: it and 0.61 with 10 ms (redis restart, one lane, load 0.7): a sixth of the group's CPU
-#: spent watching the rest.
-INTERVAL_S = 0.01
+#: at any spacing, only with fewer samples (20 a second: a 4 s case has 80).
+#: Every wake-up of a gevent loop that had blocked costs about 0.19 ms of CPU on these machines
+#: (plain ``time.sleep``: 0.06 ms), so at 10 ms the probe cost 0.018-0.019 of a core per process
+#: (benchmarks/loop_lag_cost.py, load 0.6, 2026-12-06), 0.010 at 25 ms and 0.005 at 50 ms. A
+#: matrix shard ran 26 Locust processes at a time on average (up to 54; shard 4/4, 2026-12-06),
+#: so at 10 ms the probe took about 0.4 of the 0.87 cores its Locust processes used: the harness
+#: watching itself was a quarter of the machine it was saturating. (At 1 ms it cost 0.025 a
+#: process, with the loop mostly awake.) What a coarser grid gives up: a stall's lag is
+#: measured from the first grid point inside it, so a greenlet due earlier in the interval may
+#: have waited up to one interval (50 ms) longer than the stall mark says.
+INTERVAL_S = 0.05
 
 #: Lag (microseconds) beyond which the loop counts as running late for ``loop_lag_late_share``.
 #: 2 ms: 1 ms beyond what an idle loop shows. gevent's loop (libev on epoll) sleeps in whole
