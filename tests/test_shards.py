@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from bench.errors import UserError
-from bench.matrix.machine import auto_lanes
+from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, steal_cores
 from bench.matrix.plan import Lane, plan_lanes, plan_matrix
 from bench.matrix.shards import deal, lane_slot_seconds, parse_shard, start_order
 from bench.matrix.tables import grid
@@ -60,6 +60,17 @@ def test_auto_lanes_follow_the_spare_cores() -> None:
     assert auto_lanes(cores=8, busy=6.5)[0] == 2
     lanes, why = auto_lanes(cores=2, busy=3.0)
     assert lanes == 1 and "3.00 busy now" in why  # a busy machine still runs one lane
+
+
+def test_steal_is_given_apart_from_the_busy_cores_it_is_part_of(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run.json's ``steal_cores``: the share of ``busy_cores`` the hypervisor took, from /proc/stat's 8th field."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    # user nice system idle iowait irq softirq steal: 200 ticks over 2 cores, 60 busy of them 20 stolen
+    start, end = (1000, 5000, 300), (1060, 5200, 320)
+    assert busy_cores(start, end) == 0.6 and steal_cores(start, end) == 0.2
+    assert steal_cores((1000, 5000), (1060, 5200)) is None  # a reading without steal: not known, never 0
+    now = cpu_ticks()
+    assert now is not None and len(now) == 3 and 0 <= now[2] <= now[0] <= now[1]
 
 
 def test_auto_lanes_measure_the_machine_now() -> None:

@@ -32,7 +32,7 @@ from rich.console import Console
 from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
 from bench.matrix.lanes import Shared, run_lanes, strike_cycles
-from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, generator_nice, load_average
+from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, generator_nice, load_average, steal_cores
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.request import MatrixRequest
 from bench.matrix.shards import Shard, deal
@@ -276,7 +276,8 @@ def _run(plan: _Plan, folder: RunFolder, shared: Shared, parallel: int, request:
             ]
         folder.note("matrix", {**timing_summary(shared.timings, wall, parallel),
                                "load_average": {"start": load_start, "end": load_average()},
-                               "busy_cores": busy_cores(ticks, cpu_ticks()),
+                               "busy_cores": busy_cores(ticks, ticks_end := cpu_ticks()),
+                               "steal_cores": steal_cores(ticks, ticks_end),
                                "admission_wait_s": round(shared.admission.waited_s, 1),
                                "occupancy": shared.admission.occupancy(),
                                "strike_cycles": strike_cycles(shared.cycles)})  # fmt: skip

@@ -49,21 +49,39 @@ def load_average() -> list[float]:
         return []
 
 
-def cpu_ticks() -> tuple[int, int] | None:
-    """(busy, total) CPU ticks of the whole machine so far (/proc/stat), None where unreadable."""
+def cpu_ticks() -> tuple[int, int, int] | None:
+    """(busy, total, steal) CPU ticks of the whole machine so far (/proc/stat), None where unreadable.
+
+    Busy counts steal (time the hypervisor gave this machine's cores to others): a stolen core is
+    no spare core for a lane. Steal is also given apart, because it is no work of the matrix.
+    """
     try:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    steal = fields[7] if len(fields) > 7 else 0
+    return sum(fields) - idle, sum(fields), steal
 
 
-def busy_cores(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
-    """Mean cores busy between two :func:`cpu_ticks` readings (the matrix, its servers and anything else)."""
+def busy_cores(start: tuple[int, ...] | None, end: tuple[int, ...] | None) -> float | None:
+    """Mean cores busy between two :func:`cpu_ticks` readings (the matrix, its servers, anything else, steal)."""
     if start is None or end is None or end[1] <= start[1]:
         return None
     return round((end[0] - start[0]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
+
+
+def steal_cores(start: tuple[int, ...] | None, end: tuple[int, ...] | None) -> float | None:
+    """Mean cores the hypervisor took between two :func:`cpu_ticks` readings (part of :func:`busy_cores`).
+
+    Why: a full matrix on this 2-core VM once ran with 0.43 cores stolen (shard 1/4, 2026-12-06,
+    against 0.02 in the same shard that morning): 1.6 cores "busy", 505 s instead of 390, every
+    case generator-bound. A run's figures mean nothing about the suite when a fifth of the
+    machine was someone else's; run.json says how much was.
+    """
+    if start is None or end is None or end[1] <= start[1] or len(start) < 3 or len(end) < 3:
+        return None
+    return round((end[2] - start[2]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
 
 
 def busy_now(seconds: float = SAMPLE_S) -> float | None:

@@ -174,6 +174,7 @@ def merge_command(paths: list[Path], results_dir: Path, console: Console, render
                     "wall_s": (m.get("matrix") or {}).get("wall_s"),
                     "load_average": (m.get("matrix") or {}).get("load_average"),
                     "busy_cores": (m.get("matrix") or {}).get("busy_cores"),
+                    "steal_cores": (m.get("matrix") or {}).get("steal_cores"),
                     "occupancy": (m.get("matrix") or {}).get("occupancy"),
                 }
                 for p, m, _ in shards
