@@ -82,6 +82,7 @@ def test_the_matrix_raises_its_generators_only_where_it_may() -> None:
 
 
 @needs_root
+@pytest.mark.server  # starts redis-servers itself: not for --quick
 def test_servers_started_inside_a_matrix_hook_run_at_its_nice_value_restarts_too(server_dir: Path) -> None:
     """A matrix raises its servers with its Locust sessions (bench/matrix/command.py): in K (shard
     4/4, 2026-12-06) etcd answered keepalives in up to 0.54 s behind sessions raised above it."""
