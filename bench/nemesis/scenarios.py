@@ -149,6 +149,15 @@ _PARTITION_CLIENT = (
 #: grants a second, n = 1,000 in under 20 s, while a fast lock flat out made 300 a second in
 #: each case of a group and kept the generator busy, not the lock (flash_sale.py ``--pace``).
 PACE = 10.0
+#: Purchases a second per buyer where each strike takes 10 s or more (a Sentinel failover, a killed
+#: ensemble member or leader, a partition): such a case lasts its k strikes whatever its grants,
+#: and the standard level needs only n / (k x 10.5 s) = 9.5 grants a second (1,000 after the
+#: first of 10 strikes). At PACE the 13 failover cases side by side made 2,200-4,300 grants each
+#: (about 28 a second), about 1.45 cores of the 2 between them, and all 13 came out generator-bound
+#: (X, shard 2/4 of the standard matrix, ddf91a1, 2026-12-06). At 4 a buyer a case makes at most 24
+#: a second, 2.5x what its evidence needs; a strike still finds every other buyer waiting, since
+#: its holder keeps the lock through it. A lock slower than that is not slowed further.
+SLOW_STRIKE_PACE = 4.0
 #: Seconds a server-fault or partition case may run beyond its strikes (its cap is this plus k
 #: times ``per_strike_s``; the stop rule ends it as soon as k and n are in). A slow lock needs
 #: them for its n = 1,000 grants: PostgreSQL's unique-insert and ZooKeeper's ephemeral lock
@@ -277,7 +286,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             summary="Redis master killed with the holder's lock not yet replicated; Sentinel promotes the replica",
             fault=f"{failover.FAILOVER}@held",
             stop=StopRule("fault", **AFTER_FAULT),
-            options={"pace": PACE},
+            options={"pace": SLOW_STRIKE_PACE},
             settings={"duration": SLOW_LOCK_S},
             backends=("redis",),
             # python-redis-lock's blocking connection pool takes a plain redis:// URL, not Sentinel's
@@ -292,7 +301,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             summary="one member of a 3-node ensemble is killed while a lock is held",
             fault=f"{members.KILL_MEMBER}@held",
             stop=StopRule("fault", **AFTER_FAULT),
-            options={"pace": PACE},
+            options={"pace": SLOW_STRIKE_PACE},
             settings={"duration": SLOW_LOCK_S},
             backends=("zookeeper", "etcd"),
         ),
@@ -304,7 +313,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
             summary="the leader of a 3-node ensemble is killed while a lock is held",
             fault=f"{members.KILL_LEADER}@held",
             stop=StopRule("fault", **AFTER_FAULT),
-            options={"pace": PACE},
+            options={"pace": SLOW_STRIKE_PACE},
             settings={"duration": SLOW_LOCK_S},
             backends=("zookeeper", "etcd"),
         ),
@@ -317,7 +326,7 @@ BASE_SCENARIOS: dict[str, Scenario] = {
                 stop=StopRule("fault", **AFTER_FAULT),
                 # each strike: the cut lasts 8 s (bench/nemesis/partitions.py), longer than the 2 s
                 # leases and 3 s ZooKeeper sessions here, so the other side can move on before the heal
-                options={"pace": PACE},
+                options={"pace": SLOW_STRIKE_PACE},
                 settings={"duration": SLOW_LOCK_S, "ttl": 2.0, "processes": 2},
                 lock_params={"zookeeper": {"session_timeout": 3}},
                 impls=impls,
