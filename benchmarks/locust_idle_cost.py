@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra.ports import free_port  # noqa: E402
+from bench.run.locust import forked_workers_argv  # noqa: E402
 from infra.redis_server import RedisServer  # noqa: E402
 
 FLOOR = """
@@ -77,9 +77,7 @@ def _locust(
         "--lockbench-no-summary",
     ]  # fmt: skip
     if processes > 1:
-        port = free_port()
-        argv += ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                 "--master-host", "127.0.0.1", "--master-port", str(port)]  # fmt: skip
+        argv += forked_workers_argv(processes)
     return argv
 
 

@@ -258,14 +258,11 @@ def python_json(*args: str) -> Any:
 def two_worker_locust(locustfile: Path, out: Path, case: str, options: list[str]) -> list[str]:
     """Locust's command line for a headless case on two forked workers (``--processes 2``), as bench
     runs one: ``options`` gives the users, run time, lock and resource, and the workload's flags."""
-    from infra.ports import free_port
+    from bench.run.locust import forked_workers_argv
 
-    port = free_port()
     return [
         sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--stop-timeout", "10",
         "--exit-code-on-error", "0", "--only-summary", *options,
         "--lockbench-out", str(out), "--lockbench-case", case, "--lockbench-no-summary",
-        "--processes", "2",
-        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-        "--master-host", "127.0.0.1", "--master-port", str(port),
+        *forked_workers_argv(2),
     ]  # fmt: skip

@@ -65,7 +65,7 @@ def test_auto_lanes_follow_the_spare_cores() -> None:
 def test_steal_is_given_apart_from_the_busy_cores_it_is_part_of(monkeypatch: pytest.MonkeyPatch) -> None:
     """run.json's ``steal_cores``: the share of ``busy_cores`` the hypervisor took, from /proc/stat's 8th field."""
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    # user nice system idle iowait irq softirq steal: 200 ticks over 2 cores, 60 busy of them 20 stolen
+    # (busy, total, steal) ticks: 200 over 2 cores, 60 of them busy, 20 of those stolen
     start, end = (1000, 5000, 300), (1060, 5200, 320)
     assert busy_cores(start, end) == 0.6 and steal_cores(start, end) == 0.2
     assert steal_cores((1000, 5000), (1060, 5200)) is None  # a reading without steal: not known, never 0

@@ -66,9 +66,7 @@ def cpu_ticks() -> tuple[int, int, int] | None:
 
 def busy_cores(start: tuple[int, ...] | None, end: tuple[int, ...] | None) -> float | None:
     """Mean cores busy between two :func:`cpu_ticks` readings (the matrix, its servers, anything else, steal)."""
-    if start is None or end is None or end[1] <= start[1]:
-        return None
-    return round((end[0] - start[0]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
+    return _cores(start, end, 0)
 
 
 def steal_cores(start: tuple[int, ...] | None, end: tuple[int, ...] | None) -> float | None:
@@ -79,9 +77,14 @@ def steal_cores(start: tuple[int, ...] | None, end: tuple[int, ...] | None) -> f
     case generator-bound. A run's figures mean nothing about the suite when a fifth of the
     machine was someone else's; run.json says how much was.
     """
-    if start is None or end is None or end[1] <= start[1] or len(start) < 3 or len(end) < 3:
+    return _cores(start, end, 2)
+
+
+def _cores(start: tuple[int, ...] | None, end: tuple[int, ...] | None, field: int) -> float | None:
+    """Mean cores that ticks ``field`` of two :func:`cpu_ticks` readings took (None: not both read)."""
+    if start is None or end is None or end[1] <= start[1] or min(len(start), len(end)) <= field:
         return None
-    return round((end[2] - start[2]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
+    return round((end[field] - start[field]) / (end[1] - start[1]) * (os.cpu_count() or 1), 2)
 
 
 def busy_now(seconds: float = SAMPLE_S) -> float | None:

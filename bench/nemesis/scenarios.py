@@ -149,8 +149,9 @@ _PARTITION_CLIENT = (
 #: grants a second, n = 1,000 in under 20 s, while a fast lock flat out made 300 a second in
 #: each case of a group and kept the generator busy, not the lock (flash_sale.py ``--pace``).
 PACE = 10.0
-#: Purchases a second per buyer where each strike takes 10 s or more (a Sentinel failover, a killed
-#: ensemble member or leader, a partition): such a case lasts its k strikes whatever its grants,
+#: Purchases a second per buyer in the rows that name it: a Sentinel failover, a killed ensemble
+#: member or leader, a partition, whose strikes take 10.5-12 s (RedLock's delayed restart arm, 13 s,
+#: keeps PACE: not measured with it). Such a case lasts its k strikes whatever its grants,
 #: and the standard level needs only n / (k x 10.5 s) = 9.5 grants a second (1,000 after the
 #: first of 10 strikes). At PACE the 13 failover cases side by side made 2,200-4,300 grants each
 #: (about 28 a second), about 1.45 cores of the 2 between them, and all 13 came out generator-bound

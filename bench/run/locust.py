@@ -121,13 +121,18 @@ def locust_argv(
         if last_case:
             argv.append("--lockbench-last-case")
     elif settings.processes > 1:
-        port = free_port()
-        argv += [
-            "--processes", str(settings.processes),
-            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-            "--master-host", "127.0.0.1", "--master-port", str(port),
-        ]  # fmt: skip
+        argv += forked_workers_argv(settings.processes)
     return argv
+
+
+def forked_workers_argv(processes: int) -> list[str]:
+    """Locust's flags for a master that forks ``processes`` workers, talking over a free loopback port."""
+    port = free_port()
+    return [
+        "--processes", str(processes),
+        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+        "--master-host", "127.0.0.1", "--master-port", str(port),
+    ]  # fmt: skip
 
 
 def _poll_progress(path: Path, on_tick: Callable[[dict[str, Any]], None]) -> None:
