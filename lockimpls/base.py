@@ -90,6 +90,9 @@ class Lease:
     client: the deadline is when the client itself must assume the lock is gone (None
     for locks without a lease). ``token`` is the fencing token (None when the algorithm
     has none). ``lost`` is set by locks that learn they lost the lock while holding it.
+    ``sent_ns`` is when the request that won was sent (None: not known): the server cannot have
+    granted before it, so a checker may place the grant anywhere from there to the client's ok
+    (a client that sees its grant late, behind a busy process, was still granted first).
     """
 
     name: str
@@ -99,6 +102,7 @@ class Lease:
     deadline_ns: int | None
     lost: bool = False
     extra: dict = field(default_factory=dict)
+    sent_ns: int | None = None
 
     def remaining(self) -> float | None:
         """Seconds left until the client-side deadline, None without a lease."""
@@ -254,8 +258,11 @@ class Lock(ABC):
         interval = self.options.retry_interval
         while True:
             self._attempts += 1
+            sent = time.monotonic_ns()
             lease = self._try_acquire()
             if lease is not None:
+                if lease.sent_ns is None:
+                    lease.sent_ns = sent
                 return lease
             if timeout is not None and time.monotonic() - start + interval > timeout:
                 raise LockTimeout(f"{self.id}: {self.name!r} not acquired within {timeout:.3f}s")
@@ -331,4 +338,4 @@ class Lock(ABC):
         won was sent: the server's expiry ran from then, whatever came after) or else after now."""
         now = time.monotonic_ns()
         deadline = None if ttl is None else (now if since_ns is None else since_ns) + int(ttl * 1e9)
-        return Lease(self.name, owner, token, now, deadline)
+        return Lease(self.name, owner, token, now, deadline, sent_ns=since_ns)

@@ -236,7 +236,7 @@ class UniqueInsertExpiry(_PollingPgLock):
         )
         if row is None:
             return None
-        lease = Lease(self.name, owner, row[0], time.monotonic_ns(), sent + int(ttl * 1e9))
+        lease = Lease(self.name, owner, row[0], time.monotonic_ns(), sent + int(ttl * 1e9), sent_ns=sent)
         if row[1]:
             self.takeovers += 1
             lease.extra["takeover"] = True

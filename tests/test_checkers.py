@@ -22,7 +22,7 @@ from workloads.harness.recording import HISTORY_COLUMNS, history_frame
 
 
 def history(*events: tuple) -> pd.DataFrame:
-    """Events as (client, seq, op, type, lock, t_ns[, token[, value[, error]]]) -> a history frame."""
+    """Events as (client, seq, op, type, lock, t_ns[, token[, value[, error[, sent_ns]]]]) -> a history frame."""
     return history_frame(tuple(e) + (None,) * (len(HISTORY_COLUMNS) - len(e)) for e in events)
 
 

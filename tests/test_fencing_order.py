@@ -99,6 +99,35 @@ def test_a_grant_over_before_the_paused_grant_was_asked_for_still_orders_it() ->
     assert r.status == "invalid" and r.counters["fencing_order_violations"] == 1
 
 
+def _seen_late_behind_a_busy_process(*, sent: int | None) -> pd.DataFrame:
+    """p1-u0 asks at 100 and sees token 1990 only at 1540 (its process busy); its winning request
+    went out at ``sent``. p2-u0's whole hold with token 1991 falls in between (500 to 900)."""
+    ev = [
+        ("p1-u0", 1, "acquire", "invoke", "L", 100),
+        ("p2-u0", 2, "acquire", "ok", "L", 500, 1991, None, None, 450),
+        ("p2-u0", 3, "release", "invoke", "L", 900),
+        ("p1-u0", 1, "acquire", "ok", "L", 1540, 1990, None, None, sent),
+        ("p1-u0", 4, "release", "invoke", "L", 1600),
+    ]
+    return history(*ev)
+
+
+def test_a_grant_seen_late_behind_a_busy_process_may_have_come_first() -> None:
+    # Y, 2026-12-06 (memcached.add): the add that won went out before 1991's grant, so the lock may
+    # have granted 1990 first; the hold that ended before the ok does not order them
+    r = check_fencing_order(_seen_late_behind_a_busy_process(sent=110))
+    assert r.status == "valid" and r.counters == {"fencing_order_violations": 0}, r.detail
+
+
+def test_a_grant_whose_winning_request_went_out_after_an_earlier_hold_is_out_of_order() -> None:
+    # the winning request was sent after 1991's hold had ended: 1990 certainly came later
+    r = check_fencing_order(_seen_late_behind_a_busy_process(sent=1000))
+    assert r.status == "invalid" and r.counters["fencing_order_violations"] == 1, r.detail
+    # and without the send recorded (an old history, a lock with its own wait) the ok places it
+    r = check_fencing_order(_seen_late_behind_a_busy_process(sent=None))
+    assert r.status == "invalid" and r.counters["fencing_order_violations"] == 1, r.detail
+
+
 def test_grants_on_different_locks_are_ordered_separately() -> None:
     ev = pd.concat([grants(("a", 100, 200, 9), lock="L1"), grants(("b", 300, 400, 1), lock="L2")])
     assert check_fencing_order(ev.sort_values("t_ns").reset_index(drop=True)).status == "valid"

@@ -207,6 +207,41 @@ def test_the_deadline_runs_from_the_add_not_from_when_the_lease_is_made(
     assert lock.release(lease)
 
 
+def test_the_ok_row_carries_when_the_winning_add_was_sent(memcached_server: MemcachedServer) -> None:
+    """The fencing-order checker places a grant from the send of the request that won (``sent_ns``):
+    a polling waiter's lease knows its last add's send, after the holder let go and before the lease
+    was made (not the start of its wait), and the recording keeps it on the ``acquire ok`` row."""
+    import itertools
+    import threading
+
+    from workloads.harness.recording import RecordedLock, Recorder
+
+    name = contract.fresh_name("sent")
+    holder = MemcachedAdd(name, [memcached_server.url], LockOptions(ttl=5, fencing=True))
+    first = holder.acquire(timeout=2)
+    let_go: list[int] = []
+
+    def release_later() -> None:
+        time.sleep(0.3)
+        let_go.append(time.monotonic_ns())
+        holder.release(first)
+
+    waiter = MemcachedAdd(name, [memcached_server.url], LockOptions(ttl=5, retry_interval=0.05, fencing=True))
+    rec = Recorder()
+    recorded = RecordedLock(waiter, rec, "p1-u0", itertools.count())
+    releaser = threading.Thread(target=release_later)
+    asked = time.monotonic_ns()
+    releaser.start()
+    lease, error = recorded.acquire(timeout=3)
+    releaser.join()
+    assert lease is not None and error is None
+    assert lease.sent_ns is not None and let_go[0] - 50_000_000 <= lease.sent_ns <= lease.acquired_at_ns
+    assert lease.sent_ns - asked > 200_000_000, "the send of the first attempt, not the winning one"
+    ok = rec.history_frame().query("op == 'acquire' and type == 'ok'")
+    assert ok["sent_ns"].tolist() == [lease.sent_ns] and ok["token"].tolist() == [lease.token]
+    assert waiter.release(lease)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_fencing_tokens_strictly_increase(impl: str, memcached_server: MemcachedServer) -> None:
     make = factory(impl, memcached_server.url)

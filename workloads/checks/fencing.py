@@ -59,21 +59,36 @@ def _prefix_before(token: np.ndarray, ends: np.ndarray, rows: np.ndarray, at: np
 
 
 def _earliest_grants(g: pd.DataFrame, history: pd.DataFrame | None) -> np.ndarray:
-    """When each grant may have been made at the earliest: its ``acquire ok``, or its ``acquire
-    invoke`` where its process stood still in between.
+    """When each grant may have been made at the earliest.
 
-    The ok is when the client saw the grant, which is when the lock made it only while the
-    process runs on. A process paused whole (lease-expiry-world: the holder's blocking sleep
-    stops every user of the process) sees, after the pause, grants the lock made before it; by
-    then later grants, with higher tokens, may have come and gone. Such a grant is placed
-    anywhere from its invoke: a grant that ended before that invoke is certainly earlier, and one
-    that ended between the invoke and the ok ran concurrently with it, which either order of
-    tokens satisfies (Jepsen's real-time order, not a clock's doubt: no "uncertain").
-    2026-12-06: ``memcached.add`` fenced took token 1739 just before its process's 2 s pause and
-    recorded its ok after it, after token 1848's hold had ended: tokens in order, drawn red.
+    The lock made the grant after the winning request was sent and before the client saw it
+    (``acquire ok``); a hold that ended in between ran concurrently with it, which either order
+    of tokens satisfies (Jepsen's real-time order, not a clock's doubt: no "uncertain"). So a
+    grant is placed at the send of the request that won (``sent_ns`` of its ok row, recorded by
+    every lock that knows it: the polling template, the Redis, memcached and PostgreSQL leases).
+    2026-12-06 (Y): ``memcached.add`` fenced took token 1990, and its client saw the ok 15 ms
+    after sending the add, behind its busy process; token 1991's whole acquire and hold fell in
+    between: tokens in grant order, drawn red when the grant was placed at its ok.
+
+    Where the send is unknown (a lock with its own wait, an old history): the ok, or the
+    ``acquire invoke`` where the whole process stood still in between. A process paused whole
+    (lease-expiry-world: the holder's blocking sleep stops every user of the process) sees, after
+    the pause, grants the lock made before it (2026-12-06, H: ``memcached.add`` took token 1739
+    just before a 2 s pause and recorded its ok after token 1848's hold had ended).
     """
     early = g["start_ns"].to_numpy(dtype=np.int64).copy()
-    if history is None or history.empty or not (history["op"] == "pause").any():
+    if history is None or history.empty:
+        return early
+    keys = pd.MultiIndex.from_arrays([g["client"].astype(object), g["acquire_seq"].astype("int64")])
+    if "sent_ns" in history.columns:
+        oks = history[((history["op"] == "acquire") & (history["type"] == "ok")).to_numpy(dtype=bool)]
+        oks = oks[oks["sent_ns"].notna().to_numpy(dtype=bool)]
+        if not oks.empty:
+            sent = oks.set_index(["client", "seq"])["sent_ns"].astype("float64")
+            at = sent[~sent.index.duplicated()].reindex(keys).to_numpy(dtype=np.float64)
+            known = ~np.isnan(at)
+            early[known] = np.minimum(early[known], at[known].astype(np.int64))
+    if not (history["op"] == "pause").any():
         return early
     pause = history[(history["op"] == "pause").to_numpy(dtype=bool)]
     begun = pause[pause["type"] == "invoke"]
@@ -90,7 +105,6 @@ def _earliest_grants(g: pd.DataFrame, history: pd.DataFrame | None) -> np.ndarra
             spans.append((proc, int(t0), int(t1)))
     acq = history[((history["op"] == "acquire") & (history["type"] == "invoke")).to_numpy(dtype=bool)]
     invoked = acq.set_index(["client", "seq"])["t_ns"]
-    keys = pd.MultiIndex.from_arrays([g["client"].astype(object), g["acquire_seq"].astype("int64")])
     inv = invoked.reindex(keys).to_numpy(dtype=np.float64)
     known = ~np.isnan(inv)
     process = process_of(g["client"]).to_numpy(dtype=object)
@@ -176,7 +190,8 @@ def check_fencing_order(
     The rule of Hazelcast's FencedLock (as Jepsen checks it) and SyncGuard's contract tests.
     A grant is an outermost ``acquire ok`` with a token (a reentrant hold keeps its outer
     token: see ``workloads.checks.reentrant``). Grant A is *earlier* than grant B when A's
-    hold certainly ended (release invoke, death of its process) before B's ``acquire ok``;
+    hold certainly ended (release invoke, death of its process) before B's grant could have
+    been made (the send of B's winning request where known, else its ok: :func:`_earliest_grants`);
     clock bounds are added only between two workers (one worker has one clock): a correct
     lock can grant B only after A let go, so its token must be higher. Holds that overlap
     are not ordered (the overlap checker speaks for them), but two grants with one token are

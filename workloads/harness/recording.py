@@ -27,7 +27,7 @@ HIST_LOWEST_US = 1
 HIST_HIGHEST_US = 3_600_000_000  # one hour
 HIST_DIGITS = 3
 
-HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
+HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error", "sent_ns"]
 
 #: ``error`` of an ``info`` completion the harness wrote for an invoke that never got one (its
 #: user was stopped mid-operation, its worker was lost): the outcome is unknown, and the event
@@ -145,8 +145,9 @@ class Recorder:
         token: int | None = None,
         value: int | None = None,
         error: str | None = None,
+        sent_ns: int | None = None,
     ) -> None:
-        self.events.append((client, seq, op, type_, lock, t_ns, token, value, error))
+        self.events.append((client, seq, op, type_, lock, t_ns, token, value, error, sent_ns))
         self.totals["events"] += 1
         if type_ == "invoke":
             self.open_invokes[(client, seq)] = (op, lock)
@@ -221,6 +222,7 @@ def history_frame(events: Iterable[tuple]) -> pd.DataFrame:
             "token": "Int64",
             "value": "Int64",
             "error": "string",
+            "sent_ns": "Int64",
         }
     )
     return df.sort_values("t_ns", kind="stable").reset_index(drop=True)
@@ -284,7 +286,7 @@ class RecordedLock:
             rec.event(self.client, seq, "acquire", "info", name, time.monotonic_ns(), error=_interrupted(exc))
             raise
         t1 = time.monotonic_ns()
-        rec.event(self.client, seq, "acquire", "ok", name, t1, token=lease.token)
+        rec.event(self.client, seq, "acquire", "ok", name, t1, token=lease.token, sent_ns=lease.sent_ns)
         rec.record("acquire_ok", t1 - t0)
         self._held_since[id(lease)] = t1
         return lease, None
