@@ -28,19 +28,16 @@ from dashboards.matrix import summarize, trial_class
 from infra.redis_server import RedisServer
 from tests.helpers import bench, lock_and_resource_redis
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
+from workloads.harness.recording import HISTORY_COLUMNS, history_frame
 from workloads.harness.resource import FlashSaleResource
 
 S = 1_000_000_000
-COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error"]
 
 
 def _history(events: list[tuple]) -> pd.DataFrame:
-    frame = pd.DataFrame(events, columns=COLUMNS)
-    frame["token"] = frame["token"].astype("Int64")
-    frame["value"] = frame["value"].astype("Int64")
-    frame["seq"] = frame["seq"].astype("int64")
-    frame["t_ns"] = frame["t_ns"].astype("int64")
-    return frame.sort_values("t_ns", kind="stable").reset_index(drop=True)
+    """Events as (client, seq, op, type, lock, t_ns, token, value, error): a history of the recorder's
+    own schema (every column, ``sent_ns`` too), so the nemesis rows are merged into what a run writes."""
+    return history_frame(tuple(e) + (None,) * (len(HISTORY_COLUMNS) - len(e)) for e in events)
 
 
 def _claim(client: str, start_s: float, end_s: float | None) -> list[tuple]:

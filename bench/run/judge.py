@@ -73,8 +73,10 @@ def with_fault_windows(
                 "" if mark is not None and mark.hit else (mark.reason if mark else "the case had ended")
             )
     rows = pd.DataFrame(frames)
-    rows["token"] = pd.array([None] * len(rows), dtype="Int64")
-    rows["value"] = pd.array([None] * len(rows), dtype="Int64")
+    for column in ("token", "value", *history.columns):  # what nemesis rows do not say is missing
+        if column not in rows.columns:
+            dtype = history[column].dtype if column in history.columns else "Int64"
+            rows[column] = pd.array([None] * len(rows), dtype=dtype)
     rows = rows[list(history.columns)] if set(history.columns) == set(rows.columns) else rows
     merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
     return merged.sort_values("t_ns", kind="stable").reset_index(drop=True)
