@@ -15,10 +15,14 @@ weighs only against its session's other processes: so the session's autogroup ni
 the process's own nice too (inherited by the workers Locust forks), which is what counts where
 autogroup is off. Raising a priority needs CAP_SYS_NICE (root): without it nothing changes.
 
-A nice value gives a process a larger share; it does not make a woken loop run sooner. So every
-thread of a raised process also gets the scheduler's shortest slice (:data:`SLICE_NS`, Linux's
-EEVDF scheduler, kernel 6.12 or later): a woken loop preempts a process with a longer slice and
-waits at most a short slice behind an equal one.
+Tried and taken out (round 23): the scheduler's shortest slice (0.1 ms, Linux EEVDF's custom slice
+through ``sched_setattr``) on every thread of the raised processes, so that a woken loop need not
+wait out another's 1.4 ms slice. Beside two burners keeping 1.5 cores busy a 50 ms sleep loop woke
+over 2 ms late 16.2% of the time at the default slice, 7.3% at nice -5 and 1.8% with the slice.
+In the matrix it did the opposite: shard 4/4 of the standard matrix (705826b, 3 lanes, load 1.12 at
+the start, steal 0.01) took 742 s at 1.52 cores busy with 38 of 120 cases generator-bound, against
+660 s, 1.34 and 29 without it (X, ddf91a1, load 0.99; different runs, not a paired A/B): dozens of
+raised Locust processes preempting each other every 0.1 ms cost more CPU than the waits saved.
 
 The servers of a matrix are raised to the same value (bench/matrix/command.py, through
 ``infra.process.on_every_start``, so a fault's restart is raised too). With only the Locust
@@ -32,30 +36,13 @@ raising etcd too cut its renewal p99 from 44 to 21 ms.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import platform
-import struct
-
-#: The CPU slice, in ns, of every raised process (Linux's EEVDF scheduler, kernel 6.12 or later):
-#: the kernel's least. A process that wakes with a shorter slice than the one running preempts it,
-#: and among equals the running one gives way after its slice, not the default 0.7-3 ms. Why: a
-#: nice value shares the CPU, it does not make a woken loop run sooner, and "late" is a wake that
-#: waited behind a running process. Measured (2026-12-06, 2-core VM, load 1.1 at the start): a
-#: loop sleeping 50 ms beside two burners keeping 1.5 cores busy woke over 2 ms late 16.2% of the
-#: time at the default slice, 7.3% at nice -5, 1.8% with this slice (400 wakes each, run side by
-#: side); 3.0% when the burners had the same short slice (default beside them: 16.8%).
-SLICE_NS = 100_000
-#: sched_setattr / sched_getattr, per architecture (Python's os has neither)
-_SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
-_ATTR = struct.Struct("IIQiIQQQII")  # struct sched_attr, version 1 (56 bytes)
 
 
 def raise_priority(pid: int, nice: int) -> bool:
-    """Give process ``pid`` (0: this one) and its session's autogroup the nice value ``nice``, and
-    every thread of it the short slice (:data:`SLICE_NS`).
+    """Give process ``pid`` (0: this one) and its session's autogroup the nice value ``nice``.
 
-    True when any took; False when none could (no CAP_SYS_NICE and no EEVDF, or the process is gone).
+    True when either took; False when neither could (no CAP_SYS_NICE, or the process is gone).
     """
     took = False
     with contextlib.suppress(OSError):
@@ -65,55 +52,7 @@ def raise_priority(pid: int, nice: int) -> bool:
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, pid, nice)
         took = True
-    return short_slice(pid) or took
-
-
-def short_slice(pid: int = 0) -> bool:
-    """Give every thread of ``pid`` (0: the calling thread) the scheduler slice :data:`SLICE_NS`,
-    keeping its policy and nice; threads and processes it starts later inherit it.
-
-    False where the kernel or architecture has no such call, or the process is gone. A kernel
-    before 6.12 takes the call and ignores the slice.
-    """
-    calls = _SYSCALLS.get(platform.machine())
-    if calls is None:
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return False
-    tids = [0] if not pid else _threads(pid)
-    took = False
-    for tid in tids:
-        buf = ctypes.create_string_buffer(_ATTR.size)
-        if libc.syscall(calls[1], tid, buf, _ATTR.size, 0) != 0:
-            continue
-        _size, policy, _flags, nice, *_rest = _ATTR.unpack_from(buf)
-        if policy != 0:  # SCHED_OTHER only: a real-time or batch thread keeps what it has
-            continue
-        attr = ctypes.create_string_buffer(
-            _ATTR.pack(_ATTR.size, 0, 0, nice, 0, SLICE_NS, 0, 0, 0, 0), _ATTR.size
-        )
-        took = libc.syscall(calls[0], tid, attr, 0) == 0 or took
     return took
-
-
-def slice_of(tid: int = 0) -> int | None:
-    """The scheduler slice of thread ``tid`` (0: this one), in ns; None where it cannot be read."""
-    calls = _SYSCALLS.get(platform.machine())
-    if calls is None:
-        return None
-    buf = ctypes.create_string_buffer(_ATTR.size)
-    if ctypes.CDLL(None, use_errno=True).syscall(calls[1], tid, buf, _ATTR.size, 0) != 0:
-        return None
-    return int(_ATTR.unpack_from(buf)[5])
-
-
-def _threads(pid: int) -> list[int]:
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except (OSError, ValueError):
-        return [pid]
 
 
 def can_raise() -> bool:
