@@ -51,6 +51,16 @@ def test_every_impl_has_an_expectation_for_every_scenario_that_applies() -> None
             assert impl_id in registry.known_ids()
 
 
+def test_every_scenario_option_reaches_its_workloads_command_line() -> None:
+    """An option a scenario sets but its workload does not take is dropped without a word: the
+    lease-expiry scenarios' pace did nothing until round 23, because lease-expiry did not list it."""
+    from workloads.harness.catalog import WORKLOADS
+
+    for name, scenario in SCENARIOS.items():
+        known = set(WORKLOADS[scenario.workload].options) | {"stuck_bound"}
+        assert set(scenario.options) <= known, (name, sorted(set(scenario.options) - known))
+
+
 def test_every_control_can_fail_where_it_stands() -> None:
     """A control is a canary or a catalog lock the catalog says fails in that scenario, never one
     expected to survive or left open: restart-aof's control was redis.redlock, which cannot fail

@@ -44,6 +44,7 @@ _FLASH_SALE_OPTIONS = {
     "stock": "--stock",
     "max_qty": "--max-qty",
     "cs": "--cs",
+    "pace": "--pace",
 }
 
 WORKLOADS: dict[str, WorkloadInfo] = {
@@ -51,14 +52,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         name="flash-sale",
         module_file="flash_sale.py",
         summary="contended inventory decrement: lock, read stock, think, write, order, unlock",
-        options={
-            "items": "--items",
-            "skew": "--skew",
-            "stock": "--stock",
-            "max_qty": "--max-qty",
-            "cs": "--cs",
-            "pace": "--pace",
-        },
+        options=_FLASH_SALE_OPTIONS,
         open_module="flash_sale_open.py",
     ),
     "lock-pairs": WorkloadInfo(
