@@ -268,3 +268,20 @@ def test_random_tokens_under_observe_and_enforce_stay_invalid(tmp_path: Path) ->
     rows = pd.read_csv(runs[0] / "cases.csv")
     assert set(rows["fencing"]) == {"observe", "enforce"}
     assert (rows["verdict"] == "invalid").all() and (rows["fencing_order_violations"] > 0).all()
+
+
+def test_a_remote_workers_send_moves_onto_the_masters_clock_with_its_time() -> None:
+    """The master shifts a remote worker's events onto its own clock (locust_glue): the send of the
+    winning request is on the worker's clock too, so it must move by the same amount, or a grant
+    would be placed seconds from its ok."""
+    from workloads.harness.recording import shift_times
+
+    ok = ["w1/p1-u0", 1, "acquire", "ok", "L", 5_000, 7, None, None, 4_200]
+    shift_times(ok, -1_000)
+    assert (ok[5], ok[9]) == (4_000, 3_200)
+    unsent = ["w1/p1-u0", 2, "release", "invoke", "L", 6_000, None, None, None, None]
+    shift_times(unsent, 500)
+    assert (unsent[5], unsent[9]) == (6_500, None)
+    older = ["p1-u0", 3, "acquire", "invoke", "L", 100, None, None, None]  # recorded before sent_ns
+    shift_times(older, 50)
+    assert older[5] == 150 and len(older) == 9

@@ -79,7 +79,7 @@ def probe(impl: str, url: str, how: str) -> dict[str, Any]:
         got = client.value if how == "bare" else client.value[0]
         if got is not None:
             waiter.release(got)
-    errors = [e[-1] for e in recorder.events if e[3] != "invoke"]
+    errors = [e[8] for e in recorder.events if e[3] != "invoke"]  # the error column
     return {
         "seen": seen,
         "ended_at_once": seen and not still_waiting,

@@ -50,7 +50,7 @@ from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
 from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.netns import enter_own_host
 from workloads.harness.prompt_runner import make_prompt
-from workloads.harness.recording import HIST_NAMES, RecordedLock, Recorder, StopWaiting
+from workloads.harness.recording import HIST_NAMES, RecordedLock, Recorder, StopWaiting, shift_times
 from workloads.harness.start_gate import wait_at_gate
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
@@ -344,7 +344,7 @@ def _drain() -> dict:
     shift = _clock_shift_ns()
     if shift:
         for event in chunk["events"]:
-            event[5] += shift
+            shift_times(event, shift)
     return chunk
 
 
@@ -477,7 +477,7 @@ def _to_master_clock(node_id: str, chunk: dict) -> None:
     offset = start.offset_ns if start is not None else 0
     for event in chunk.get("events", []):
         event[0] = prefix + event[0]
-        event[5] -= offset
+        shift_times(event, -offset)
 
 
 def _on_pong(environment: Any, msg: Any, **_: Any) -> None:

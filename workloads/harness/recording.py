@@ -208,9 +208,27 @@ class Recorder:
         return {name: encode_histogram(h) for name, h in self.hists.items()}
 
 
+#: positions in an event tuple (``Recorder.event``) of the two times on the recording process's clock
+_T_AT, _SENT_AT = HISTORY_COLUMNS.index("t_ns"), HISTORY_COLUMNS.index("sent_ns")
+
+
+def shift_times(event: list, delta_ns: int) -> None:
+    """Move an event (a drained chunk's list) onto another clock: its time and, where set, its send."""
+    event[_T_AT] += delta_ns
+    if len(event) > _SENT_AT and event[_SENT_AT] is not None:
+        event[_SENT_AT] += delta_ns
+
+
 def history_frame(events: Iterable[tuple]) -> pd.DataFrame:
-    """Events as the history DataFrame of docs/architecture.md, sorted by time."""
-    df = pd.DataFrame(list(events), columns=HISTORY_COLUMNS)
+    """Events as the history DataFrame of docs/architecture.md, sorted by time.
+
+    An event shorter than the schema (one recorded before ``sent_ns`` was a column) has the rest unset.
+    """
+    rows = list(events)
+    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=HISTORY_COLUMNS)
+    df.columns = HISTORY_COLUMNS[: df.shape[1]]
+    for column in HISTORY_COLUMNS[df.shape[1] :]:
+        df[column] = None
     df = df.astype(
         {
             "client": "string",
