@@ -484,3 +484,28 @@ def test_a_violation_of_the_struck_hold_ties_a_control_to_its_strike_whatever_fa
     assert not struck_hold_violated([only_early], pauses)  # a failure of its own, no strike's
     assert not struck_hold_violated([CheckResult("ownership", "valid", {}, "", witnesses=[paused])], pauses)
     assert not struck_hold_violated([both], [])
+
+
+@pytest.mark.server
+def test_a_holder_kept_through_a_long_fault_lets_go_before_its_lease_runs_out(tmp_path: Path) -> None:
+    """A Sentinel failover heals after seconds; a holder with a 1 s lease must not wait for it.
+
+    A holder that overstays its own lease loses the lock by its own doing: in AA (2026-12-06) a
+    restart struck 1.4 s after the claim on a busy machine, the heal came 4.07 s after it, past the
+    4 s lease, and RedLock was drawn red. The hold ends a margin before the lease's deadline, and
+    the holder probes its lock after the strike with time left on its lease."""
+    r = bench(
+        "run", "--impl", "redis.set-nx-px-lua", "--workload", "flash-sale", "--fault", "failover@held",
+        "--ttl", "1", "--duration", "6", "--results-dir", str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    history = pd.read_parquet(next(tmp_path.glob("*/history/*.parquet")))
+    held = history[(history["op"] == "fault-hold").to_numpy(dtype=bool)]
+    begun = held[held["type"] == "invoke"].set_index(["client", "seq"])["t_ns"]
+    ended = held[held["type"] != "invoke"].set_index(["client", "seq"])["t_ns"]
+    assert len(begun) >= 1 and len(ended) == len(begun), (r.stdout[-1500:], r.stderr[-1500:])
+    assert ((ended - begun.reindex(ended.index)) < 1_000_000_000).all(), (ended - begun) / 1e9
+    # the probe after the strike was made with time left on the holder's lease (its invoke's value,
+    # ms left; the answer itself may be "cannot tell" while the failover is still going on)
+    probes = history[((history["op"] == "probe") & (history["type"] == "invoke")).to_numpy(dtype=bool)]
+    assert len(probes) >= 1 and (probes["value"] > 0).all(), probes[["client", "value"]]
