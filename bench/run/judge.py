@@ -26,7 +26,7 @@ from bench.run.case import (
 from bench.run.witnesses import write_witnesses
 from workloads.checks.common import process_of
 from workloads.checks.recovery import server_recovery_columns
-from workloads.harness.recording import decode_histogram, without_stopped_waits
+from workloads.harness.recording import decode_histogram, history_frame, without_stopped_waits
 
 
 def with_fault_windows(
@@ -41,44 +41,30 @@ def with_fault_windows(
     """
     if not windows:
         return history
-    n = len(windows)
-    frames = {
-        "client": ["bench"] * (2 * n),
-        "seq": [i for i in range(n) for _ in (0, 1)],
-        "op": ["fault"] * (2 * n),
-        "type": ["invoke", "ok"] * n,
-        "lock": [w.kind for w in windows for _ in (0, 1)],
-        "t_ns": [t for w in windows for t in (w.start_ns, w.end_ns)],
-        "error": [w.detail for w in windows for _ in (0, 1)],
-    }
-    for i, w in enumerate(windows):  # when the struck service answered again (recovery counts from it)
-        frames["client"].append("bench")
-        frames["seq"].append(i)
-        frames["op"].append("service")
-        frames["type"].append("ok")
-        frames["lock"].append(w.kind)
-        frames["t_ns"].append(w.service_ns)
-        frames["error"].append("")
-    by_strike = {m.strike: m for m in marks or []}
+    # events as the recorder writes them (client, seq, op, type, lock, t_ns, token, value, error):
+    # history_frame gives them the history's own columns, whatever columns it has since gained
+    events = [
+        ("bench", i, "fault", type_, w.kind, t, None, None, w.detail)
+        for i, w in enumerate(windows)
+        for type_, t in (("invoke", w.start_ns), ("ok", w.end_ns))
+    ]
+    # when the struck service answered again (recovery counts from it)
+    events += [
+        ("bench", i, "service", "ok", w.kind, w.service_ns, None, None, "") for i, w in enumerate(windows)
+    ]
     if marks is not None:
+        by_strike = {m.strike: m for m in marks}
         for i, w in enumerate(windows):
             mark = by_strike.get(i)
-            frames["client"].append("bench")
-            frames["seq"].append(i)
-            frames["op"].append("strike")
-            frames["type"].append("ok" if mark is not None and mark.hit else "fail")
-            frames["lock"].append((mark.holder if mark else None) or "")
-            frames["t_ns"].append(w.start_ns)
-            frames["error"].append(
-                "" if mark is not None and mark.hit else (mark.reason if mark else "the case had ended")
+            hit = mark is not None and mark.hit
+            why = "" if hit else (mark.reason if mark else "the case had ended")
+            holder = (mark.holder if mark else None) or ""
+            events.append(
+                ("bench", i, "strike", "ok" if hit else "fail", holder, w.start_ns, None, None, why)
             )
-    rows = pd.DataFrame(frames)
-    for column in ("token", "value", *history.columns):  # what nemesis rows do not say is missing
-        if column not in rows.columns:
-            dtype = history[column].dtype if column in history.columns else "Int64"
-            rows[column] = pd.array([None] * len(rows), dtype=dtype)
-    rows = rows[list(history.columns)] if set(history.columns) == set(rows.columns) else rows
-    merged = pd.concat([history, rows.astype(history.dtypes.to_dict())], ignore_index=True)
+    rows = history_frame(events)
+    common = [c for c in history.columns if c in rows.columns]
+    merged = pd.concat([history, rows[common].astype(history[common].dtypes.to_dict())], ignore_index=True)
     return merged.sort_values("t_ns", kind="stable").reset_index(drop=True)
 
 
