@@ -184,9 +184,11 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
         after = _values(rows, "acquisitions_after_event")  # bench matrix's evidence column
         strikes = None
         detail = ""
+        link = next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "") if cls in ("bad", "warn") else ""
         if _values(rows, "strikes"):  # the evidence rule (bench/measure/strikes.py): green must be earned
             graded = cell_for(rows)
             cls, strikes, detail = graded.cls, graded.k, graded.detail
+            link = graded.link  # a stalled (undecided) failure links its timeline too
             after = [float(graded.n)]
         plain = not any(is_fault_case(r) for r in rows) and not scenario.endswith("+clock-skew")
         if cls in ("good", "thin", "baseline") and plain and strikes is None:
@@ -200,7 +202,7 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
                 expected=", ".join(sorted(expected)),
                 contradicts=any(flag(r, "contradicts_catalog") is True for r in rows),
                 strikes=strikes, detail=detail,
-                link=next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "") if cls in ("bad", "warn") else "",
+                link=link,
             )
         )  # fmt: skip
     return out

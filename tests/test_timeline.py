@@ -309,3 +309,18 @@ def test_a_lock_without_tokens_keeps_the_violations_own_grants_and_holds_whole(t
     assert sorted(round(x, 4) for x in grant["x"]) == [0.0, 0.0001, 0.01]
     held = next(t for t in v["data"] if t["name"] == "hold: client 1-u0")
     assert [round(b, 4) for b in held["base"]] == [0.0001, 0.0]  # the violating hold whole, the earlier apart
+
+
+def test_a_failure_found_under_a_stall_is_undecided_but_still_links_its_timeline() -> None:
+    """CI at load 7: the lease-expiry case failed under a stall and its chip linked nowhere."""
+    from dashboards.cells import cell_for
+    from dashboards.decision import _outcomes
+
+    row = {
+        "case": "a__lease-expiry__unfenced", "scenario": "lease-expiry", "verdict": "invalid", "strikes": 3,
+        "overlapping_holds": 1, "stall_reason": "loop 900 ms late near the violation, 0.9 of the 1 s lease",
+        "evidence_target_k": 3, "evidence_target_n": 30,
+    }  # fmt: skip
+    assert cell_for([row]).cls == "unknown" and cell_for([row]).word == "stalled"
+    (chip,) = _outcomes({"lease-expiry": [row]})
+    assert chip.cls == "unknown" and chip.link == "timeline-a__lease-expiry__unfenced"
