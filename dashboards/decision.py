@@ -184,7 +184,11 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
         after = _values(rows, "acquisitions_after_event")  # bench matrix's evidence column
         strikes = None
         detail = ""
-        link = next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "") if cls in ("bad", "warn") else ""
+        link = (
+            next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "")
+            if cls in ("bad", "warn")
+            else ""
+        )
         if _values(rows, "strikes"):  # the evidence rule (bench/measure/strikes.py): green must be earned
             graded = cell_for(rows)
             cls, strikes, detail = graded.cls, graded.k, graded.detail
