@@ -10,7 +10,8 @@ With ``LOCKBENCH_RECORD_DURATIONS=FILE`` it also writes, per test module, its lo
 total (seconds, setup + call + teardown) and the CPU seconds its tests used (``cpu_s``: the
 worker's own and its reaped children's, so a bench subprocess, its Locust processes and a server
 a test started and stopped count; session servers do not) as JSON: tests/durations.json is made
-this way, and conftest.py hands out the modules with the most seconds first from it. On a
+this way, and conftest.py hands out the modules with the most seconds first from it (with
+``LOCKBENCH_RECORD_TEST_CPU=FILE`` beside it, the same per test id). On a
 2-core machine the suite is CPU-bound, so ``cpu_s`` names what to cut; seconds name what to start
 first.
 """
@@ -109,6 +110,10 @@ class ModuleProgress:
             entry["cpu_s"] = round(entry["cpu_s"] + self.cpu[nodeid], 1)
         ordered = dict(sorted(modules.items(), key=lambda kv: -kv[1]["total_s"]))
         Path(out).write_text(json.dumps(ordered, indent=1) + "\n")
+        per_test = os.environ.get("LOCKBENCH_RECORD_TEST_CPU")
+        if per_test:  # what to cut, test by test: {test id: [seconds, CPU seconds]}, most CPU first
+            tests = {n: [round(s, 2), round(self.cpu[n], 2)] for n, s in self.seconds.items()}
+            Path(per_test).write_text(json.dumps(dict(sorted(tests.items(), key=lambda kv: -kv[1][1])), indent=0))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration

@@ -307,8 +307,10 @@ def test_one_unanswered_renewal_does_not_bring_a_one_second_lease_to_its_deadlin
                 break
         assert stats["renewals_failed"] >= 1, stats  # the pause did cost a renewal
         assert not lease.lost, stats
-        # the retry goes out about 0.02 s after the failure, answered on waking: about 0.3 s left
-        assert least > 0.12, (least, stats)
+        # the retry goes out about 0.02 s after the failure, answered on waking: about 0.3 s left on
+        # a quiet machine, 0.11 s in the suite at load 5 (2026-12-06); the old retry, a third of the
+        # lease later, left about 0.01 s, or lost the lease
+        assert least > 0.05, (least, stats)
         assert holder.release(lease) is True
     finally:
         server.stop()
