@@ -113,7 +113,9 @@ class ModuleProgress:
         per_test = os.environ.get("LOCKBENCH_RECORD_TEST_CPU")
         if per_test:  # what to cut, test by test: {test id: [seconds, CPU seconds]}, most CPU first
             tests = {n: [round(s, 2), round(self.cpu[n], 2)] for n, s in self.seconds.items()}
-            Path(per_test).write_text(json.dumps(dict(sorted(tests.items(), key=lambda kv: -kv[1][1])), indent=0))
+            Path(per_test).write_text(
+                json.dumps(dict(sorted(tests.items(), key=lambda kv: -kv[1][1])), indent=0)
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration

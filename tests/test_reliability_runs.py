@@ -135,6 +135,38 @@ def test_user_supplied_server_killed_mid_run_is_unknown_and_fails_the_run(tmp_pa
         ln.startswith("lockbench: case redis.set-nx-px-lua__flash-sale has no verdict") for ln in lines
     ), err
     assert lines[-1].startswith("lockbench: wall time"), lines[-1]  # the last line: where the time went
+    _assert_tries_backed_off(_run_folder(tmp_path / "results") / "history" / f"{row['case']}.parquet")
+
+
+def _assert_tries_backed_off(path: Path) -> None:
+    """Each buyer's failed tries against the dead server came further and further apart.
+
+    A refused connection answers in microseconds: without workloads/harness/backoff.py each
+    buyer tried again at once, thousands of times a second, its Locust process a core busy. The
+    gaps are read from the history's own times, so a slow machine only makes them longer.
+    """
+    from workloads.harness.backoff import CAP_S, FIRST_S
+
+    history = pd.read_parquet(path)
+    acquires = history[history["op"] == "acquire"]
+    invokes = acquires[acquires["type"] == "invoke"].set_index(["client", "seq"])["t_ns"]
+    last_ok = acquires[acquires["type"] == "ok"].groupby("client")["t_ns"].max()
+    # an error names its exception ("ConnectionError: ..."); a timeout's does not, and the
+    # harness's own endings (stopped, unfinished, interrupted) are no tries the server failed
+    errors = acquires["error"].fillna("")
+    failed = acquires[
+        acquires["type"].isin(["fail", "info"])
+        & errors.str.match(r"^[A-Za-z]+: ")
+        & ~errors.str.startswith(("stopped", "unfinished", "interrupted"))
+    ]
+    after = failed[failed["t_ns"] > failed["client"].map(last_ok).fillna(0)]  # since the server died
+    assert len(after) >= 5, "the dead server failed no try"
+    for client, tries in after.groupby("client"):
+        started = sorted(int(invokes[(client, int(seq))]) for seq in tries["seq"])
+        gaps = [b - a for a, b in zip(started, started[1:], strict=False)]
+        # the n-th wait is FIRST_S * 2**n, at most CAP_S; an invoke follows its wait
+        due = [min(CAP_S, FIRST_S * 2 ** min(n, 20)) * 1e9 for n in range(len(gaps))]
+        assert all(g >= d * 0.99 for g, d in zip(gaps, due, strict=True)), (client, gaps[:10])
 
 
 @pytest.mark.server

@@ -26,6 +26,7 @@ from locust import User, events, task
 from workloads.checks.core import check_flash_sale
 from workloads.harness import holder_first
 from workloads.harness import locust_glue as harness
+from workloads.harness.backoff import ErrorBackoff
 from workloads.harness.distributions import parse_distribution, zipf_weights
 from workloads.harness.recording import STOPPED_ERROR, RecordedLock
 from workloads.harness.resource import PAUSE_PREFIX, FlashSaleResource, StaleToken
@@ -121,12 +122,14 @@ class FlashSaleUser(User):
         pace = float(getattr(getattr(self, "opts", None), "pace", 0.0) or 0.0)
         now = time.monotonic()
         wait = max(0.0, self._last_start + 1.0 / pace - now) if pace > 0 else 0.0
+        wait = max(wait, self.backoff.wait_s)  # after a server error (workloads/harness/backoff.py)
         self._last_start = now + wait
         return wait
 
     def on_start(self) -> None:
         opts = self.environment.parsed_options
         self.opts = opts
+        self.backoff = ErrorBackoff()
         self.client_id = harness.RECORDER.new_client_id()
         self.items = item_names(opts.items)
         self.weights = zipf_weights(opts.items, opts.skew)
@@ -170,6 +173,7 @@ class FlashSaleUser(User):
         lock = self.locks[item]
         started = time.monotonic_ns()
         lease, error = lock.acquire(timeout=self.opts.acquire_timeout)
+        self.backoff.after(error)
         if lease is None:
             if error != STOPPED_ERROR:  # a wait the case's end cut short is no failure of the lock
                 self._fire("acquire", started, RuntimeError(error))

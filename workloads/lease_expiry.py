@@ -61,9 +61,9 @@ class LeaseExpiryUser(FlashSaleUser):
     def wait_time(self) -> float:
         """As flash-sale's, except worker 0 of a world pause runs flat out whatever ``--pace`` says:
         its sections set when the next pause comes, and the other workers' buyers, paced, only
-        make the grants the evidence counts."""
+        make the grants the evidence counts. A server error's backoff still applies."""
         if self.opts.pause_kind == "world" and worker_index(self.environment) == 0:
-            return 0.0
+            return self.backoff.wait_s
         return super().wait_time()
 
     def think(self, lock: RecordedLock, item: str) -> None:

@@ -26,11 +26,12 @@ import time
 from typing import Any
 
 import redis
-from locust import User, constant, events, task
+from locust import User, events, task
 
 from lockimpls.base import BackendUnavailable, Lease, LockError, LockTimeout
 from workloads.checks.read_write import MODE_READ, MODE_WRITE, check_read_mostly
 from workloads.harness import locust_glue as harness
+from workloads.harness.backoff import ErrorBackoff
 from workloads.harness.distributions import parse_distribution
 from workloads.harness.recording import INTERRUPTED, RecordedLock, Recorder
 
@@ -178,7 +179,10 @@ class ModeRecordedLock(RecordedLock):
 class ReadMostlyUser(User):
     """One client: a closed loop of read (shared lock) or write (exclusive lock) on a document."""
 
-    wait_time = constant(0)
+    def wait_time(self) -> float:
+        """No wait (a closed loop flat out), but after a server error its backoff (harness/backoff.py)."""
+        backoff = getattr(self, "backoff", None)
+        return backoff.wait_s if backoff is not None else 0.0
 
     def on_start(self) -> None:
         opts = self.environment.parsed_options
@@ -186,6 +190,7 @@ class ReadMostlyUser(User):
         self.client_id = harness.RECORDER.new_client_id()
         self.docs = doc_names(opts.items)
         self.rng = random.Random()
+        self.backoff = ErrorBackoff()
         self.cs = parse_distribution(opts.cs, self.rng)
         self.resource = shared_resource(opts.resource_url)
         cls = harness.lock_class(opts)
@@ -221,6 +226,7 @@ class ReadMostlyUser(User):
         label = "acquire_read" if read else "acquire_write"
         started = time.monotonic_ns()
         lease, error = lock.acquire(timeout=self.opts.acquire_timeout)
+        self.backoff.after(error)
         if lease is None:
             self._fire(label, started, RuntimeError(error))
             return
