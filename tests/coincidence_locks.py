@@ -37,8 +37,19 @@ import redis
 from lockimpls.base import BackendUnavailable, Capabilities, Lease, Lock, LockOptions
 
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-#: The holder's key is put back only if it is missing or already its own.
-REASSERT = (
+#: The server's uptime, whole seconds, read inside a script: the grace and the write it guards are
+#: one step. Read apart (an INFO, then a SET), a restart between the two let a SET reach the new
+#: server inside its grace, through redis-py's reconnect (the suite at load 5, 2026-12-06: a task
+#: pause with a restart, each harmless alone, drawn as an overlap).
+UPTIME = "local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')) "
+#: A waiter's SET NX PX, refused (-1) within the grace after the server started.
+ACQUIRE = UPTIME + (
+    "if up < tonumber(ARGV[3]) then return -1 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0"
+)
+#: Within the grace only, the holder's key is put back if it is missing or already its own.
+REASSERT = UPTIME + (
+    "if up >= tonumber(ARGV[3]) then return 0 end "
     "local v = redis.call('get', KEYS[1]) "
     "if v == false then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
     "if v == ARGV[1] then return 1 end return 0"
@@ -70,18 +81,14 @@ class RestartDuringStopLock(_RedisPlugin):
     id = "test.restart-during-stop"
     capabilities = Capabilities(ttl=True, fencing=False)
 
-    def _uptime(self) -> int:
-        return int(self.redis.info("server")["uptime_in_seconds"])
-
     def _try_acquire(self) -> Lease | None:
         owner = uuid.uuid4().hex
         try:
-            if self._uptime() < GRACE_S:
-                return None  # the grace after a start: a holder may still put its key back
-            ok = self.redis.set(self._key(), owner, nx=True, px=int(LEASE_S * 1000))
+            # -1: the grace after a start, when a holder may still put its key back; 0: taken
+            ok = self.redis.eval(ACQUIRE, 1, self._key(), owner, int(LEASE_S * 1000), GRACE_S)
         except redis.ConnectionError as exc:
             raise BackendUnavailable(str(exc)) from exc
-        if not ok:
+        if ok != 1:
             return None
         lease = self._new_lease(owner, ttl=LEASE_S)
         self._watch(lease)
@@ -95,8 +102,7 @@ class RestartDuringStopLock(_RedisPlugin):
         def loop() -> None:
             while not done.wait(WATCH_S):
                 try:
-                    if self._uptime() < GRACE_S:
-                        self.redis.eval(REASSERT, 1, self._key(), lease.owner, int(LEASE_S * 1000))
+                    self.redis.eval(REASSERT, 1, self._key(), lease.owner, int(LEASE_S * 1000), GRACE_S)
                 except redis.RedisError:
                     continue  # the server is down: look again
 

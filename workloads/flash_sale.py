@@ -26,7 +26,7 @@ from locust import User, events, task
 from workloads.checks.core import check_flash_sale
 from workloads.harness import holder_first
 from workloads.harness import locust_glue as harness
-from workloads.harness.backoff import ErrorBackoff
+from workloads.harness.backoff import ErrorBackoff, wait_of
 from workloads.harness.distributions import parse_distribution, zipf_weights
 from workloads.harness.recording import STOPPED_ERROR, RecordedLock
 from workloads.harness.resource import PAUSE_PREFIX, FlashSaleResource, StaleToken
@@ -122,7 +122,7 @@ class FlashSaleUser(User):
         pace = float(getattr(getattr(self, "opts", None), "pace", 0.0) or 0.0)
         now = time.monotonic()
         wait = max(0.0, self._last_start + 1.0 / pace - now) if pace > 0 else 0.0
-        wait = max(wait, self.backoff.wait_s)  # after a server error (workloads/harness/backoff.py)
+        wait = max(wait, wait_of(self))  # after a server error (workloads/harness/backoff.py)
         self._last_start = now + wait
         return wait
 

@@ -25,6 +25,7 @@ from locust import events
 
 from workloads.flash_sale import FlashSale, FlashSaleUser
 from workloads.harness import locust_glue as harness
+from workloads.harness.backoff import wait_of
 from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.recording import RecordedLock
 
@@ -63,7 +64,7 @@ class LeaseExpiryUser(FlashSaleUser):
         its sections set when the next pause comes, and the other workers' buyers, paced, only
         make the grants the evidence counts. A server error's backoff still applies."""
         if self.opts.pause_kind == "world" and worker_index(self.environment) == 0:
-            return self.backoff.wait_s
+            return wait_of(self)
         return super().wait_time()
 
     def think(self, lock: RecordedLock, item: str) -> None:

@@ -31,7 +31,7 @@ from locust import User, events, task
 from lockimpls.base import BackendUnavailable, Lease, LockError, LockTimeout
 from workloads.checks.read_write import MODE_READ, MODE_WRITE, check_read_mostly
 from workloads.harness import locust_glue as harness
-from workloads.harness.backoff import ErrorBackoff
+from workloads.harness.backoff import ErrorBackoff, wait_of
 from workloads.harness.distributions import parse_distribution
 from workloads.harness.recording import INTERRUPTED, RecordedLock, Recorder
 
@@ -181,8 +181,7 @@ class ReadMostlyUser(User):
 
     def wait_time(self) -> float:
         """No wait (a closed loop flat out), but after a server error its backoff (harness/backoff.py)."""
-        backoff = getattr(self, "backoff", None)
-        return backoff.wait_s if backoff is not None else 0.0
+        return wait_of(self)
 
     def on_start(self) -> None:
         opts = self.environment.parsed_options

@@ -45,3 +45,9 @@ class ErrorBackoff:
             self.wait_s = 0.0  # the server answered
         elif error != STOPPED_ERROR:  # the case's end cut a wait short: no failure of anyone's
             self.wait_s = min(self.cap_s, max(self.first_s, self.wait_s * 2))
+
+
+def wait_of(user: object) -> float:
+    """A buyer's backoff wait (its ``backoff`` attribute); 0 before its ``on_start`` made one."""
+    backoff = getattr(user, "backoff", None)
+    return backoff.wait_s if isinstance(backoff, ErrorBackoff) else 0.0
