@@ -102,10 +102,11 @@ def locust_argv(
     if settings.clock_skew:
         argv += ["--clock-skew", str(settings.clock_skew), "--skewed-clients", str(settings.skewed_clients)]
     if case.fault is not None and case.fault.at_seconds is None:
-        hold = HOLD_FOR[case.fault.kind]
-        if case.fault.is_partition:  # work through the cut, write just before its heal
+        hold, past_lease = HOLD_FOR[case.fault.kind], []
+        if case.fault.is_partition:  # work through the cut, past the lease, and write just before its heal
             hold = partitions.cut_seconds(settings.ttl, settings.lock_params.get("session_timeout")) - 1.0
-        argv += ["--fault-signal", "--fault-hold", f"{hold:g}"]
+            past_lease = ["--fault-hold-past-lease"]
+        argv += ["--fault-signal", "--fault-hold", f"{hold:g}", *past_lease]
     for key, flag in case.workload.options.items():
         value = settings.workload_options.get(key)
         if value is not None:

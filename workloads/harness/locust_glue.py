@@ -148,6 +148,10 @@ def _add_options(parser: Any) -> None:
     )
     g.add_argument("--fault-signal", action="store_true", default=False, help="holders answer armed faults")
     g.add_argument("--fault-hold", type=float, default=3.0, help="seconds a signalling holder keeps the lock")
+    g.add_argument(
+        "--fault-hold-past-lease", action="store_true", default=False,
+        help="the holder keeps the lock for --fault-hold whatever its lease says (a cut-off holder)",
+    )  # fmt: skip
     g.add_argument("--acquire-timeout", type=float, default=5.0, help="seconds an acquire may wait")
     g.add_argument("--lock-params", default="{}", help="JSON of impl-specific options")
     g.add_argument("--lockbench-out", default="", help="directory for the merged recording")
