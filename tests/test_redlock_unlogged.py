@@ -54,6 +54,8 @@ def test_a_restart_from_the_aof_keeps_redlocks_vote_and_forgets_the_canarys(
             with pytest.raises(LockTimeout):
                 other.acquire(timeout=0.3)
         else:
-            assert other.acquire(timeout=0.3).owner != lease.owner
+            # 3 s: at load 5 (the suite, 2026-12-06) the first attempts on a server just started
+            # from its AOF did not win within 0.3 s; what is asked is that the lock is free at all
+            assert other.acquire(timeout=3.0).owner != lease.owner
     finally:
         client.close()
