@@ -184,16 +184,14 @@ def _outcomes(rows_by_scenario: dict[str, list[Row]]) -> list[Outcome]:
         after = _values(rows, "acquisitions_after_event")  # bench matrix's evidence column
         strikes = None
         detail = ""
-        link = (
-            next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "")
-            if cls in ("bad", "warn")
-            else ""
-        )
+        link = ""
         if _values(rows, "strikes"):  # the evidence rule (bench/measure/strikes.py): green must be earned
             graded = cell_for(rows)
             cls, strikes, detail = graded.cls, graded.k, graded.detail
             link = graded.link  # a stalled (undecided) failure links its timeline too
             after = [float(graded.n)]
+        elif cls in ("bad", "warn"):
+            link = next((anchor(str(r["case"])) for r in rows if has_timeline(r)), "")
         plain = not any(is_fault_case(r) for r in rows) and not scenario.endswith("+clock-skew")
         if cls in ("good", "thin", "baseline") and plain and strikes is None:
             cls = "nofault"  # plain contention shows exclusion, not safety: never a green chip
