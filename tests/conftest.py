@@ -21,6 +21,9 @@ atexit.register(shutil.rmtree, os.environ["LOCKBENCH_INFRA_DIR"], True)
 # every test measures its own calibrations: one kept by an earlier test (same commit) would change
 # what a run's timing and calibration say; tests/test_calibration_cache.py names its own folder
 os.environ["LOCKBENCH_CALIBRATIONS_DIR"] = "off"
+# ZooKeeper servers in tests live seconds and are never measured: a JVM that stops at the first
+# compiler and collects serially starts them on less CPU (infra/zookeeper_server.py JVM_EXTRA_ENV)
+os.environ.setdefault("LOCKBENCH_ZK_JVM_EXTRA", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 ARTIFACTS = Path(
     os.environ.get("LOCKBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")
