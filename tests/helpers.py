@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -58,6 +59,23 @@ def marked_processes(marks: list[str] | None = None) -> list[tuple[int, str, str
     return found
 
 
+#: A file to which every :func:`bench` call appends one JSON line: the test, its arguments, wall
+#: seconds and the CPU-seconds of the process tree it reaped (docs/architecture.md, "The test suite's time").
+RECORD_CALLS_ENV = "LOCKBENCH_RECORD_BENCH_CALLS"
+
+
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _record_call(args: tuple[str, ...], wall_s: float, cpu_s: float, code: int) -> None:
+    line = {"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "args": list(args), "wall_s": round(wall_s, 3),
+            "cpu_s": round(cpu_s, 3), "exit": code}  # fmt: skip
+    with open(os.environ[RECORD_CALLS_ENV], "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
 def bench(
     *args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
 ) -> subprocess.CompletedProcess:
@@ -77,12 +95,15 @@ def bench(
         env={**os.environ, **(env or {}), MARK_ENV: mark},
     ) as proc:
         PIDS.append(proc.pid)
+        started, cpu_before = time.monotonic(), _children_cpu_s()
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
             raise
+    if os.environ.get(RECORD_CALLS_ENV):
+        _record_call(args, time.monotonic() - started, _children_cpu_s() - cpu_before, proc.returncode)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
