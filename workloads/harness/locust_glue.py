@@ -45,7 +45,7 @@ from locust.user.task import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING, LOCUST
 from lockimpls.base import DEFAULT_RETRY_INTERVAL, Lock, LockOptions
 from lockimpls.registry import resolve
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
-from workloads.harness import cheap_stop, clock_offsets
+from workloads.harness import cheap_spawn, cheap_stop, clock_offsets
 from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
 from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.netns import enter_own_host
@@ -56,6 +56,7 @@ from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXI
 
 log = logging.getLogger("lockbench")
 cheap_stop.install()  # every case's Locust stops at least once: no source read for a DEBUG line
+cheap_spawn.install()  # and every worker takes a spawn message: Locust's parser built once, not per option
 
 FINAL_WAIT_S = 60.0
 #: How often workers ship their recording while a stop rule waits for evidence (s).

@@ -171,11 +171,13 @@ class Recorder:
         """Hand over what was recorded since the last drain, and forget it."""
         hists = {}
         counts = {}
-        for name, hist in self.hists.items():
+        for name, hist in list(self.hists.items()):
             counts[name] = hist.get_total_count()
             if counts[name]:
                 hists[name] = encode_histogram(hist)
-                hist.reset()
+                # a fresh one, not hdrh's reset(): that zeroes 23,552 counters in a Python loop,
+                # 1.5 ms each, five a drain with the worker's loop blocked; a new one is 0.13 ms
+                self.hists[name] = new_histogram()
         events, self.events = self.events, []
         return {
             "events": [list(e) for e in events],
