@@ -7,15 +7,10 @@ process (gevent), which a pytest-xdist worker's own threads do not survive.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
+from tests.helpers import python_json
 from workloads.harness.recording import Recorder, decode_histogram
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent(
     """
@@ -43,21 +38,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(mode: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_a_spawn_message_builds_locusts_parser_once_and_keeps_the_same_options() -> None:
-    before, after = _run("plain"), _run("install")
+    before, after = python_json("-c", SCRIPT, "plain"), python_json("-c", SCRIPT, "install")
     # Locust still asks once per option; if it stops, this patch (and this test) can go
     assert before["asked_per_option"]
     assert before["builds"] == before["options"] > 50
