@@ -171,7 +171,7 @@ class Recorder:
         """Hand over what was recorded since the last drain, and forget it."""
         hists = {}
         counts = {}
-        for name, hist in list(self.hists.items()):
+        for name, hist in self.hists.items():  # replacing a value keeps the dict's size: safe
             counts[name] = hist.get_total_count()
             if counts[name]:
                 hists[name] = encode_histogram(hist)
