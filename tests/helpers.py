@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.bench_forkserver import ENABLE_ENV, ForkServer
+
 PROJECT = Path(__file__).resolve().parent.parent
 #: The environment variable that marks every process a test's ``bench`` started (children inherit it).
 MARK_ENV = "LOCKBENCH_TEST_MARK"
@@ -25,6 +27,10 @@ MARKS: list[str] = []
 #: ``/tmp/lockbench-run-<pid>-*`` (bench.cli.scratch), which is how it is found even where the
 #: process rewrote its environment (redis-server does, for its process title).
 PIDS: list[int] = []
+#: Refuse to start or install a server: tests of what bench says before it would start one
+NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
+#: this process's fork server for :func:`bench` (started on the first call, ended with the process)
+FORK_SERVER = ForkServer()
 
 
 def _ours(entry: Path, wanted: set[bytes], pids: list[int]) -> bool:
@@ -82,29 +88,33 @@ def bench(
     """Run ``python -m bench ARGS`` and capture its output (no server is left behind by it).
 
     Every process it starts carries a fresh :data:`MARK_ENV` value (see :func:`marked_processes`).
+    The call is forked from this process's :mod:`tests.bench_forkserver`, which has the
+    third-party imports done (``LOCKBENCH_TEST_FORKSERVER=0``: a fresh interpreter each time).
     """
     mark = uuid.uuid4().hex
     MARKS.append(mark)
     argv = [sys.executable, "-m", "bench", *args]
-    with subprocess.Popen(
-        argv,
-        cwd=cwd or PROJECT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {}), MARK_ENV: mark},
-    ) as proc:
-        PIDS.append(proc.pid)
-        started, cpu_before = time.monotonic(), _children_cpu_s()
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise
+    full_env = {**os.environ, **(env or {}), MARK_ENV: mark}
+    started = time.monotonic()
+    if full_env.get(ENABLE_ENV, "1") != "0" and FORK_SERVER.serves(full_env):
+        done = FORK_SERVER.call(list(args), cwd or PROJECT, full_env, timeout, on_start=PIDS.append)
+        code, out, err, cpu_s = done.code, done.out, done.err, done.cpu_s
+    else:
+        with subprocess.Popen(
+            argv, cwd=cwd or PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+        ) as proc:
+            PIDS.append(proc.pid)
+            cpu_before = _children_cpu_s()
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+        code, cpu_s = proc.returncode, _children_cpu_s() - cpu_before
     if os.environ.get(RECORD_CALLS_ENV):
-        _record_call(args, time.monotonic() - started, _children_cpu_s() - cpu_before, proc.returncode)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        _record_call(args, time.monotonic() - started, cpu_s, code)
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
 def wait_until_catching(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from infra.process import FAIL_START_ENV, KILL_AFTER_ENV
 from resultsio import read_results
+from tests.bench_forkserver import ENABLE_ENV
 from tests.helpers import bench
 
 
@@ -40,6 +41,7 @@ def failed_matrix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, objec
         if not said.is_file():
             root.mkdir(exist_ok=True)
             env = {FAIL_START_ENV: "memcached-lock:1", KILL_AFTER_ENV: "redis-lock:1"}
+            env[ENABLE_ENV] = "bench"  # the warm Locust's own imports are the seconds the death falls in
             r = bench(
                 "matrix", "--impl", "memcached.add", "--impl", "redis.set-nx-px-lua", "--scenario", "long-cs",
                 "--evidence", "quick", "--lanes", "1", "--results-dir", str(root), env=env, timeout=600,

@@ -18,13 +18,12 @@ from pathlib import Path
 import pytest
 
 from infra.redis_server import RedisServer
-from tests.helpers import MARK_ENV, PROJECT, bench, marked_processes, refused
+from tests.helpers import MARK_ENV, NO_SERVERS, PROJECT, bench, marked_processes, refused
 
 pytestmark = (
     pytest.mark.server
 )  # starts servers itself (bench in a subprocess, or infra directly): not for --quick
 
-NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
 PASSWORD = "s3cret-h1"
 
 

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PROJECT, bench, refused
-
-NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
+from tests.helpers import NO_SERVERS, PROJECT, bench, refused
 
 
 def test_a_bad_ttl_names_each_source(tmp_path: Path) -> None:

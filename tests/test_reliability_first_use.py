@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 
 from bench.cli import config
-from tests.helpers import MARK_ENV, PROJECT, bench, wait_until_catching
+from tests.helpers import MARK_ENV, NO_SERVERS, PROJECT, bench, wait_until_catching
 from tests.test_first_screen import _default_run
 from tests.test_reliability_round3 import tiny_disk  # noqa: F401 - a fixture: a 2 MiB tmpfs
-
-NO_SERVERS = {"LOCKBENCH_FORBID_SERVERS": "1", "LOCKBENCH_NO_INSTALL": "1"}
 
 
 def _one_line_refusal(r: subprocess.CompletedProcess, *needles: str) -> str:
