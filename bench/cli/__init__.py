@@ -89,9 +89,11 @@ def main(argv: list[str] | None = None) -> None:
 
     if argv is None:
         hide_secrets(sys.argv)
-    signal.signal(signal.SIGTERM, on_interrupt_signal)
-    signal.signal(signal.SIGINT, on_interrupt_signal)
     try:
+        # inside the try: a signal caught between these two lines raises here (a test sent one
+        # as soon as SIGTERM was caught, and got a traceback from inside signal.signal)
+        signal.signal(signal.SIGTERM, on_interrupt_signal)
+        signal.signal(signal.SIGINT, on_interrupt_signal)
         from bench.cli.app import main as app_main
 
         app_main(argv)  # handles every interrupt once its own imports are done

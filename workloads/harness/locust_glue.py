@@ -71,6 +71,8 @@ STOP_REPORT_INTERVAL_S = 0.5
 WORKER_LIVENESS = 10
 #: Seconds the master waits for one clock round trip before counting it lost.
 PONG_WAIT_S = 1.0
+#: Rounds a worker may leave unanswered before its first answer, before it counts as not answering.
+PONG_FIRST_TRIES = 3
 
 RECORDER = Recorder()
 
@@ -487,13 +489,15 @@ def _to_master_clock(node_id: str, chunk: dict) -> None:
 
 def _on_pong(environment: Any, msg: Any, **_: Any) -> None:
     t1 = time.monotonic_ns()
+    # who answered is known even from a late answer: a worker whose first pong came after
+    # PONG_WAIT_S (a loaded runner) was otherwise named by its Locust id, not its host
+    STATE.peers.setdefault(msg.node_id, {"host": msg.data["host"], "pid": msg.data["pid"]})
     pending = STATE.pending_ping.get(msg.node_id)
     if pending is None or pending[0] != msg.data["i"]:
         return  # an answer that came too late: its round trip is not known exactly
     STATE.clock_samples.setdefault(msg.node_id, []).append(
         clock_offsets.Sample(pending[1], int(msg.data["t"]), t1)
     )
-    STATE.peers.setdefault(msg.node_id, {"host": msg.data["host"], "pid": msg.data["pid"]})
     pending[2].set()
 
 
@@ -506,7 +510,8 @@ def _measure_clocks(runner: Any, nodes: list[str]) -> dict[str, clock_offsets.Es
             done = gevent.event.Event()
             STATE.pending_ping[node] = (i, time.monotonic_ns(), done)
             runner.send_message("lockbench_ping", {"i": i}, client_id=node)
-            if not done.wait(PONG_WAIT_S) and i == 0:
+            answered = done.wait(PONG_WAIT_S)
+            if not answered and i >= PONG_FIRST_TRIES - 1 and not STATE.clock_samples[node]:
                 break  # not answering at all: do not wait out every round
         STATE.pending_ping.pop(node, None)
         est = clock_offsets.estimate(STATE.clock_samples[node])
