@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +20,7 @@ from bench.explore.draw import Reach, reach, schedule_for
 from bench.explore.execute import explore_settings, make_case, outcome_of, recovery_bound_s, stuck_after
 from bench.explore.schedule import Event, Schedule
 from bench.explore.shrink import Explorer, Outcome
+from tests.helpers import bench
 from tests.test_checkers import history
 from workloads.checks.stop_rules import StopRule
 
@@ -217,9 +217,7 @@ def test_a_schedule_file_reads_back_as_written(tmp_path: Path) -> None:
 
 
 def _bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return bench(*args, timeout=timeout)  # forked from the tests' server (tests/bench_forkserver.py)
 
 
 @pytest.mark.parametrize(

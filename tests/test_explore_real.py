@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from bench.explore.draw import reach, schedule_for
 from bench.explore.execute import explore_settings
 from bench.explore.schedule import Event
+from tests.helpers import bench
 
 pytestmark = (
     pytest.mark.server
@@ -30,9 +30,7 @@ STUCK = "tests.coincidence_locks:StuckAfterRestartLock"
 
 
 def _bench(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return bench(*args, timeout=timeout)  # forked from the tests' server (tests/bench_forkserver.py)
 
 
 def _explore(
