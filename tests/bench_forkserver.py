@@ -65,7 +65,8 @@ PRELOAD = (
 #: ``bench`` forks bench but lets it start its warm Locust as the product does
 ENABLE_ENV = "LOCKBENCH_TEST_FORKSERVER"
 _HEADER = struct.Struct("!I")
-#: tests.helpers.MARK_ENV, with a placeholder the servers start with and each fork overwrites
+#: The variable that marks every process a test's ``bench`` started (children inherit it); the
+#: servers start with :data:`MARK_PLACEHOLDER` in it, which each fork overwrites (:func:`show_mark`)
 MARK_ENV = "LOCKBENCH_TEST_MARK"
 MARK_PLACEHOLDER = "0" * 32
 
@@ -82,9 +83,10 @@ def show_mark(mark: str) -> None:
     import ctypes
 
     key = f"{MARK_ENV}=".encode()
-    raw = Path("/proc/self/environ").read_bytes()
-    at = raw.find(b"\0" + key + MARK_PLACEHOLDER.encode() + b"\0")
-    at = at + 1 if at >= 0 else (0 if raw.startswith(key + MARK_PLACEHOLDER.encode() + b"\0") else -1)
+    # with a NUL in front, the entry's NUL-led index here is its start in the block itself
+    at = (b"\0" + Path("/proc/self/environ").read_bytes()).find(
+        b"\0" + key + MARK_PLACEHOLDER.encode() + b"\0"
+    )
     if at < 0 or len(mark) != len(MARK_PLACEHOLDER):
         return
     env_start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[47])
@@ -143,7 +145,8 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+def send_message(conn: socket.socket, message: dict[str, Any]) -> None:
+    """One JSON line back to the caller (its pid, then for a bench call its end)."""
     conn.sendall((json.dumps(message) + "\n").encode())
 
 
@@ -200,16 +203,18 @@ def _waiter(conn: socket.socket, listener: socket.socket) -> NoReturn:
             _bench_child(request, fds, [conn.fileno(), listener.fileno()])
         for fd in fds:
             os.close(fd)
-        _send(conn, {"pid": pid})
+        send_message(conn, {"pid": pid})
         _, status, usage = os.wait4(pid, 0)
-        _send(conn, {"exit": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime})
+        send_message(
+            conn, {"exit": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime}
+        )
     finally:
         os._exit(0)
 
 
-def listen(path: str) -> socket.socket:
-    """The server's Unix socket at ``path``; "ready" on stdout tells the client it may connect."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def listen(path: str, make: Callable[..., Any] = socket.socket) -> Any:
+    """The server's Unix socket at ``path`` (made by ``make``); "ready" on stdout tells the client it may connect."""
+    listener = make(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
     for stream in (sys.stdout, sys.stderr):
@@ -218,22 +223,32 @@ def listen(path: str) -> socket.socket:
     return listener
 
 
-def accept_until_stdin_closes(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
-    """``handle`` each connection until stdin closes (the pytest process that started the server ended)."""
-    with selectors.DefaultSelector() as sel:
-        sel.register(listener, selectors.EVENT_READ, "call")
-        sel.register(sys.stdin, selectors.EVENT_READ, "stdin")
-        while True:
-            for key, _ in sel.select():
-                if key.data == "stdin":
-                    if not os.read(sys.stdin.fileno(), 4096):
-                        return
-                    continue
-                conn, _ = listener.accept()
-                try:
-                    handle(conn)
-                finally:
-                    conn.close()
+def accept_until_stdin_closes(
+    listener: Any,
+    handle: Callable[[Any], None],
+    wait_readable: Callable[..., Any] = select.select,
+    between: Callable[[], None] | None = None,
+) -> None:
+    """``handle`` each connection until stdin closes (the pytest process that started the server ended).
+
+    ``wait_readable`` and the listener's type are the caller's: the warm server must use
+    the unpatched ``select`` and ``_socket`` (tests/warm_locust_forkserver.py). ``between``
+    runs at least once a second.
+    """
+    stdin = sys.stdin.fileno()
+    while True:
+        if between is not None:
+            between()
+        readable = wait_readable([listener, stdin], [], [], 1.0)[0]
+        if stdin in readable and not os.read(stdin, 4096):
+            return
+        if listener not in readable:
+            continue
+        conn = type(listener)(fileno=listener._accept()[0])
+        try:
+            handle(conn)
+        finally:
+            conn.close()
 
 
 def serve(path: str) -> None:
@@ -290,14 +305,15 @@ class ForkedProcess:
         out_r, out_w = os.pipe()
         null = os.open(os.devnull, os.O_WRONLY)  # the product's warm process has stderr on /dev/null
         # a child starts in its parent thread's network namespace: bench spawns a partition
-        # case's warm process from inside a test host (infra/testhosts.py)
-        netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        # case's warm process from inside a test host (infra/testhosts.py); this thread waits
+        # for the warm process's "ready", so the path stays valid until the fork has entered it
+        netns = f"/proc/{os.getpid()}/task/{threading.get_native_id()}/ns/net"
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(path)
             try:
-                send_request(conn, request, [in_r, out_w, null, netns])
+                send_request(conn, {**request, "netns": netns}, [in_r, out_w, null])
             finally:
-                for fd in (in_r, out_w, null, netns):
+                for fd in (in_r, out_w, null):
                     os.close(fd)
             pid = int(json.loads(conn.makefile("rb").readline())["pid"])
         return cls(pid, in_w, out_r)
@@ -322,7 +338,6 @@ class ForkedProcess:
 class Call:
     """One finished call: what a ``subprocess.Popen`` of ``python -m bench`` would have given."""
 
-    pid: int
     code: int
     out: str
     err: str
@@ -433,7 +448,7 @@ class ForkServer:
                 os.close(out_r)
                 os.close(err_r)
             ended = json.loads(reader.readline())
-        return Call(pid, int(ended["exit"]), out, err, float(ended["cpu_s"]))
+        return Call(int(ended["exit"]), out, err, float(ended["cpu_s"]))
 
     def stop(self) -> None:
         servers, self.bench, self.warm = (self.bench, self.warm), None, None

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench_forkserver import ENABLE_ENV, ForkServer
+from tests.bench_forkserver import ENABLE_ENV, MARK_ENV, ForkServer
 
 PROJECT = Path(__file__).resolve().parent.parent
-#: The environment variable that marks every process a test's ``bench`` started (children inherit it).
-MARK_ENV = "LOCKBENCH_TEST_MARK"
 #: Marks handed out by :func:`bench` in this test process, so checks look only at our own processes.
 MARKS: list[str] = []
 #: Pids of the bench processes :func:`bench` started: a server some of them started works in

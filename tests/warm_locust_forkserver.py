@@ -20,25 +20,14 @@ from __future__ import annotations
 # Locust first, as in warm_locust itself: it monkey-patches the standard library.
 from workloads.harness import warm_locust  # isort: skip
 
-import contextlib
-import json
 import os
 import signal
-import socket
 import sys
+from pathlib import Path
+from typing import Any
 
-from tests.bench_forkserver import become, recv_request
-
-
-def _enter_netns(fd: int) -> None:
-    """Enter the network namespace ``fd`` refers to: the asking bench thread's, as an exec'd child's would be."""
-    import ctypes
-
-    try:
-        if ctypes.CDLL("libc.so.6", use_errno=True).setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-            raise OSError(ctypes.get_errno(), "setns into the asking thread's network namespace")
-    finally:
-        os.close(fd)
+from tests.bench_forkserver import accept_until_stdin_closes, become, listen, recv_request, send_message
+from workloads.harness.netns import _setns
 
 
 def _die_with(parent: int) -> None:
@@ -68,46 +57,39 @@ def serve(path: str) -> None:
     case's Locust (measured: twice the client CPU per acquisition, loops late a quarter of the time).
     """
     import _socket
+    import contextlib
 
     from gevent.monkey import get_original
     from gevent.os import fork_gevent
 
-    wait_readable = get_original("select", "select")
     reap = get_original("os", "waitpid")
     warm_locust._preload()
-    listener = _socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(16)
-    print("ready", flush=True)
-    while True:
+    listener = listen(path, _socket.socket)
+
+    def reap_ended() -> None:
         with contextlib.suppress(ChildProcessError):
             while reap(-1, os.WNOHANG)[0] > 0:
                 pass
-        readable = wait_readable([listener, sys.stdin.fileno()], [], [], 1.0)[0]
-        if sys.stdin.fileno() in readable and not os.read(sys.stdin.fileno(), 4096):
-            return
-        if listener not in readable:
-            continue
-        conn = _socket.socket(fileno=listener._accept()[0])
-        try:
-            request, fds = recv_request(conn, 4)  # type: ignore[arg-type]
-            pid = fork_gevent()  # the child's hub made fresh, as gevent's own fork does
-            if pid == 0:
-                code = 1
-                try:
-                    _enter_netns(fds.pop())
-                    become(request, fds, [conn.fileno(), listener.fileno()])
-                    os.setsid()
-                    _die_with(int(request["parent"]))
-                    warm_locust.serve()
-                    code = 0
-                finally:
-                    os._exit(code)
-            for fd in fds:
-                os.close(fd)
-            conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
-        finally:
-            conn.close()
+
+    def handle(conn: Any) -> None:
+        request, fds = recv_request(conn, 3)
+        pid = fork_gevent()  # the child's hub made fresh, as gevent's own fork does
+        if pid == 0:
+            code = 1
+            try:
+                _setns(Path(request["netns"]))  # the asking bench thread's, as an exec'd child's would be
+                become(request, fds, [conn.fileno(), listener.fileno()])
+                os.setsid()
+                _die_with(int(request["parent"]))
+                warm_locust.serve()
+                code = 0
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        send_message(conn, {"pid": pid})
+
+    accept_until_stdin_closes(listener, handle, get_original("select", "select"), reap_ended)
 
 
 if __name__ == "__main__":

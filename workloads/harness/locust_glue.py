@@ -510,8 +510,7 @@ def _measure_clocks(runner: Any, nodes: list[str]) -> dict[str, clock_offsets.Es
             done = gevent.event.Event()
             STATE.pending_ping[node] = (i, time.monotonic_ns(), done)
             runner.send_message("lockbench_ping", {"i": i}, client_id=node)
-            answered = done.wait(PONG_WAIT_S)
-            if not answered and i >= PONG_FIRST_TRIES - 1 and not STATE.clock_samples[node]:
+            if not done.wait(PONG_WAIT_S) and i >= PONG_FIRST_TRIES - 1 and not STATE.clock_samples[node]:
                 break  # not answering at all: do not wait out every round
         STATE.pending_ping.pop(node, None)
         est = clock_offsets.estimate(STATE.clock_samples[node])
