@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,15 +274,21 @@ def _warm_from(path: str) -> None:
     """
     from bench.run import warm
 
-    def spawn(self: warm.WarmLocust) -> None:
+    warm.WarmLocust.spawn = forked_spawn(path)  # type: ignore[method-assign]
+
+
+def forked_spawn(path: str) -> Callable[[Any], None]:
+    """A ``WarmLocust.spawn`` that asks the warm server at ``path`` for the warm process."""
+
+    def spawn(self: Any) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = ForkedProcess.start(path, {"env": env, "cwd": os.getcwd(), "parent": os.getpid()})  # type: ignore[assignment]
+        self.proc = ForkedProcess.start(path, {"env": env, "cwd": os.getcwd(), "parent": os.getpid()})
         self._buffer = b""
         self._ready = False
 
-    warm.WarmLocust.spawn = spawn  # type: ignore[method-assign]
+    return spawn
 
 
 class ForkedProcess:
@@ -449,6 +456,20 @@ class ForkServer:
                 os.close(err_r)
             ended = json.loads(reader.readline())
         return Call(int(ended["exit"]), out, err, float(ended["cpu_s"]))
+
+    def warm_locust(self, nice: int | None = None) -> Any:
+        """A ``bench.run.warm.WarmLocust`` in this process whose warm process is forked from the warm server.
+
+        For tests that run a case's Locust themselves: the product's own warm launcher (the
+        same request, case fork and Locust ``main()``), without 1.5 CPU-s of imports a case.
+        ``LOCKBENCH_TEST_FORKSERVER=0`` or ``=bench`` gives the product's own spawn.
+        """
+        from bench.run.warm import WarmLocust
+
+        warm = WarmLocust(nice)
+        if os.environ.get(ENABLE_ENV, "1") not in ("0", "bench") and self.serves(dict(os.environ)):
+            warm.spawn = types.MethodType(forked_spawn(self._ensure()[1].path), warm)  # type: ignore[method-assign]
+        return warm
 
     def stop(self) -> None:
         servers, self.bench, self.warm = (self.bench, self.warm), None, None

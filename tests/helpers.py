@@ -284,6 +284,19 @@ def python_json(*args: str) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def locust(argv: list[str], log: Path, timeout: float = 120, nice: int | None = None) -> int:
+    """Run a case's Locust (``argv``: ``python -m locust ...``) as ``bench run`` does by default; its exit code.
+
+    Through the product's warm launcher (bench/run/warm.py), with the warm process forked
+    from this process's warm server (:meth:`tests.bench_forkserver.ForkServer.warm_locust`):
+    the same case fork and Locust ``main()``, without a fresh interpreter's 1.5 CPU-s of
+    imports. Locust's stdout and stderr both go to ``log``. Tests of the cold launcher
+    itself call ``bench.run.locust.run_locust``.
+    """
+    with FORK_SERVER.warm_locust(nice) as warm:
+        return warm.run(argv, log, timeout)
+
+
 def two_worker_locust(locustfile: Path, out: Path, case: str, options: list[str]) -> list[str]:
     """Locust's command line for a headless case on two forked workers (``--processes 2``), as bench
     runs one: ``options`` gives the users, run time, lock and resource, and the workload's flags."""

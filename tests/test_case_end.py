@@ -22,9 +22,9 @@ import redis
 
 from bench.nemesis.faults import parse_fault
 from bench.run.case import Case, RunSettings
-from bench.run.locust import locust_argv, run_locust
+from bench.run.locust import locust_argv
 from infra.redis_server import RedisServer
-from tests.helpers import two_worker_locust
+from tests.helpers import locust, two_worker_locust
 from workloads.checks.core import check_flash_sale
 from workloads.checks.stock import check_stock
 from workloads.harness.catalog import WORKLOADS
@@ -134,7 +134,7 @@ def test_a_buyer_slowed_in_its_sale_at_the_stop_ends_in_ledger_and_history_alike
         "--lock-url", redis_url, "--resource-url", resource_server.url,
     ])  # fmt: skip
     log = out / "locust.log"
-    assert run_locust(argv, log, timeout=120) == 0, log.read_text()[-2000:]
+    assert locust(argv, log) == 0, log.read_text()[-2000:]
 
     recording = json.loads((out / "recording.json").read_text())
     history = pd.read_parquet(out / "history.parquet")

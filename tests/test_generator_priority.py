@@ -12,7 +12,7 @@ import pytest
 
 from bench.matrix.machine import GENERATOR_NICE, generator_nice
 from bench.run.locust import run_locust
-from bench.run.warm import WarmLocust
+from tests.helpers import locust
 from workloads.harness.priority import can_raise, raise_priority
 
 needs_root = pytest.mark.skipif(not can_raise(), reason="raising a nice value needs root (CI runs as root)")
@@ -64,11 +64,8 @@ def test_a_case_launched_with_a_nice_value_runs_at_it(
     argv = _locust_argv(tmp_path)
     for nice in (None, -2):
         log = tmp_path / f"locust-{nice}.log"
-        if warm:
-            with WarmLocust(nice) as proc:
-                code = proc.run(argv, log, timeout=120)
-        else:
-            code = run_locust(argv, log, timeout=120, nice=nice)
+        # the warm launcher (its warm process forked: tests.helpers.locust) or the cold one
+        code = locust(argv, log, nice=nice) if warm else run_locust(argv, log, timeout=120, nice=nice)
         assert code == 0, log.read_text()[-2000:]
         own, group = out.read_text().splitlines()[:2]
         assert int(own) == (nice or 0)

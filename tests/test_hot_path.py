@@ -21,6 +21,7 @@ import redis
 
 from infra.redis_server import RedisServer
 from lockimpls.redis_conn import DirectCommands
+from tests.helpers import locust
 from workloads.harness.recording import decode_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,13 +39,15 @@ def test_contended_locust_run_records_every_operation_exactly_once(
         "--resource-url", resource_server.url, "--cs", "1ms",
         "--lockbench-out", str(out), "--lockbench-case", "hot-path",
     ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = tmp_path / "locust.log"
+    code = locust(argv, log)
+    output = log.read_text()  # Locust's stdout and stderr
+    assert code == 0, output[-2000:]
     recording = json.loads((out / "recording.json").read_text())
     history = pd.read_parquet(out / "history.parquet")
     # an operation cut by a forced stop has no completion by design; 30 s covers the 5 s
     # acquire timeout many times over
-    assert "Not all users finished" not in proc.stderr
+    assert "Not all users finished" not in output
     assert recording["complete"], recording["problems"]
     assert recording["merged_totals"]["events"] == len(history)
 
@@ -69,13 +72,13 @@ def test_contended_locust_run_records_every_operation_exactly_once(
 
     # Locust's own counters (fired after the release now) still see every operation once.
     # Its final summary, not its CSV: the CSV is written before stopping users finish.
-    summary = dict(re.findall(r"^lock\s+(acquire|release)\s+(\d+)\s", proc.stderr, re.MULTILINE)[:2])
+    summary = dict(re.findall(r"^lock\s+(acquire|release)\s+(\d+)\s", output, re.MULTILINE)[:2])
     finished_acquires = int(((history["op"] == "acquire") & (history["type"] != "invoke")).sum())
     assert int(summary["acquire"]) == finished_acquires
     assert int(summary["release"]) == count("release", "ok") + count("release", "info")
 
     # the checker agrees nothing overlapped
-    assert "verdict: valid" in proc.stderr
+    assert "verdict: valid" in output
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from bench.run.locust import run_locust
 from bench.run.warm import WarmLocust
 from infra.ports import free_port
 from infra.redis_server import RedisServer
+from tests.helpers import locust
 from workloads.checks.core import check_flash_sale
 from workloads.harness.recording import INTERRUPTED, STOPPED, UNFINISHED, without_stopped_waits
 from workloads.harness.worker_env import child_gone
@@ -88,7 +89,7 @@ def test_a_lock_with_its_own_loop_has_its_waiters_stopped_and_loses_no_row(
     out.mkdir()
     argv = _argv(redis_url, resource_server.url, out, impl, OWN_LOOPS[impl])
     log = out / "locust.log"
-    code = run_locust(argv, log, timeout=120)
+    code = locust(argv, log)
     assert code == 0, log.read_text()[-2000:]
     _assert_every_row_kept_and_only_waits_stopped(out, log)
 

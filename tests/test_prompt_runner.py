@@ -9,20 +9,21 @@ before their last stats and goodbyes arrive. Locust's DEBUG log says which happe
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from infra.redis_server import RedisServer
+from tests.helpers import locust
 
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.server
 
 
-def _run(redis_url: str, resource_url: str, out: Path) -> subprocess.CompletedProcess[str]:
+def _run(redis_url: str, resource_url: str, out: Path) -> tuple[int, str]:
+    """The case's exit code and Locust's output (stdout and stderr, in one log)."""
     argv = [
         sys.executable, "-m", "locust", "-f", str(ROOT / "workloads" / "flash_sale.py"), "--headless",
         "--processes", "2", "--users", "6", "--spawn-rate", "6", "--run-time", "2s", "--stop-timeout", "30",
@@ -30,15 +31,16 @@ def _run(redis_url: str, resource_url: str, out: Path) -> subprocess.CompletedPr
         "--lock-impl", "redis.set-nx-px-lua", "--lock-url", redis_url, "--resource-url", resource_url,
         "--cs", "1ms", "--lockbench-out", str(out), "--lockbench-case", "prompt",
     ]  # fmt: skip
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    log = out.parent / "locust.log"
+    code = locust(argv, log)
+    return code, log.read_text()
 
 
 def test_master_starts_on_ready_workers_and_ends_after_their_goodbyes(
     redis_url: str, resource_server: RedisServer, tmp_path: Path
 ) -> None:
-    proc = _run(redis_url, resource_server.url, tmp_path / "case")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    log = proc.stderr
+    code, log = _run(redis_url, resource_server.url, tmp_path / "case")
+    assert code == 0, log[-2000:]
     # Locust's start loop logs each look that found too few workers, then sleeps a second;
     # with the workers already waited for, it never looks in vain
     assert "Waiting for workers to be ready" not in log
@@ -54,7 +56,5 @@ def test_master_starts_on_ready_workers_and_ends_after_their_goodbyes(
     # Locust's own count (the summary table) got every acquire the recording holds: the
     # workers' final stats arrived before the master printed it
     acquires = sum(w["acquire_ok"] + w["acquire_timeout"] for w in recording["workers"].values())
-    row = next(
-        ln for ln in proc.stdout.splitlines() + log.splitlines() if ln.split()[:2] == ["lock", "acquire"]
-    )
+    row = next(ln for ln in log.splitlines() if ln.split()[:2] == ["lock", "acquire"])
     assert int(row.split()[2]) == acquires, row

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from infra.redis_server import RedisServer
-from tests.helpers import PROJECT
+from tests.helpers import PROJECT, locust
 
 IMPL = "redis.set-nx-px-lua"
 
@@ -258,14 +258,15 @@ def test_plain_locust_run_time_stop_keeps_a_correct_lock_valid_and_completes_eve
     sale the stop cut), and every invoke has exactly one completion: ok, fail, or info where the
     stop cut it (issue 21).
     """
-    locustfile = "tests/slow_ledger_locustfile.py"
-    r = subprocess.run(
+    locustfile = str(PROJECT / "tests" / "slow_ledger_locustfile.py")
+    log = tmp_path / "locust.log"
+    locust(
         [sys.executable, "-m", "locust", "-f", locustfile, "--headless", "-u", "40", "-r", "40",
          "-t", "3s", "--only-summary", "--items", "40", "--skew", "0", "--cs", "0ms", "--lock-impl", IMPL,
          "--lock-url", redis_url, "--resource-url", resource_server.url, "--lockbench-out", str(tmp_path)],
-        cwd=PROJECT, capture_output=True, text=True, timeout=120,
+        log,
     )  # fmt: skip
-    verdict = next(ln for ln in r.stderr.splitlines() if "verdict:" in ln)
+    verdict = next(ln for ln in log.read_text().splitlines() if "verdict:" in ln)
     assert "verdict: valid" in verdict, verdict
     assert "lost_updates=0" in verdict and "overlapping_holds=0" in verdict
     history = pd.read_parquet(tmp_path / "history.parquet")

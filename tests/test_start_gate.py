@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from bench.run.group import StartGate, _launch_side_by_side
-from bench.run.locust import run_locust
 from infra.redis_server import RedisServer
+from tests.helpers import locust
 from workloads.harness.start_gate import READY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_a_group_starts_its_load_only_when_its_slowest_case_is_set_up(
         if log.parent.name == "slow":
             time.sleep(LATE_S)
         launched[log.parent.name] = time.monotonic()
-        return run_locust(argv, log, timeout)
+        return locust(argv, log, timeout)
 
     cases = [_FakeCase(60.0), _FakeCase(60.0)]
     _, codes, _ = _launch_side_by_side(cases, [launch, launch], argvs, outs, None)  # type: ignore[arg-type]
@@ -92,7 +92,7 @@ def test_a_lone_case_waits_at_no_gate(redis_url: str, resource_server: RedisServ
     out.mkdir()
     _, codes, _ = _launch_side_by_side(
         [_FakeCase(60.0)],  # type: ignore[list-item]
-        [lambda argv, log, timeout: run_locust(argv, log, timeout)],
+        [locust],
         [_argv(redis_url, resource_server.url, out, "lone:")],
         [out],
         None,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.run.locust import run_locust
 from infra.redis_server import RedisServer
 from infra.zookeeper_server import ZooKeeperServer
+from tests.helpers import locust
 from tests.test_locust_stop import _argv, _assert_every_row_kept_and_only_waits_stopped
 from workloads.harness.recording import STOPPED
 
@@ -32,7 +32,7 @@ def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
 def _run(impl: str, zk: ZooKeeperServer, resource_server: RedisServer, out: Path) -> Path:
     out.mkdir()
     log = out / "locust.log"
-    code = run_locust(_argv(zk.url, resource_server.url, out, impl), log, timeout=120)
+    code = locust(_argv(zk.url, resource_server.url, out, impl), log)
     assert code == 0, log.read_text()[-2000:]
     return log
 
