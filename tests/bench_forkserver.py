@@ -156,6 +156,8 @@ def _bench_child(request: dict[str, Any], fds: list[int], closing: list[int]) ->
     code = 1
     try:
         become(request, fds, closing)
+        if request.get("session"):
+            os.setsid()  # as Popen's start_new_session: a group of its own, for killpg
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -248,6 +250,11 @@ def accept_until_stdin_closes(
         conn = type(listener)(fileno=listener._accept()[0])
         try:
             handle(conn)
+        except (OSError, EOFError, ValueError):
+            # the caller went away mid-request (a test's SIGINT or kill of its bench): its call
+            # ends there, the server serves the next (a dead warm server failed every later
+            # bench of its pytest process with "Connection refused")
+            continue
         finally:
             conn.close()
 
@@ -351,6 +358,95 @@ class Call:
     cpu_s: float
 
 
+class ForkedBench:
+    """A bench child forked by the bench server, with the part of ``subprocess.Popen`` the tests use.
+
+    Why not a Popen: the child is the server's waiter's, not ours; its pid comes first and its
+    exit status and CPU (``cpu_s``, its reaped tree) come last on the call's connection.
+    ``stdout`` and ``stderr`` are text files where a pipe was asked for, else None.
+    """
+
+    def __init__(self, args: list[str], conn: socket.socket, out: int | None, err: int | None) -> None:
+        self.args = args
+        self._conn = conn
+        self._buffer = b""
+        self.returncode: int | None = None
+        self.cpu_s = 0.0
+        self._fds = [fd for fd in (out, err) if fd is not None]
+        self.stdout = None if out is None else os.fdopen(out, "r", closefd=False)
+        self.stderr = None if err is None else os.fdopen(err, "r", closefd=False)
+        self.pid = int(self._line(None)["pid"])
+
+    def _line(self, timeout: float | None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._conn], [], [], left)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            chunk = self._conn.recv(4096)
+            if not chunk:
+                raise EOFError("the bench server's waiter went away")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def poll(self) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.wait(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            ended = self._line(timeout)
+            self.returncode, self.cpu_s = int(ended["exit"]), float(ended["cpu_s"])
+            self._conn.close()
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Everything on the pipes until they close, then the exit; ``TimeoutExpired`` past ``timeout``."""
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        try:
+            texts = iter(_drain(self._fds, deadline))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+        said = (
+            next(texts) if self.stdout is not None else None,
+            next(texts) if self.stderr is not None else None,
+        )
+        self.close()
+        self.wait(max(0.0, deadline - time.monotonic()) if timeout is not None else None)
+        return said
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = []
+
+    def __enter__(self) -> ForkedBench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        if self.returncode is None:
+            self.wait()
+
+
 class _Server:
     """One server process (``python -m MODULE SOCKET``), started with the mark's placeholder."""
 
@@ -423,39 +519,73 @@ class ForkServer:
         :func:`tests.helpers.bench` did with its own process. ``on_start`` gets the bench
         child's pid as soon as it exists.
         """
+        proc = self.popen(argv, cwd, env)
+        if on_start is not None:
+            on_start(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        assert proc.returncode is not None
+        return Call(proc.returncode, out or "", err or "", proc.cpu_s)
+
+    def popen(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        stdout: Any = subprocess.PIPE,
+        stderr: Any = subprocess.PIPE,
+        start_new_session: bool = False,
+    ) -> ForkedBench:
+        """Start ``bench ARGV`` forked from the server; the parts of ``subprocess.Popen`` tests use.
+
+        ``stdout`` and ``stderr`` as Popen takes them (PIPE, DEVNULL, STDOUT for stderr, a file
+        or descriptor, None for ours); pipes are text, as ``Popen(text=True)`` gives them.
+        """
         bench, warm = self._ensure()
         request = {
             "argv": argv,
             "cwd": str(cwd),
             "env": env,
             "warm": None if env.get(ENABLE_ENV) == "bench" else warm.path,
+            "session": start_new_session,
         }
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        ours: list[int] = []  # the read ends of our pipes
+        theirs: list[int] = []  # what the child gets on 0, 1, 2 (closed here once sent)
+
+        def target(how: Any, fallback: int) -> int:
+            if how == subprocess.PIPE:
+                r, w = os.pipe()
+                ours.append(r)
+                return w
+            if how == subprocess.DEVNULL:
+                return os.open(os.devnull, os.O_WRONLY)
+            if how == subprocess.STDOUT:
+                return os.dup(theirs[1])
+            return os.dup(fallback if how is None else how if isinstance(how, int) else how.fileno())
+
+        theirs.append(os.open(os.devnull, os.O_RDONLY))
+        theirs.append(target(stdout, 1))
+        theirs.append(target(stderr, 2))
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
             conn.connect(bench.path)
-            try:
-                send_request(conn, request, [null, out_w, err_w])
-            finally:
-                for fd in (null, out_w, err_w):
-                    os.close(fd)
-            reader = conn.makefile("rb")
-            pid = int(json.loads(reader.readline())["pid"])
-            if on_start is not None:
-                on_start(pid)
-            try:
-                out, err = _drain([out_r, err_r], time.monotonic() + timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                reader.readline()
-                raise subprocess.TimeoutExpired(["bench", *argv], timeout) from None
-            finally:
-                os.close(out_r)
-                os.close(err_r)
-            ended = json.loads(reader.readline())
-        return Call(int(ended["exit"]), out, err, float(ended["cpu_s"]))
+            send_request(conn, request, theirs)
+        except BaseException:
+            conn.close()
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        pipes = iter(ours)
+        out = next(pipes) if stdout == subprocess.PIPE else None
+        err = next(pipes) if stderr == subprocess.PIPE else None
+        return ForkedBench(["bench", *argv], conn, out, err)
 
     def warm_locust(self, nice: int | None = None) -> Any:
         """A ``bench.run.warm.WarmLocust`` in this process whose warm process is forked from the warm server.
@@ -478,7 +608,7 @@ class ForkServer:
                 server.stop()
 
 
-def _drain(fds: list[int], deadline: float) -> tuple[str, str]:
+def _drain(fds: list[int], deadline: float) -> list[str]:
     """Everything written to the pipes until each one closes; ``TimeoutExpired`` at ``deadline``."""
     chunks: dict[int, list[bytes]] = {fd: [] for fd in fds}
     with selectors.DefaultSelector() as sel:
@@ -495,8 +625,7 @@ def _drain(fds: list[int], deadline: float) -> tuple[str, str]:
                 else:
                     sel.unregister(key.fd)
     # as ``Popen(text=True)`` reads them: universal newlines
-    out, err = (b"".join(chunks[fd]).decode().replace("\r\n", "\n").replace("\r", "\n") for fd in fds)
-    return out, err
+    return [b"".join(chunks[fd]).decode().replace("\r\n", "\n").replace("\r", "\n") for fd in fds]
 
 
 if __name__ == "__main__":

@@ -115,6 +115,38 @@ def bench(
     return subprocess.CompletedProcess(argv, code, out, err)
 
 
+def bench_popen(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    stdout: Any = subprocess.PIPE,
+    stderr: Any = subprocess.PIPE,
+    start_new_session: bool = False,
+) -> Any:
+    """Start ``python -m bench ARGS`` in the background: a ``subprocess.Popen`` or its forked equal.
+
+    As :func:`bench`, but the test holds the process while it runs (signals, kills, lines as
+    they come): :class:`tests.bench_forkserver.ForkedBench` has the part of Popen tests use
+    (``pid``, text ``stdout``/``stderr`` where piped, ``poll``, ``wait``, ``communicate``,
+    ``send_signal``, ``kill``). Every process it starts carries the call's mark, ``env``'s
+    :data:`MARK_ENV` if it has one, else a fresh one (both in :data:`MARKS`).
+    """
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault(MARK_ENV, uuid.uuid4().hex)
+    MARKS.append(full_env[MARK_ENV])
+    if full_env.get(ENABLE_ENV, "1") != "0" and FORK_SERVER.serves(full_env):
+        proc: Any = FORK_SERVER.popen(
+            list(args), cwd or PROJECT, full_env, stdout, stderr, start_new_session=start_new_session
+        )
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench", *args], cwd=cwd or PROJECT, env=full_env, stdout=stdout,
+            stderr=stderr, text=True, start_new_session=start_new_session,
+        )  # fmt: skip
+    PIDS.append(proc.pid)
+    return proc
+
+
 def wait_until_catching(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
     """Return once ``proc`` catches ``sig`` (its handler installed: ``SigCgt`` in /proc/<pid>/status).
 

@@ -105,3 +105,40 @@ def test_a_killed_bench_child_takes_its_warm_locust_and_servers_with_it(tmp_path
     while [p for p in marked_processes() if p[1] != "Z"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in marked_processes() if p[1] != "Z"] == []
+
+
+def test_a_caller_gone_mid_request_leaves_the_warm_server_serving(tmp_path: Path) -> None:
+    """A bench child killed while its warm process is being forked (a test's Ctrl-C) costs that call only.
+
+    The server's answer then meets a closed socket; it used to die of the broken pipe, and every
+    later bench of its pytest process failed with "Connection refused".
+    """
+    import socket
+
+    from tests.bench_forkserver import ForkedProcess, ForkServer, send_request
+
+    server = ForkServer()
+    try:
+        warm = server._ensure()[1]
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        netns = f"/proc/{os.getpid()}/task/{threading.get_native_id()}/ns/net"
+        request = {"env": dict(os.environ), "cwd": str(tmp_path), "parent": os.getpid(), "netns": netns}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(warm.path)
+            send_request(conn, request, [in_r, out_w, os.open(os.devnull, os.O_WRONLY)])
+            conn.shutdown(socket.SHUT_RD)  # gone before the answer: the server's send gets EPIPE
+        for fd in (in_r, in_w, out_r, out_w):
+            os.close(fd)  # the warm process forked for it reads EOF and ends
+        # the next caller is served: a warm process that answers "ready"
+        proc = ForkedProcess.start(
+            warm.path, {"env": dict(os.environ), "cwd": str(tmp_path), "parent": os.getpid()}
+        )
+        try:
+            assert proc.stdout.readline().strip() == b'{"ready": true}'
+        finally:
+            proc.stdin.close()
+            proc.wait(30)
+        assert warm.alive()
+    finally:
+        server.stop()

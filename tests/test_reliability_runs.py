@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -22,19 +23,21 @@ import psutil
 import pytest
 
 from infra.redis_server import RedisServer
-from tests.helpers import PROJECT, locust
+from tests.helpers import MARK_ENV, PROJECT, bench_popen, locust, marked_processes
 
 IMPL = "redis.set-nx-px-lua"
 
 
 class BenchRun:
-    """``python -m bench ARGS`` in the background, its stderr read line by line as it comes."""
+    """``python -m bench ARGS`` in the background (tests.helpers.bench_popen), its stderr read line by line.
+
+    Its processes carry :attr:`mark`: the warm Locust and its cases are forked from the tests'
+    warm server, not from bench, so :meth:`descendants` finds them by it as well.
+    """
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench", *args], cwd=PROJECT, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        self.mark = uuid.uuid4().hex
+        self.proc = bench_popen(*args, env={MARK_ENV: self.mark})
         self.lines: list[str] = []
         self._new = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -55,10 +58,16 @@ class BenchRun:
                 self._new.wait(min(left, 0.2))
 
     def descendants(self) -> list[psutil.Process]:
+        """Every live process this run started: its children and what carries its mark."""
         try:
-            return psutil.Process(self.proc.pid).children(recursive=True)
+            found = {p.pid: p for p in psutil.Process(self.proc.pid).children(recursive=True)}
         except psutil.NoSuchProcess:
-            return []
+            found = {}
+        for pid, *_ in marked_processes([self.mark]):
+            if pid != self.proc.pid and pid not in found:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    found[pid] = psutil.Process(pid)
+        return list(found.values())
 
     def finish(self, timeout: float = 120) -> tuple[int, str, str]:
         out = self.proc.stdout.read()
@@ -285,17 +294,9 @@ def test_plain_locust_run_time_stop_keeps_a_correct_lock_valid_and_completes_eve
 
 
 def _marked_run(*args: str) -> tuple[BenchRun, str]:
-    """A BenchRun whose processes (and all they start) carry a fresh test mark."""
-    import uuid
-
-    from tests.helpers import MARK_ENV
-
-    mark = uuid.uuid4().hex
-    os.environ[MARK_ENV] = mark
-    try:
-        return BenchRun(*args), mark
-    finally:
-        del os.environ[MARK_ENV]
+    """A BenchRun and the mark its processes (and all they start) carry."""
+    run = BenchRun(*args)
+    return run, run.mark
 
 
 def _locusts(mark: str) -> list[tuple[int, str, str, str]]:
