@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.helpers import bench
+from tests.helpers import bench, bench_popen
 from workloads.harness.recording import decode_histogram
 
 pytestmark = pytest.mark.slow
@@ -137,18 +137,14 @@ def _children_running(pid: int, name: str) -> list[int]:
 def test_ctrl_c_keeps_finished_cases_and_leaves_no_server(tmp_path: Path) -> None:
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from infra.state import pid_alive
-    from tests.helpers import PROJECT
 
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", "run", "--impl", "redis.set-nx-px-lua", "--impl", "redis.set-nx-px",
-         "--impl", "redis.setnx-expire", *SHORT, "--results-dir", str(results)],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    proc = bench_popen(
+        "run", "--impl", "redis.set-nx-px-lua", "--impl", "redis.set-nx-px", "--impl", "redis.setnx-expire",
+        *SHORT, "--results-dir", str(results), start_new_session=True,
     )  # fmt: skip
     servers: list[int] = []
     deadline = time.monotonic() + 120
@@ -181,17 +177,12 @@ def test_a_dead_lock_server_stops_the_run_and_keeps_results(tmp_path: Path) -> N
     """Kill the lock server during the first case: the run ends, says so, keeps what finished."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
-    from tests.helpers import PROJECT
-
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", "run", "--impl", "redis.set-nx-px-lua", "--impl", "redis.set-nx-px",
-         "--duration", "4", "--users", "5", "--acquire-timeout", "0.5", "--results-dir", str(results)],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    proc = bench_popen(
+        "run", "--impl", "redis.set-nx-px-lua", "--impl", "redis.set-nx-px", "--duration", "4", "--users", "5",
+        "--acquire-timeout", "0.5", "--results-dir", str(results), start_new_session=True,
     )  # fmt: skip
     try:
         lock_server = None

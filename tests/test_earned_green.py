@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from bench.matrix.tables import print_summary
 from bench.measure import strikes
 from bench.nemesis.scenarios import scenarios_at
 from dashboards.grid import cell_for
-from tests.helpers import MARK_ENV, bench, marked_processes, run_exit_code
+from tests.helpers import MARK_ENV, bench, bench_popen, marked_processes, run_exit_code
 
 STANDARD = strikes.LEVELS["standard"]
 
@@ -217,13 +216,10 @@ def test_a_repeated_fault_strikes_k_times_each_on_a_grant_after_the_heal(tmp_pat
 
 @pytest.mark.server
 def test_a_lock_server_killed_during_a_matrix_case_makes_it_unknown(tmp_path: Path) -> None:
-    mark = "earned-green-kill"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", "matrix", "--impl", "redis.set-nx-px-lua", "--scenario",
-         "lease-expiry-task", "--evidence", "quick", "--no-report", "--no-warm", "--results-dir",
-         str(tmp_path / "r")],
-        env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+    mark = uuid.uuid4().hex
+    proc = bench_popen(
+        "matrix", "--impl", "redis.set-nx-px-lua", "--scenario", "lease-expiry-task", "--evidence", "quick",
+        "--no-report", "--no-warm", "--results-dir", str(tmp_path / "r"), env={MARK_ENV: mark},
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120

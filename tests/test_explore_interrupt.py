@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import bench_popen
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.server
 def test_ctrl_c_after_a_failure_keeps_its_schedule(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", "explore", "--impl", "redis.set-nx-px-lua", "--seed", "3",
-         "--budget", "5m", "--no-report", "--results-dir", str(tmp_path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
+    # as from a terminal: SIGINT raises KeyboardInterrupt (a forked bench child is set so, as a fresh one)
+    proc = bench_popen(
+        "explore", "--impl", "redis.set-nx-px-lua", "--seed", "3", "--budget", "5m", "--no-report",
+        "--results-dir", str(tmp_path),
     )  # fmt: skip
     lines: list[str] = []
     seen = threading.Event()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pandas as pd
 import pytest
 
 from infra import testhosts
+from tests.helpers import bench_popen
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def _netns() -> None:
 
 
 def _bench_argv(results: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "bench", "run", "--no-report", "--results-dir", str(results), *args]
+    return ["run", "--no-report", "--results-dir", str(results), *args]
 
 
 def _run_namespaces(pid: int) -> list[str]:
@@ -36,9 +36,7 @@ def _run_namespaces(pid: int) -> list[str]:
 
 def _bench(*argv: str, timeout: float) -> tuple[int, str, int]:
     """(exit code, stderr, pid) of a bench command."""
-    proc = subprocess.Popen(
-        list(argv), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    proc = bench_popen(*argv, stdout=subprocess.DEVNULL)
     try:
         _, err = proc.communicate(timeout=timeout)
     finally:
@@ -86,10 +84,10 @@ def test_a_cut_off_holder_overlaps_and_its_late_write_gets_through(tmp_path: Pat
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_run_on_test_hosts_leaves_no_namespace_or_process(tmp_path: Path, sig: int) -> None:
-    proc = subprocess.Popen(
-        _bench_argv(tmp_path / "results", "--impl", "redis.set-nx-px-lua", "--fault", "partition-node",
-                    "--users", "2", "--duration", "30"),  # fmt: skip
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = bench_popen(
+        *_bench_argv(tmp_path / "results", "--impl", "redis.set-nx-px-lua", "--fault", "partition-node",
+                     "--users", "2", "--duration", "30"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60

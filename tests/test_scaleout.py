@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import psutil
@@ -22,6 +23,7 @@ import pytest
 import redis
 
 from infra.ports import free_port
+from tests.helpers import bench_popen
 from workloads.checks.core import check_flash_sale, check_overlaps
 from workloads.harness.clock_offsets import Sample, combine, estimate
 from workloads.harness.recording import HISTORY_COLUMNS, history_frame
@@ -124,53 +126,26 @@ def _bench(*args: str) -> list[str]:
     return [sys.executable, "-m", "bench", *args]
 
 
-def _start_worker(cwd: Path, port: int, name: str, shift_ns: int = 0) -> subprocess.Popen:
+def _start_worker(cwd: Path, port: int, name: str, shift_ns: int = 0) -> Any:
     cwd.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if shift_ns:
-        env[CLOCK_SHIFT_ENV] = str(shift_ns)
-    return subprocess.Popen(
-        _bench("worker", "--master", f"127.0.0.1:{port}", "--name", name),
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    env = {CLOCK_SHIFT_ENV: str(shift_ns)} if shift_ns else {}
+    return bench_popen(
+        "worker", "--master", f"127.0.0.1:{port}", "--name", name, cwd=cwd, env=env, stderr=subprocess.STDOUT
     )
 
 
-def _run_master(tmp: Path, port: int, workers: int, redis_url: str, resource_url: str, *extra: str):
+def _run_master(tmp: Path, port: int, workers: int, redis_url: str, resource_url: str, *extra: str) -> Any:
     master = tmp / "master"
     master.mkdir()
-    return subprocess.Popen(
-        _bench(
-            "run",
-            "--duration",
-            "2",
-            "--users",
-            "6",
-            "--master-bind",
-            f"127.0.0.1:{port}",
-            "--expect-workers",
-            str(workers),
-            "--redis-url",
-            redis_url,
-            "--resource-url",
-            resource_url,
-            "--results-dir",
-            str(master / "results"),
-            "--no-report",
-            *extra,
-        ),  # fmt: skip
+    return bench_popen(
+        "run", "--duration", "2", "--users", "6", "--master-bind", f"127.0.0.1:{port}",
+        "--expect-workers", str(workers), "--redis-url", redis_url, "--resource-url", resource_url,
+        "--results-dir", str(master / "results"), "--no-report", *extra,
         cwd=master,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    )  # fmt: skip
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def _stop(procs: list[Any]) -> None:
     for p in procs:
         if p.poll() is None:
             p.kill()
@@ -300,14 +275,9 @@ def _run_namespaces(pid: int) -> list[str]:
     return sorted(n for n in os.listdir(netns) if n.startswith(f"lb{pid}x")) if netns.exists() else []
 
 
-def _bench_on_test_hosts(tmp: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        _bench("run", "--test-hosts", *args, "--results-dir", str(tmp / "results"), "--no-report"),
-        cwd=tmp,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def _bench_on_test_hosts(tmp: Path, *args: str) -> Any:
+    return bench_popen(
+        "run", "--test-hosts", *args, "--results-dir", str(tmp / "results"), "--no-report", cwd=tmp
     )
 
 
