@@ -52,7 +52,6 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -348,16 +347,6 @@ class ForkedProcess:
             os.kill(self.pid, signal.SIGKILL)
 
 
-@dataclass
-class Call:
-    """One finished call: what a ``subprocess.Popen`` of ``python -m bench`` would have given."""
-
-    code: int
-    out: str
-    err: str
-    cpu_s: float
-
-
 class ForkedBench:
     """A bench child forked by the bench server, with the part of ``subprocess.Popen`` the tests use.
 
@@ -504,32 +493,6 @@ class ForkServer:
                 self.bench = _Server("tests.bench_forkserver", folder)
                 self.warm = _Server("tests.warm_locust_forkserver", folder)
             return self.bench, self.warm
-
-    def call(
-        self,
-        argv: list[str],
-        cwd: Path,
-        env: dict[str, str],
-        timeout: float,
-        on_start: Callable[[int], None] | None = None,
-    ) -> Call:
-        """Run ``bench ARGV`` (``argv`` without the program) like ``subprocess.Popen(...).communicate``.
-
-        On ``timeout`` the bench child is killed and ``subprocess.TimeoutExpired`` raised, as
-        :func:`tests.helpers.bench` did with its own process. ``on_start`` gets the bench
-        child's pid as soon as it exists.
-        """
-        proc = self.popen(argv, cwd, env)
-        if on_start is not None:
-            on_start(proc.pid)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
-        assert proc.returncode is not None
-        return Call(proc.returncode, out or "", err or "", proc.cpu_s)
 
     def popen(
         self,

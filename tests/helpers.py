@@ -89,30 +89,19 @@ def bench(
     The call is forked from this process's :mod:`tests.bench_forkserver`, which has the
     third-party imports done (``LOCKBENCH_TEST_FORKSERVER=0``: a fresh interpreter each time).
     """
-    mark = uuid.uuid4().hex
-    MARKS.append(mark)
-    argv = [sys.executable, "-m", "bench", *args]
-    full_env = {**os.environ, **(env or {}), MARK_ENV: mark}
-    started = time.monotonic()
-    if full_env.get(ENABLE_ENV, "1") != "0" and FORK_SERVER.serves(full_env):
-        done = FORK_SERVER.call(list(args), cwd or PROJECT, full_env, timeout, on_start=PIDS.append)
-        code, out, err, cpu_s = done.code, done.out, done.err, done.cpu_s
-    else:
-        with subprocess.Popen(
-            argv, cwd=cwd or PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
-        ) as proc:
-            PIDS.append(proc.pid)
-            cpu_before = _children_cpu_s()
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise
-        code, cpu_s = proc.returncode, _children_cpu_s() - cpu_before
+    started, cpu_before = time.monotonic(), _children_cpu_s()
+    proc = bench_popen(*args, cwd=cwd, env={**(env or {}), MARK_ENV: uuid.uuid4().hex})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    # a forked child's CPU comes from the server's waiter; a fresh one's is ours to read
+    cpu_s = proc.cpu_s if hasattr(proc, "cpu_s") else _children_cpu_s() - cpu_before
     if os.environ.get(RECORD_CALLS_ENV):
-        _record_call(args, time.monotonic() - started, cpu_s, code)
-    return subprocess.CompletedProcess(argv, code, out, err)
+        _record_call(args, time.monotonic() - started, cpu_s, proc.returncode)
+    return subprocess.CompletedProcess([sys.executable, "-m", "bench", *args], proc.returncode, out, err)
 
 
 def bench_popen(

@@ -71,12 +71,6 @@ def test_a_killed_bench_child_takes_its_warm_locust_and_servers_with_it(tmp_path
     """The warm process is the warm server's child, not bench's: it must still end with bench."""
     mark = uuid.uuid4().hex
     MARKS.append(mark)  # marked_processes() then also finds the servers by their scratch folder
-    pids: list[int] = []
-
-    def started(pid: int) -> None:
-        pids.append(pid)
-        PIDS.append(pid)
-
     env = {**os.environ, MARK_ENV: mark}
     args = [
         "run",
@@ -88,8 +82,8 @@ def test_a_killed_bench_child_takes_its_warm_locust_and_servers_with_it(tmp_path
         "--results-dir",
         str(tmp_path),
     ]
-    caller = threading.Thread(target=lambda: FORK_SERVER.call(args, PROJECT, env, 300, on_start=started))
-    caller.start()
+    proc = FORK_SERVER.popen(args, PROJECT, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    PIDS.append(proc.pid)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the case's Locust runs (a fork of the warm server)
         cmds = [cmd for *_, cmd in marked_processes()]
@@ -99,8 +93,8 @@ def test_a_killed_bench_child_takes_its_warm_locust_and_servers_with_it(tmp_path
     else:
         raise AssertionError(f"the case's Locust never started: {marked_processes()}")
     assert any("redis-server" in cmd for cmd in cmds), cmds
-    os.kill(pids[0], signal.SIGKILL)
-    caller.join(60)
+    proc.kill()
+    proc.wait(60)
     deadline = time.monotonic() + 60
     while [p for p in marked_processes() if p[1] != "Z"] and time.monotonic() < deadline:
         time.sleep(0.1)
