@@ -289,8 +289,9 @@ def forked_spawn(path: str) -> Callable[[Any], None]:
     def spawn(self: Any) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = ForkedProcess.start(path, {"env": env, "cwd": os.getcwd(), "parent": os.getpid()})
+        env = {**(getattr(self, "env", None) or os.environ), "PYTHONUNBUFFERED": "1"}
+        cwd = str(getattr(self, "cwd", None) or os.getcwd())
+        self.proc = ForkedProcess.start(path, {"env": env, "cwd": cwd, "parent": os.getpid()})
         self._buffer = b""
         self._ready = False
 

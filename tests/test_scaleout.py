@@ -8,11 +8,13 @@ network-namespace test hosts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ import pytest
 import redis
 
 from infra.ports import free_port
+from tests.bench_forkserver import ENABLE_ENV
 from tests.helpers import bench_popen
 from workloads.checks.core import check_flash_sale, check_overlaps
 from workloads.harness.clock_offsets import Sample, combine, estimate
@@ -126,9 +129,9 @@ def _bench(*args: str) -> list[str]:
     return [sys.executable, "-m", "bench", *args]
 
 
-def _start_worker(cwd: Path, port: int, name: str, shift_ns: int = 0) -> Any:
+def _start_worker(cwd: Path, port: int, name: str, shift_ns: int = 0, env: dict | None = None) -> Any:
     cwd.mkdir(parents=True, exist_ok=True)
-    env = {CLOCK_SHIFT_ENV: str(shift_ns)} if shift_ns else {}
+    env = {**(env or {}), **({CLOCK_SHIFT_ENV: str(shift_ns)} if shift_ns else {})}
     return bench_popen(
         "worker", "--master", f"127.0.0.1:{port}", "--name", name, cwd=cwd, env=env, stderr=subprocess.STDOUT
     )
@@ -162,9 +165,23 @@ def test_workers_elsewhere_merge_and_undo_a_shifted_clock(
 ) -> None:
     port = free_port()
     workers = [
-        _start_worker(tmp_path / "w1", port, "alpha"),
+        # alpha spawns its warm Locust as the product does (its own child, exec'd), so its tree shows it
+        _start_worker(tmp_path / "w1", port, "alpha", env={ENABLE_ENV: "bench"}),
         _start_worker(tmp_path / "w2", port, "beta", shift_ns=SHIFT_NS),
     ]
+    seen: set[tuple[str, str]] = set()  # (a process's command line, its parent's) under alpha
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(psutil.Error):
+                for p in psutil.Process(workers[0].pid).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        seen.add((" ".join(p.cmdline()), " ".join(p.parent().cmdline())))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         master = _run_master(
             tmp_path, port, 2, redis_url, resource_server.url,  # type: ignore[attr-defined]
@@ -176,7 +193,12 @@ def test_workers_elsewhere_merge_and_undo_a_shifted_clock(
             out, _ = w.communicate(timeout=30)
             assert w.returncode == 0 and "the run is over" in out, out
     finally:
+        done.set()
         _stop(workers)
+    # the case's Locust worker was forked from the worker's warm process, not started cold
+    warm = "workloads.harness.warm_locust"
+    assert any(warm in cmd and warm in parent for cmd, parent in seen), seen
+    assert not any("locust --worker" in cmd for cmd, _ in seen), seen
     run = _run_dir(tmp_path)
     meta = json.loads((run / "run.json").read_text())
     offsets = meta["clock_offsets"]

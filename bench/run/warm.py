@@ -39,9 +39,14 @@ class WarmLocust:
     Why a context manager: the warm process must end with the lane, whatever ends it.
     """
 
-    def __init__(self, nice: int | None = None) -> None:
+    def __init__(
+        self, nice: int | None = None, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         #: the nice value each case's session is raised to (workloads/harness/priority.py); None: left
         self.nice = nice
+        #: the warm process's environment and directory, which each case's fork inherits (None: ours)
+        self.env = env
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._ready = False
@@ -55,11 +60,11 @@ class WarmLocust:
         """
         if self.proc is not None and self.proc.poll() is None:
             return
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**(self.env or os.environ), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workloads.harness.warm_locust"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0,
-            start_new_session=True, preexec_fn=die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent, cwd=self.cwd,
         )  # fmt: skip
         self._buffer = b""
         self._ready = False

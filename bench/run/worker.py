@@ -5,10 +5,14 @@ A run is one Locust master per case, so a worker group lives case after case: it
 is shared on disk), lets it run the case, and starts it again for the next master until
 a master says the run is over (its workers exit with ``RUN_DONE_EXIT``). Each group works
 in its own scratch directory, which is also where Locust puts the locustfile it receives.
+Each case's Locust is forked from one warm process (bench/run/warm.py), started with the
+worker, as a local run's cases are; a cold ``python -m locust`` is the fallback when the warm
+process cannot start.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.errors import UserError
+from bench.run.warm import WarmLocust, WarmLocustError
 from infra.process import die_with_parent
 from workloads.harness.worker_env import DEFAULT_MASTER_PORT, HOST_ENV, RUN_DONE_EXIT
 
@@ -111,18 +116,23 @@ def run_worker(
     argv = worker_argv(host, port, processes)
     cases = 0
     say(f"lockbench worker: {processes} process(es) serving the master at {host}:{port}")
+    # each case's Locust is forked from one warm process (bench/run/warm.py), as a local run's
+    # are: a cold start imported for about two seconds while the master waited for this worker
+    warm: WarmLocust | None = WarmLocust(env=env, cwd=workdir)
+    warm.spawn()  # its imports overlap the wait for the master's first case
     try:
         while True:
             log_path = workdir / "locust.log"
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=die_with_parent)  # fmt: skip
+            code = None
+            if warm is not None:
                 try:
-                    code = proc.wait()
-                finally:
-                    if proc.poll() is None:
-                        _stop(proc)
+                    code = warm.run(argv, log_path, timeout=math.inf)
+                except WarmLocustError as exc:
+                    say(f"lockbench worker: the warm Locust process failed ({exc}); starting Locust cold")
+                    warm.close()
+                    warm = None
+            if code is None:
+                code = _run_cold(argv, workdir, env, log_path)
             cases += 1
             if code == RUN_DONE_EXIT:
                 say(f"lockbench worker: the run is over after {cases} case(s)")
@@ -136,4 +146,19 @@ def run_worker(
                 return 1
             time.sleep(RECONNECT_PAUSE_S)
     finally:
+        if warm is not None:
+            warm.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_cold(argv: list[str], workdir: Path, env: dict[str, str], log_path: Path) -> int:
+    """One case's Locust as a fresh ``python -m locust`` (when the warm process cannot start)."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=die_with_parent)  # fmt: skip
+        try:
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                _stop(proc)
