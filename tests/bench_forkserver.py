@@ -64,6 +64,14 @@ PRELOAD = (
 #: ``0`` makes :func:`tests.helpers.bench` start a fresh ``python -m bench`` for every call;
 #: ``bench`` forks bench but lets it start its warm Locust as the product does
 ENABLE_ENV = "LOCKBENCH_TEST_FORKSERVER"
+
+
+def forks(env: dict[str, str], server: str) -> bool:
+    """Whether :data:`ENABLE_ENV` in ``env`` lets ``server`` (``"bench"`` or ``"warm"``) fork a call."""
+    value = env.get(ENABLE_ENV, "1")
+    return value != "0" if server == "bench" else value not in ("0", "bench")
+
+
 _HEADER = struct.Struct("!I")
 #: The variable that marks every process a test's ``bench`` started (children inherit it); the
 #: servers start with :data:`MARK_PLACEHOLDER` in it, which each fork overwrites (:func:`show_mark`)
@@ -289,8 +297,8 @@ def forked_spawn(path: str) -> Callable[[Any], None]:
     def spawn(self: Any) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
-        env = {**(getattr(self, "env", None) or os.environ), "PYTHONUNBUFFERED": "1"}
-        cwd = str(getattr(self, "cwd", None) or os.getcwd())
+        env = {**(self.env or os.environ), "PYTHONUNBUFFERED": "1"}
+        cwd = str(self.cwd or os.getcwd())
         self.proc = ForkedProcess.start(path, {"env": env, "cwd": cwd, "parent": os.getpid()})
         self._buffer = b""
         self._ready = False
@@ -514,7 +522,7 @@ class ForkServer:
             "argv": argv,
             "cwd": str(cwd),
             "env": env,
-            "warm": None if env.get(ENABLE_ENV) == "bench" else warm.path,
+            "warm": warm.path if forks(env, "warm") else None,
             "session": start_new_session,
         }
         ours: list[int] = []  # the read ends of our pipes
@@ -561,7 +569,7 @@ class ForkServer:
         from bench.run.warm import WarmLocust
 
         warm = WarmLocust(nice)
-        if os.environ.get(ENABLE_ENV, "1") not in ("0", "bench") and self.serves(dict(os.environ)):
+        if forks(dict(os.environ), "warm") and self.serves(dict(os.environ)):
             warm.spawn = types.MethodType(forked_spawn(self._ensure()[1].path), warm)  # type: ignore[method-assign]
         return warm
 

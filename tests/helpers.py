@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench_forkserver import ENABLE_ENV, MARK_ENV, ForkServer
+from tests.bench_forkserver import MARK_ENV, ForkedBench, ForkServer, forks
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: Marks handed out by :func:`bench` in this test process, so checks look only at our own processes.
@@ -98,7 +98,7 @@ def bench(
         proc.wait()
         raise
     # a forked child's CPU comes from the server's waiter; a fresh one's is ours to read
-    cpu_s = proc.cpu_s if hasattr(proc, "cpu_s") else _children_cpu_s() - cpu_before
+    cpu_s = proc.cpu_s if isinstance(proc, ForkedBench) else _children_cpu_s() - cpu_before
     if os.environ.get(RECORD_CALLS_ENV):
         _record_call(args, time.monotonic() - started, cpu_s, proc.returncode)
     return subprocess.CompletedProcess([sys.executable, "-m", "bench", *args], proc.returncode, out, err)
@@ -123,7 +123,7 @@ def bench_popen(
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault(MARK_ENV, uuid.uuid4().hex)
     MARKS.append(full_env[MARK_ENV])
-    if full_env.get(ENABLE_ENV, "1") != "0" and FORK_SERVER.serves(full_env):
+    if forks(full_env, "bench") and FORK_SERVER.serves(full_env):
         proc: Any = FORK_SERVER.popen(
             list(args), cwd or PROJECT, full_env, stdout, stderr, start_new_session=start_new_session
         )

@@ -150,17 +150,20 @@ def run_locust(
     timeout: float,
     on_tick: Callable[[dict[str, Any]], None] | None = None,
     nice: int | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> int:
     """Run a case's Locust cold (``python -m locust`` argv) to its end; return its exit code.
 
     ``on_tick`` gets the progress file's sample about once a second. Ctrl-C, the timeout or
     any error stops Locust and its forked workers for good before it propagates. ``nice``
     raises its session as the warm launch does (set while it imports, before any worker forks).
+    ``env`` and ``cwd``: Locust's environment and directory (None: ours), as ``bench worker`` sets them.
     """
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         if nice is not None:
             raise_priority(proc.pid, nice)
         try:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +23,6 @@ from pathlib import Path
 
 from bench.errors import UserError
 from bench.run.warm import WarmLocust, WarmLocustError
-from infra.process import die_with_parent
 from workloads.harness.worker_env import DEFAULT_MASTER_PORT, HOST_ENV, RUN_DONE_EXIT
 
 #: Seconds between a finished case and asking for the next master: the finished one
@@ -84,16 +81,6 @@ def worker_argv(host: str, port: int, processes: int) -> list[str]:
     return argv
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(wait)
-            return
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
-
-
 def run_worker(
     master: str,
     processes: int = 1,
@@ -132,7 +119,9 @@ def run_worker(
                     warm.close()
                     warm = None
             if code is None:
-                code = _run_cold(argv, workdir, env, log_path)
+                from bench.run.locust import run_locust  # pandas and the run's modules: only when needed
+
+                code = run_locust(argv, log_path, math.inf, env=env, cwd=workdir)
             cases += 1
             if code == RUN_DONE_EXIT:
                 say(f"lockbench worker: the run is over after {cases} case(s)")
@@ -149,16 +138,3 @@ def run_worker(
         if warm is not None:
             warm.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _run_cold(argv: list[str], workdir: Path, env: dict[str, str], log_path: Path) -> int:
-    """One case's Locust as a fresh ``python -m locust`` (when the warm process cannot start)."""
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=die_with_parent)  # fmt: skip
-        try:
-            return proc.wait()
-        finally:
-            if proc.poll() is None:
-                _stop(proc)
