@@ -91,13 +91,13 @@ opts = argparse.Namespace(
 )
 env = Environment(user_classes=[fs.FlashSaleUser], events=events, parsed_options=opts)
 env.create_local_runner()
-count = lambda: int(glue.STATE.workload._resource(opts).client.get("lockbench:res:resets") or 0)
+count = lambda: int(glue.context(env).state.workload._resource(opts).client.get("lockbench:res:resets") or 0)
 before = count()
 env.events.test_start.fire(environment=env)
 env.events.test_start.fire(environment=env)  # Locust firing it again while the test runs
 during = count() - before
-repeated = glue.STATE.repeated_starts
-state = glue.STATE.workload.final_state(opts)
+repeated = glue.context(env).state.repeated_starts
+state = glue.context(env).state.workload.final_state(opts)
 env.events.test_stop.fire(environment=env)
 env.events.test_start.fire(environment=env)  # a new test after a stop resets as it should
 print(json.dumps({"during": during, "repeated": repeated, "state": state, "after": count() - before}))
@@ -200,7 +200,7 @@ before = count()
 # comes: Locust fires test_start with environment.runner still None
 env = Environment(user_classes=[fs.FlashSaleUser], events=events, parsed_options=opts)
 env.events.test_start.fire(environment=env)
-print(json.dumps({"resets": count() - before, "open": glue.STATE.test_open}))
+print(json.dumps({"resets": count() - before, "open": glue.context(env).state.test_open}))
 """
 
 

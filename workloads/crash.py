@@ -16,7 +16,6 @@ the resource server, so each crash strikes a grant made after the previous recov
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any
 
@@ -28,7 +27,6 @@ from workloads.harness.recording import RecordedLock
 from workloads.lease_expiry import worker_index
 
 DEFAULTS = {"lock_ttl": 1.0}
-_sections = itertools.count(1)
 
 
 @events.init_command_line_parser.add_listener
@@ -64,7 +62,7 @@ class CrashUser(FlashSaleUser):
         worker = worker_index(self.environment)
         if (
             worker < self.opts.crashes
-            and next(_sections) >= self.opts.crash_after
+            and next(harness.counter(self.environment, "sections", 1)) >= self.opts.crash_after
             and self._my_turn(worker, item)
         ):
             self.resource.witness_exit(
@@ -74,7 +72,7 @@ class CrashUser(FlashSaleUser):
             name = lock.lock.name
 
             def died(t_ns: int) -> None:
-                harness.RECORDER.event(self.client_id, seq, "crash", "ok", name, t_ns)
+                self.rec.event(self.client_id, seq, "crash", "ok", name, t_ns)
 
             harness.crash_process(self.environment, died)
         time.sleep(self.cs())

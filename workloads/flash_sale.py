@@ -83,7 +83,6 @@ class FlashSale:
 harness.use_workload(FlashSale())
 holder_first.install()
 _resources: dict[tuple[int, str], FlashSaleResource] = {}
-_client_numbers = itertools.count()
 
 
 def shared_resource(url: str) -> FlashSaleResource:
@@ -130,7 +129,8 @@ class FlashSaleUser(User):
         opts = self.environment.parsed_options
         self.opts = opts
         self.backoff = ErrorBackoff()
-        self.client_id = harness.RECORDER.new_client_id()
+        self.rec = harness.recorder(self.environment)
+        self.client_id = self.rec.new_client_id()
         self.items = item_names(opts.items)
         self.weights = zipf_weights(opts.items, opts.skew)
         self.rng = random.Random()
@@ -138,7 +138,8 @@ class FlashSaleUser(User):
         self.resource = shared_resource(opts.resource_url)
         self.fencing = harness.fencing_mode(opts)
         cls = harness.lock_class(opts)
-        options = harness.lock_options(opts, next(_client_numbers))
+        number = next(harness.counter(self.environment, "clients"))
+        options = harness.lock_options(opts, number, harness.context(self.environment).clock_reads)
         urls = harness.lock_urls(opts)
         seq = itertools.count()
         namespace = getattr(opts, "lock_namespace", "") or ""
@@ -146,13 +147,13 @@ class FlashSaleUser(User):
         if abs(skew_s) >= 0.5:
             # the checker counts a clock-skew strike only where a skewed client took the lock
             # while an unskewed one waited or held: it must know which clients are skewed
-            harness.RECORDER.event(
+            self.rec.event(
                 self.client_id, -1, "skew", "ok", "", time.monotonic_ns(), value=round(skew_s * 1000)
             )
         self.locks = {
             item: RecordedLock(
                 cls(f"{namespace}{self.lock_prefix}:{item}", urls, options),
-                harness.RECORDER,
+                self.rec,
                 self.client_id,
                 seq,
             )
@@ -160,7 +161,7 @@ class FlashSaleUser(User):
         }
 
     def on_stop(self) -> None:
-        harness.close_locks(getattr(self, "locks", {}).values())
+        harness.close_locks(getattr(self, "locks", {}).values(), self.environment)
 
     def _fire(
         self, name: str, started_ns: int, exc: Exception | None = None, ended_ns: int | None = None
@@ -212,7 +213,7 @@ class FlashSaleUser(User):
         """Record a workload event (a pause, a crash, a fault signal) in the history, at ``t_ns`` or now."""
         seq = lock.next_seq() if seq is None else seq
         when = time.monotonic_ns() if t_ns is None else t_ns
-        harness.RECORDER.event(self.client_id, seq, op, type_, lock.lock.name, when, value=value)
+        self.rec.event(self.client_id, seq, op, type_, lock.lock.name, when, value=value)
         return seq
 
     def _answer_fault(self, lock: RecordedLock, lease: Any) -> None:
@@ -279,7 +280,7 @@ class FlashSaleUser(User):
         return seconds
 
     def _critical_section(self, lock: RecordedLock, item: str, lease: Any) -> None:
-        rec, res = harness.RECORDER, self.resource
+        rec, res = self.rec, self.resource
         token = lease.token if self.fencing != "off" else None
         enforce = self.fencing == "enforce"
         entered = time.monotonic_ns()

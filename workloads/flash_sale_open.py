@@ -82,18 +82,22 @@ class ArrivalScheduler(User):
     wait_time = constant(0)
     #: the closed-loop user whose setup and critical section a buyer reuses
     buyer_class: type[User] = flash_sale.FlashSaleUser
-    _local_index = itertools.count()
 
     def on_start(self) -> None:
         opts = self.environment.parsed_options
         self.opts = opts
         runner = self.environment.runner
         shares = max(1, int(getattr(opts, "num_users", 1) or 1))
-        share = runner.worker_index if isinstance(runner, WorkerRunner) else next(self._local_index)
+        share = (
+            runner.worker_index
+            if isinstance(runner, WorkerRunner)
+            else next(harness.counter(self.environment, "local-index"))
+        )
         share = min(max(share, 0), shares - 1)
         self.patience_ns = int(opts.patience * 1e9)
         self.cap = max(1, math.ceil(opts.max_in_flight / shares))  # the cap is for all processes
-        self.client_id = harness.RECORDER.new_client_id()
+        self.rec = harness.recorder(self.environment)
+        self.client_id = self.rec.new_client_id()
         self.seq = itertools.count()
         self.rng = random.Random()
         self.items = flash_sale.item_names(opts.items)
@@ -141,7 +145,7 @@ class ArrivalScheduler(User):
         if self.in_flight >= self.cap:
             lock = f"{self.buyer_class.lock_prefix}:{item}"
             seq = next(self.seq)
-            rec = harness.RECORDER
+            rec = self.rec
             rec.event(
                 self.client_id,
                 seq,
@@ -165,8 +169,8 @@ class ArrivalScheduler(User):
         """An arrival the generator never started before the stop: recorded, so it is counted and censored."""
         lock = f"{self.buyer_class.lock_prefix}:{item}"
         seq = next(self.seq)
-        harness.RECORDER.event(self.client_id, seq, "arrive", "invoke", lock, intended_ns)
-        harness.RECORDER.event(self.client_id, seq, "arrive", "fail", lock, stop_ns, error=DROPPED)
+        self.rec.event(self.client_id, seq, "arrive", "invoke", lock, intended_ns)
+        self.rec.event(self.client_id, seq, "arrive", "fail", lock, stop_ns, error=DROPPED)
 
     def _visit(self, item: str, intended_ns: int, launch: int) -> None:
         self.unstarted.pop(launch, None)
@@ -215,7 +219,7 @@ def buy_once(
 
     The calling greenlet is in ``holding`` from the grant to the end of its release.
     """
-    rec = harness.RECORDER
+    rec = buyer.rec
     lock = buyer.locks[item]
     name = lock.lock.name
     seq = lock.next_seq()

@@ -16,7 +16,6 @@ timer, so a run shows the same thing every time.
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any
 
@@ -26,12 +25,10 @@ from locust import events
 from workloads.flash_sale import FlashSale, FlashSaleUser
 from workloads.harness import locust_glue as harness
 from workloads.harness.backoff import wait_of
-from workloads.harness.loop_lag import PROBE as LOOP_LAG
 from workloads.harness.recording import RecordedLock
 
 DEFAULTS = {"lock_ttl": 1.0}
 _blocking_sleep = monkey.get_original("time", "sleep")
-_sections = itertools.count(1)
 
 
 @events.init_command_line_parser.add_listener
@@ -70,14 +67,17 @@ class LeaseExpiryUser(FlashSaleUser):
     def think(self, lock: RecordedLock, item: str) -> None:
         opts = self.opts
         world = opts.pause_kind == "world"
-        if next(_sections) % max(1, opts.pause_every) or (world and worker_index(self.environment) != 0):
+        section = next(harness.counter(self.environment, "sections", 1))
+        if section % max(1, opts.pause_every) or (world and worker_index(self.environment) != 0):
             time.sleep(self.cs())
             return
         seq = self.mark(lock, "pause", "invoke")
         started = time.monotonic_ns()
         if world:
             _blocking_sleep(opts.pause)  # nothing else in this process runs, watchdogs included
-            LOOP_LAG.excuse(time.monotonic_ns() - started)  # the experiment, not the generator's queue
+            harness.context(self.environment).probe.excuse(
+                time.monotonic_ns() - started
+            )  # the experiment, not the generator's queue
         else:
             time.sleep(opts.pause)
         self.mark(lock, "pause", "ok", seq, value=(time.monotonic_ns() - started) // 1_000_000)

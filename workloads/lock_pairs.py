@@ -43,7 +43,6 @@ class LockPairs:
 
 
 harness.use_workload(LockPairs())
-_user_numbers = itertools.count()
 
 
 class LockPairsUser(User):
@@ -54,14 +53,19 @@ class LockPairsUser(User):
     def on_start(self) -> None:
         opts = self.environment.parsed_options
         self.timeout = opts.acquire_timeout
-        client = harness.RECORDER.new_client_id()
-        n = next(_user_numbers)
+        rec = harness.recorder(self.environment)
+        client = rec.new_client_id()
+        n = next(harness.counter(self.environment, "users"))
         name = f"pairs:{client}" if opts.shared_keys <= 0 else f"pairs:shared-{n % opts.shared_keys}"
-        lock = harness.lock_class(opts)(name, harness.lock_urls(opts), harness.lock_options(opts))
-        self.lock = RecordedLock(lock, harness.RECORDER, client, itertools.count())
+        lock = harness.lock_class(opts)(
+            name,
+            harness.lock_urls(opts),
+            harness.lock_options(opts, n, harness.context(self.environment).clock_reads),
+        )
+        self.lock = RecordedLock(lock, rec, client, itertools.count())
 
     def on_stop(self) -> None:
-        harness.close_locks([self.lock])
+        harness.close_locks([self.lock], self.environment)
 
     @task
     def pair(self) -> None:

@@ -186,7 +186,8 @@ class ReadMostlyUser(User):
     def on_start(self) -> None:
         opts = self.environment.parsed_options
         self.opts = opts
-        self.client_id = harness.RECORDER.new_client_id()
+        self.rec = harness.recorder(self.environment)
+        self.client_id = self.rec.new_client_id()
         self.docs = doc_names(opts.items)
         self.rng = random.Random()
         self.backoff = ErrorBackoff()
@@ -199,20 +200,22 @@ class ReadMostlyUser(User):
             )
             self.environment.runner.quit()
             return
-        options = harness.lock_options(opts)
+        options = harness.lock_options(opts, 0, harness.context(self.environment).clock_reads)
         urls = harness.lock_urls(opts)
         seq = itertools.count()
 
         def make(doc: str, read: bool) -> ModeRecordedLock:
             params = {**options.params, "mode": "read" if read else "write"}
             lock = cls(f"read-mostly:{doc}", urls, dataclasses.replace(options, params=params))
-            return ModeRecordedLock(lock, harness.RECORDER, self.client_id, seq, read)
+            return ModeRecordedLock(lock, self.rec, self.client_id, seq, read)
 
         self.readers = {doc: make(doc, True) for doc in self.docs}
         self.writers = {doc: make(doc, False) for doc in self.docs}
 
     def on_stop(self) -> None:
-        harness.close_locks([*getattr(self, "readers", {}).values(), *getattr(self, "writers", {}).values()])
+        harness.close_locks(
+            [*getattr(self, "readers", {}).values(), *getattr(self, "writers", {}).values()], self.environment
+        )
 
     def _fire(self, name: str, started_ns: int, exc: Exception | None = None) -> None:
         harness.fire_request(self.environment, name, started_ns, exc)
@@ -238,7 +241,7 @@ class ReadMostlyUser(User):
             self._fire("release", started)
 
     def _critical_section(self, lock: ModeRecordedLock, doc: str, read: bool) -> None:
-        rec, res, name = harness.RECORDER, self.resource, lock.lock.name
+        rec, res, name = self.rec, self.resource, lock.lock.name
         entered = time.monotonic_ns()
         inside = res.enter(doc, read)
         rec.event(self.client_id, lock.next_seq(), "witness", "ok", name, time.monotonic_ns(), value=inside)

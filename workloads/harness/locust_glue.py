@@ -23,6 +23,8 @@ stops answering mid-case leaves the recording incomplete, and the problem names 
 
 from __future__ import annotations
 
+import copy
+import itertools
 import json
 import logging
 import os
@@ -30,7 +32,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +49,17 @@ from lockimpls.registry import resolve
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
 from workloads.harness import cheap_spawn, cheap_stop, clock_offsets
 from workloads.harness.loop_lag import FIGURE_KEYS as LOOP_LAG_KEYS
-from workloads.harness.loop_lag import PROBE as LOOP_LAG
+from workloads.harness.loop_lag import LoopLagProbe
 from workloads.harness.netns import enter_own_host
 from workloads.harness.prompt_runner import make_prompt
-from workloads.harness.recording import HIST_NAMES, RecordedLock, Recorder, StopWaiting, shift_times
+from workloads.harness.recording import (
+    HIST_NAMES,
+    STALL_CLIENT_PREFIX,
+    RecordedLock,
+    Recorder,
+    StopWaiting,
+    shift_times,
+)
 from workloads.harness.start_gate import wait_at_gate
 from workloads.harness.worker_env import CLOCK_SHIFT_ENV, HOST_ENV, RUN_DONE_EXIT
 
@@ -74,19 +83,6 @@ PONG_WAIT_S = 1.0
 #: Rounds a worker may leave unanswered before its first answer, before it counts as not answering.
 PONG_FIRST_TRIES = 3
 
-RECORDER = Recorder()
-
-
-#: Reads of the lock clock (``LockOptions.clock``) in this process, not yet folded into the recording.
-_CLOCK_READS = [0]
-
-
-def _record_stall(t_ns: int, lag_us: float) -> None:
-    """A stall of this process's loop as a history event: client ``loop:<pid>``, op ``stall``, value ms."""
-    RECORDER.event(
-        f"loop:{os.getpid()}", -1, "stall", "ok", "", t_ns - int(lag_us * 1000), value=int(lag_us // 1000)
-    )
-
 
 class _State:
     """Process-wide state of the harness (one per Locust process)."""
@@ -101,7 +97,6 @@ class _State:
         self.t_stop_ns: int | None = None
         self.written = False
         self.workload: Any = None
-        self.lock_class: type | None = None
         self.progress: Any = None
         # master, aligning clocks: per worker node id
         self.clock_samples: dict[str, list[clock_offsets.Sample]] = {}
@@ -122,7 +117,62 @@ class _State:
         self.repeated_starts = 0
 
 
-STATE = _State()
+class CaseContext:
+    """What the harness keeps for one case: its state, its recording, its loop-lag probe.
+
+    Why per case and not per process: a group's cases may share one Locust process
+    (``workloads/harness/group_locust.py``), each case an Environment of its own, so every
+    listener reaches its case through the environment Locust hands it (:func:`context`). A
+    process that runs one case (a plain run, a master, every worker) has one context.
+    """
+
+    def __init__(self) -> None:
+        self.state = _State()
+        # a workload keeps a case's own facts (the resets it saw at its start): a copy per case
+        self.state.workload = copy.copy(_WORKLOAD[0])
+        self.recorder = Recorder()
+        #: how late the loop ran over this case's window (the loop is the process's, the window the case's)
+        self.probe = LoopLagProbe()
+        #: reads of the lock clock (``LockOptions.clock``) by this case's locks, not yet folded into the recording
+        self.clock_reads = [0]
+        #: the case's own counts (its clients, its critical sections): see :func:`counter`
+        self.counters: dict[str, Iterator[int]] = {}
+
+    def record_stall(self, t_ns: int, lag_us: float) -> None:
+        """A stall of the loop as a history event: client ``loop:<pid>``, op ``stall``, value ms."""
+        self.recorder.event(
+            f"{STALL_CLIENT_PREFIX}{os.getpid()}",
+            -1,
+            "stall",
+            "ok",
+            "",
+            t_ns - int(lag_us * 1000),
+            value=int(lag_us // 1000),
+        )
+
+
+#: The workload this process's locustfile runs (:func:`use_workload`): each case gets a copy.
+_WORKLOAD: list[Any] = [None]
+_CONTEXTS: dict[int, CaseContext] = {}
+
+
+def context(environment: Any) -> CaseContext:
+    """The case ``environment`` runs (made at its first use; environments live as long as the process)."""
+    ctx = _CONTEXTS.get(id(environment))
+    if ctx is None:
+        ctx = _CONTEXTS[id(environment)] = CaseContext()
+    return ctx
+
+
+def _sole() -> CaseContext | None:
+    """The case of a process that runs one, for the events Locust fires without an environment.
+
+    Those (a worker's reports, the master's receipt of them, the end of a spawn) exist only
+    in processes of one case; None before its environment is known.
+    """
+    if len(_CONTEXTS) > 1:
+        raise RuntimeError("Locust fired a worker's or master's event in a process of several cases")
+    return next(iter(_CONTEXTS.values()), None)
 
 
 # --- options -----------------------------------------------------------------------------
@@ -234,12 +284,14 @@ def fencing_mode(opts: Any) -> str:
     return opts.fencing_mode
 
 
-def lock_options(opts: Any, client_number: int = 0) -> LockOptions:
+def lock_options(opts: Any, client_number: int = 0, reads: list[int] | None = None) -> LockOptions:
     """Options for one client; a share of clients get a clock ``--clock-skew`` seconds off.
 
     The skew is injected into the lock's own clock (``LockOptions.clock``), never into the
-    machine's: only algorithms that trust client time can be hurt by it.
+    machine's: only algorithms that trust client time can be hurt by it. Every read of the
+    clock is counted in ``reads`` (the case's :attr:`CaseContext.clock_reads`) where given.
     """
+    reads = reads if reads is not None else [0]
     skew = 0.0
     if opts.clock_skew and opts.skewed_clients > 0:
         every = max(1, round(1 / min(opts.skewed_clients, 1.0)))
@@ -249,7 +301,7 @@ def lock_options(opts: Any, client_number: int = 0) -> LockOptions:
     def clock() -> float:
         # every read is counted: a clock fault reaches only a lock that reads this clock
         # (lockstat_clock_reads; bench calls a skew that no read could see "n/a", never a strike)
-        _CLOCK_READS[0] += 1
+        reads[0] += 1
         return time.time() + skew
 
     clock.skew_s = skew  # type: ignore[attr-defined]  # the harness's own look, not a read by the lock
@@ -267,15 +319,22 @@ def lock_urls(opts: Any) -> list[str]:
     return list(opts.lock_url or [os.environ.get("LOCKBENCH_REDIS_URL", "redis://127.0.0.1:6379/0")])
 
 
+_LOCK_CLASSES: dict[str, type] = {}
+
+
 def lock_class(opts: Any) -> type:
-    if STATE.lock_class is None:
-        STATE.lock_class = resolve(opts.lock_impl)
-    return STATE.lock_class
+    cls = _LOCK_CLASSES.get(opts.lock_impl)
+    if cls is None:
+        cls = _LOCK_CLASSES[opts.lock_impl] = resolve(opts.lock_impl)
+    return cls
 
 
 def use_workload(workload: Any) -> None:
     """Tell the harness which workload this locustfile runs (setup, final state, checks)."""
-    STATE.workload = workload
+    _WORKLOAD[0] = workload
+    for ctx in _CONTEXTS.values():  # a case made before the locustfile said (a test's own environment)
+        if ctx.state.workload is None:
+            ctx.state.workload = copy.copy(workload)
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -345,9 +404,9 @@ def host_label() -> str:
     return label.replace("/", "_").replace("#", "_")
 
 
-def _drain() -> dict:
-    """The recording since the last drain, its times as this host's clock reads them."""
-    chunk = RECORDER.drain()
+def _drain(ctx: CaseContext) -> dict:
+    """The case's recording since the last drain, its times as this host's clock reads them."""
+    chunk = ctx.recorder.drain()
     shift = _clock_shift_ns()
     if shift:
         for event in chunk["events"]:
@@ -370,8 +429,9 @@ def _on_quitting(environment: Any, **_: Any) -> None:
 
 @events.report_to_master.add_listener
 def _on_report_to_master(client_id: str, data: dict) -> None:
-    if not STATE.sent_final:
-        data["lockbench"] = _drain()
+    ctx = _sole()
+    if ctx is not None and not ctx.state.sent_final:
+        data["lockbench"] = _drain(ctx)
 
 
 def _cpu_seconds() -> float:
@@ -379,35 +439,41 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-def _cpu_share() -> float | None:
-    """CPU time this process used since test start, as a fraction of one core."""
-    if STATE.cpu_start is None:
+def _cpu_share(st: _State) -> float | None:
+    """CPU time this process used since the case's test start, as a fraction of one core."""
+    if st.cpu_start is None:
         return None
-    cpu0, t0 = STATE.cpu_start
+    cpu0, t0 = st.cpu_start
     wall = (time.monotonic_ns() - t0) / 1e9
     return (_cpu_seconds() - cpu0) / wall if wall > 0 else None
 
 
 #: Keys of a worker's totals that are measurements, not counts the master must match.
-MEASURED_TOTALS = ("cpu_share", "cpu_s", *LOOP_LAG_KEYS)
+MEASURED_TOTALS = ("cpu_share", "cpu_s", "cases_in_process", *LOOP_LAG_KEYS)
 
 
-def _cpu_totals() -> dict[str, Any]:
-    """This process's CPU since test start: share of one core and seconds (bench divides by acquisitions)."""
-    cpu_s = None if STATE.cpu_start is None else _cpu_seconds() - STATE.cpu_start[0]
+def _cpu_totals(ctx: CaseContext) -> dict[str, Any]:
+    """This process's CPU since the case's test start: share of one core and seconds (bench divides
+    by acquisitions), and how many cases shared the process (``cases_in_process``: CPU is not split)."""
+    st = ctx.state
+    cpu_s = None if st.cpu_start is None else _cpu_seconds() - st.cpu_start[0]
     # and how late its gevent loop ran (workloads/harness/loop_lag.py): bench judges fidelity by it
-    return {"cpu_share": _cpu_share(), "cpu_s": cpu_s, **LOOP_LAG.figures()}
+    return {
+        "cpu_share": _cpu_share(st), "cpu_s": cpu_s, "cases_in_process": len(_CONTEXTS), **ctx.probe.figures()
+    }  # fmt: skip
 
 
 def _send_final(environment: Any, crashed: bool = False) -> None:
+    ctx = context(environment)
+    st, rec = ctx.state, ctx.recorder
     why = "the process was killed mid-operation" if crashed else "its user was stopped mid-operation"
-    RECORDER.close_open(time.monotonic_ns(), why)
-    chunk = _drain()
+    rec.close_open(time.monotonic_ns(), why)
+    chunk = _drain(ctx)
     chunk["crashed"] = crashed
-    chunk["totals"] = {**RECORDER.totals, **_cpu_totals()}
-    chunk["lock_stats"] = dict(RECORDER.lock_stats)  # summed by users' on_stop, before this
+    chunk["totals"] = {**rec.totals, **_cpu_totals(ctx)}
+    chunk["lock_stats"] = dict(rec.lock_stats)  # summed by users' on_stop, before this
     chunk["pid"] = os.getpid()
-    STATE.sent_final = True
+    st.sent_final = True
     environment.runner.send_message("lockbench_final", chunk)
 
 
@@ -442,7 +508,7 @@ def crash_process(environment: Any, record_death: Callable[[int], None] | None =
 
 
 def _on_flush_request(environment: Any, msg: Any, **_: Any) -> None:
-    if STATE.sent_final:
+    if context(environment).state.sent_final:
         _send_final(environment)  # totals again; the master ignores a duplicate
     else:
         # mark the users now: the spawned stop runs only after a turn of every busy user's
@@ -453,11 +519,12 @@ def _on_flush_request(environment: Any, msg: Any, **_: Any) -> None:
 
 
 # --- master side -------------------------------------------------------------------------
-def _absorb(client_id: str, chunk: dict) -> None:
-    if STATE.align:
-        _to_master_clock(client_id, chunk)
-    RECORDER.absorb(chunk)
-    got = STATE.received.setdefault(client_id, {"events": 0, **{n: 0 for n in HIST_NAMES}})
+def _absorb(ctx: CaseContext, client_id: str, chunk: dict) -> None:
+    st = ctx.state
+    if st.align:
+        _to_master_clock(st, client_id, chunk)
+    ctx.recorder.absorb(chunk)
+    got = st.received.setdefault(client_id, {"events": 0, **{n: 0 for n in HIST_NAMES}})
     got["events"] += len(chunk.get("events", []))
     for name in HIST_NAMES:
         got[name] += chunk.get("counts", {}).get(name, 0)
@@ -466,21 +533,22 @@ def _absorb(client_id: str, chunk: dict) -> None:
 @events.worker_report.add_listener
 def _on_worker_report(client_id: str, data: dict) -> None:
     chunk = data.get("lockbench")
-    if chunk is None:
+    ctx = _sole()
+    if chunk is None or ctx is None:
         return
-    if STATE.written:
+    if ctx.state.written:
         if chunk.get("n_events") or any(chunk.get("counts", {}).values()):
             log.warning("lockbench: recording from %s arrived after the case was written", client_id)
         return
-    _absorb(client_id, chunk)
+    _absorb(ctx, client_id, chunk)
 
 
-def _to_master_clock(node_id: str, chunk: dict) -> None:
+def _to_master_clock(st: _State, node_id: str, chunk: dict) -> None:
     """Shift a remote worker's events onto this clock and give its clients that worker's id."""
-    start = STATE.clock_start.get(node_id)
+    start = st.clock_start.get(node_id)
     # no estimate: its times stay on its own clock, but its clients still carry its worker id,
     # so the checkers know whose clock they were read on (an unknown bound: see _clock_report)
-    prefix = _worker_name(node_id).replace("/", "_") + "/"
+    prefix = _worker_name(st, node_id).replace("/", "_") + "/"
     offset = start.offset_ns if start is not None else 0
     for event in chunk.get("events", []):
         event[0] = prefix + event[0]
@@ -489,13 +557,14 @@ def _to_master_clock(node_id: str, chunk: dict) -> None:
 
 def _on_pong(environment: Any, msg: Any, **_: Any) -> None:
     t1 = time.monotonic_ns()
+    st = context(environment).state
     # who answered is known even from a late answer: a worker whose first pong came after
     # PONG_WAIT_S (a loaded runner) was otherwise named by its Locust id, not its host
-    STATE.peers.setdefault(msg.node_id, {"host": msg.data["host"], "pid": msg.data["pid"]})
-    pending = STATE.pending_ping.get(msg.node_id)
+    st.peers.setdefault(msg.node_id, {"host": msg.data["host"], "pid": msg.data["pid"]})
+    pending = st.pending_ping.get(msg.node_id)
     if pending is None or pending[0] != msg.data["i"]:
         return  # an answer that came too late: its round trip is not known exactly
-    STATE.clock_samples.setdefault(msg.node_id, []).append(
+    st.clock_samples.setdefault(msg.node_id, []).append(
         clock_offsets.Sample(pending[1], int(msg.data["t"]), t1)
     )
     pending[2].set()
@@ -503,58 +572,62 @@ def _on_pong(environment: Any, msg: Any, **_: Any) -> None:
 
 def _measure_clocks(runner: Any, nodes: list[str]) -> dict[str, clock_offsets.Estimate]:
     """Ping each worker in turn ``ROUNDS`` times; the minimum-round-trip estimate per worker."""
+    st = context(runner.environment).state
     out: dict[str, clock_offsets.Estimate] = {}
     for node in nodes:
-        STATE.clock_samples[node] = []
+        st.clock_samples[node] = []
         for i in range(clock_offsets.ROUNDS):
             done = gevent.event.Event()
-            STATE.pending_ping[node] = (i, time.monotonic_ns(), done)
+            st.pending_ping[node] = (i, time.monotonic_ns(), done)
             runner.send_message("lockbench_ping", {"i": i}, client_id=node)
-            if not done.wait(PONG_WAIT_S) and i >= PONG_FIRST_TRIES - 1 and not STATE.clock_samples[node]:
+            if not done.wait(PONG_WAIT_S) and i >= PONG_FIRST_TRIES - 1 and not st.clock_samples[node]:
                 break  # not answering at all: do not wait out every round
-        STATE.pending_ping.pop(node, None)
-        est = clock_offsets.estimate(STATE.clock_samples[node])
+        st.pending_ping.pop(node, None)
+        est = clock_offsets.estimate(st.clock_samples[node])
         if est is not None:
             out[node] = est
     return out
 
 
-def _name_workers() -> None:
+def _name_workers(st: _State) -> None:
     """Worker ids for results: the host's name, with ``#k`` where one host runs several."""
     by_host: dict[str, list[tuple[int, str]]] = {}
-    for node, peer in STATE.peers.items():
+    for node, peer in st.peers.items():
         by_host.setdefault(peer["host"], []).append((peer["pid"], node))
     for host, members in by_host.items():
         for k, (_, node) in enumerate(sorted(members)):
-            STATE.peers[node]["worker_id"] = host if len(members) == 1 else f"{host}#{k}"
+            st.peers[node]["worker_id"] = host if len(members) == 1 else f"{host}#{k}"
 
 
 def _live_workers(runner: Any) -> list[str]:
     return [c.id for c in runner.clients.all if c.state != STATE_MISSING]
 
 
-def _worker_name(node: str) -> str:
-    return STATE.peers.get(node, {}).get("worker_id") or node
+def _worker_name(st: _State, node: str) -> str:
+    return st.peers.get(node, {}).get("worker_id") or node
 
 
 def _on_final(environment: Any, msg: Any, **_: Any) -> None:
-    if msg.node_id in STATE.finals:
+    ctx = context(environment)
+    st = ctx.state
+    if msg.node_id in st.finals:
         return
     runner = environment.runner
-    if not STATE.align and isinstance(msg.data.get("pid"), int) and hasattr(runner, "lockbench_local_pids"):
+    if not st.align and isinstance(msg.data.get("pid"), int) and hasattr(runner, "lockbench_local_pids"):
         # a worker forked here (--processes): the master's quit need not wait for a message it lost
         runner.lockbench_local_pids = {**(runner.lockbench_local_pids or {}), msg.node_id: msg.data["pid"]}
-    _absorb(msg.node_id, msg.data)
-    STATE.finals[msg.node_id] = msg.data["totals"]
-    if not STATE.stopping and not msg.data.get("crashed"):
-        STATE.left_early.add(msg.node_id)  # its clients stopped while the case went on
-    STATE.final_arrived.set()
+    _absorb(ctx, msg.node_id, msg.data)
+    st.finals[msg.node_id] = msg.data["totals"]
+    if not st.stopping and not msg.data.get("crashed"):
+        st.left_early.add(msg.node_id)  # its clients stopped while the case went on
+    st.final_arrived.set()
 
 
 @events.test_stopping.add_listener
 def _on_test_stopping(environment: Any, **_: Any) -> None:
-    STATE.stopping = True
-    LOOP_LAG.freeze()  # the load window ends here; the figures describe the load, not its teardown
+    ctx = context(environment)
+    ctx.state.stopping = True
+    ctx.probe.freeze()  # the load window ends here; the figures describe the load, not its teardown
     _let_waiting_users_finish(environment)
 
 
@@ -577,8 +650,9 @@ def _let_waiting_users_finish(environment: Any) -> None:
         user = greenlet.args[0] if greenlet.args else None
         if user is not None and getattr(user, "_state", None) in (LOCUST_STATE_RUNNING, LOCUST_STATE_WAITING):
             user._state = LOCUST_STATE_STOPPING
-    if getattr(environment.parsed_options, "lockbench_stop_waiters", False) and not STATE.stopping_waiters:
-        STATE.stopping_waiters = True
+    st = context(environment).state
+    if getattr(environment.parsed_options, "lockbench_stop_waiters", False) and not st.stopping_waiters:
+        st.stopping_waiters = True
         _end_sleeping_acquires(runner)  # now: a spawned greenlet may wait its turn behind busy clients
         gevent.spawn(_stop_waiters, environment, time.monotonic() + environment.stop_timeout)
 
@@ -658,6 +732,7 @@ def _stop_waiters(environment: Any, until: float) -> None:
     finds the chunk sent.
     """
     runner = environment.runner
+    st = context(environment).state
     greenlets = getattr(runner, "user_greenlets", ())
     try:
         while len(greenlets) and time.monotonic() < until:
@@ -665,10 +740,10 @@ def _stop_waiters(environment: Any, until: float) -> None:
             _end_sleeping_acquires(runner)
         spawning = getattr(runner, "spawning_greenlet", None)
         spawned = spawning is None or spawning.ready()  # no user can start after the chunk
-        if not len(greenlets) and spawned and isinstance(runner, WorkerRunner) and not STATE.sent_final:
+        if not len(greenlets) and spawned and isinstance(runner, WorkerRunner) and not st.sent_final:
             _send_final(environment)
     finally:
-        STATE.stopping_waiters = False
+        st.stopping_waiters = False
 
 
 def _end_sleeping_acquires(runner: Any) -> None:
@@ -700,42 +775,44 @@ def _is_worker(environment: Any) -> bool:
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **_: Any) -> None:
     worker = _is_worker(environment)
+    ctx = context(environment)
+    st, probe = ctx.state, ctx.probe
     if not worker:
-        if STATE.test_open:
+        if st.test_open:
             # a second start of an open test would reset the resource under buyers already selling
             # (its ledger emptied, its stock kept by a holder mid-sale) and clear what the workers sent
-            STATE.repeated_starts += 1
+            st.repeated_starts += 1
             return
-        STATE.test_open = True
-    STATE.t_start_ns = time.monotonic_ns()
-    STATE.cpu_start = (_cpu_seconds(), STATE.t_start_ns)
-    LOOP_LAG.start()  # every Locust process, worker or not: its loop lag over this case
+        st.test_open = True
+    st.t_start_ns = time.monotonic_ns()
+    st.cpu_start = (_cpu_seconds(), st.t_start_ns)
+    probe.start()  # every Locust process, worker or not: its loop lag over this case
     # its long stalls placed in time, so a violation can be judged against the stalls before it
-    LOOP_LAG.on_stall = _record_stall
-    STATE.sent_final = False
+    probe.on_stall = ctx.record_stall
+    st.sent_final = False
     if worker:
         return
-    STATE.finals.clear()
-    STATE.received.clear()
-    STATE.written = False
-    STATE.repeated_starts = 0
-    STATE.left_early.clear()
-    STATE.stopping = False
-    if STATE.workload is not None:
-        STATE.workload.setup(environment.parsed_options)
-    if STATE.progress is None:
+    st.finals.clear()
+    st.received.clear()
+    st.written = False
+    st.repeated_starts = 0
+    st.left_early.clear()
+    st.stopping = False
+    if st.workload is not None:
+        st.workload.setup(environment.parsed_options)
+    if st.progress is None:
         _start_progress(environment)
 
     rule = StopRule.from_json(getattr(environment.parsed_options, "lockbench_stop", ""))
     if rule is not None:
-        gevent.spawn(_stop_on_evidence, environment, rule, STATE.t_start_ns)
+        gevent.spawn(_stop_on_evidence, environment, rule, st.t_start_ns)
 
     runner = environment.runner
-    STATE.align = isinstance(runner, MasterRunner) and environment.parsed_options.lockbench_align_clocks
-    if STATE.align:
-        STATE.peers.clear()
-        STATE.clock_start = _measure_clocks(runner, _live_workers(runner))
-        _name_workers()
+    st.align = isinstance(runner, MasterRunner) and environment.parsed_options.lockbench_align_clocks
+    if st.align:
+        st.peers.clear()
+        st.clock_start = _measure_clocks(runner, _live_workers(runner))
+        _name_workers(st)
 
 
 PROGRESS_FILE = "progress.json"
@@ -764,99 +841,112 @@ def _start_progress(environment: Any) -> None:
     out = environment.parsed_options.lockbench_out if environment.parsed_options else ""
     if out and not isinstance(environment.runner, WorkerRunner):
         Path(out).mkdir(parents=True, exist_ok=True)
-        STATE.progress = gevent.spawn(_progress_loop, environment, Path(out))
+        context(environment).state.progress = gevent.spawn(_progress_loop, environment, Path(out))
 
 
 def _stop_on_evidence(environment: Any, rule: StopRule, start_ns: int) -> None:
     """End the test (as ``--run-time`` does) once the stop rule's evidence is recorded."""
     watch = EvidenceWatch(rule, start_ns)
+    ctx = context(environment)
+    st, rec = ctx.state, ctx.recorder
     while True:
         gevent.sleep(0.1)
-        if STATE.written or STATE.t_start_ns != start_ns:
+        if st.written or st.t_start_ns != start_ns:
             return
-        watch.feed(RECORDER.events)
+        watch.feed(rec.events)
         if watch.satisfied(time.monotonic_ns()):
-            log.info("lockbench: stop rule met, ending the test")
+            log.info(
+                "lockbench: %s: stop rule met, ending the test", environment.parsed_options.lockbench_case
+            )
             environment.runner.quit()
             return
 
 
 @events.spawning_complete.add_listener
 def _on_spawned(user_count: int, **_: Any) -> None:
-    STATE.t_spawned_ns = time.monotonic_ns()
+    # Locust names no environment here: a process of several cases marks each case's spawn itself
+    ctx = _sole() if len(_CONTEXTS) <= 1 else None
+    if ctx is not None:
+        ctx.state.t_spawned_ns = time.monotonic_ns()
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Any, **_: Any) -> None:
     runner = environment.runner
-    STATE.t_stop_ns = time.monotonic_ns()
+    st = context(environment).state
+    st.t_stop_ns = time.monotonic_ns()
     if isinstance(runner, WorkerRunner):
-        if not STATE.sent_final:
+        if not st.sent_final:
             _send_final(environment)
         return
     complete = True
     problems: list[str] = []
     offsets: dict[str, dict[str, Any]] = {}
     if isinstance(runner, MasterRunner):
-        workers = set(STATE.received) | {c.id for c in runner.clients.all} | set(STATE.clock_start)
-        pending = workers - set(STATE.finals)
+        workers = set(st.received) | {c.id for c in runner.clients.all} | set(st.clock_start)
+        pending = workers - set(st.finals)
         for worker in pending:
             runner.send_message("lockbench_flush", None, client_id=worker)
         deadline = time.monotonic() + FINAL_WAIT_S
         # a worker that stopped answering (no heartbeat) will not send anything: stop waiting
         while True:
-            STATE.final_arrived.clear()  # before the check: a chunk arriving after it sets it again
-            if not (set(_live_workers(runner)) - set(STATE.finals)) or time.monotonic() >= deadline:
+            st.final_arrived.clear()  # before the check: a chunk arriving after it sets it again
+            if not (set(_live_workers(runner)) - set(st.finals)) or time.monotonic() >= deadline:
                 break
-            STATE.final_arrived.wait(0.05)  # wakes on a final chunk; the timeout re-checks lost workers
-        lost = {c.id for c in runner.clients.all if c.state == STATE_MISSING} - set(STATE.finals)
+            st.final_arrived.wait(0.05)  # wakes on a final chunk; the timeout re-checks lost workers
+        lost = {c.id for c in runner.clients.all if c.state == STATE_MISSING} - set(st.finals)
         for worker in sorted(lost):
-            problems.append(f"worker {_worker_name(worker)} was lost mid-case (no heartbeat)")
-        missing = workers - set(STATE.finals) - lost
+            problems.append(f"worker {_worker_name(st, worker)} was lost mid-case (no heartbeat)")
+        missing = workers - set(st.finals) - lost
         if missing:
             problems.append(
-                f"no final recording from {len(missing)} worker(s): {', '.join(sorted(map(_worker_name, missing)))}"
+                f"no final recording from {len(missing)} worker(s): {', '.join(sorted(_worker_name(st, w) for w in missing))}"
             )
-        for worker in sorted(STATE.left_early):
-            problems.append(f"worker {_worker_name(worker)} left mid-case (stopped before the case ended)")
-        complete = not (lost or missing or STATE.left_early)
-        for worker, totals in STATE.finals.items():
-            got = STATE.received.get(worker, {})
+        for worker in sorted(st.left_early):
+            problems.append(
+                f"worker {_worker_name(st, worker)} left mid-case (stopped before the case ended)"
+            )
+        complete = not (lost or missing or st.left_early)
+        for worker, totals in st.finals.items():
+            got = st.received.get(worker, {})
             for key, value in totals.items():
                 if key not in MEASURED_TOTALS and got.get(key, 0) != value:
                     complete = False
                     problems.append(
-                        f"{_worker_name(worker)}: {key} recorded {value}, received {got.get(key, 0)}"
+                        f"{_worker_name(st, worker)}: {key} recorded {value}, received {got.get(key, 0)}"
                     )
-        if STATE.align:
+        if st.align:
             # a missing estimate is not a missing recording: the checkers treat that worker's
             # times as unaligned (unknown wherever they decide), and the problems say why
             offsets, clock_problems = _clock_report(runner, workers - lost)
             problems += clock_problems
     elif not isinstance(runner, LocalRunner):
         return
-    if STATE.repeated_starts:
-        problems.append(
-            f"Locust started the test {STATE.repeated_starts} more time(s) while it ran (ignored)"
-        )
-    STATE.test_open = False
-    _write_output(environment, complete, problems, offsets)
+    if st.repeated_starts:
+        problems.append(f"Locust started the test {st.repeated_starts} more time(s) while it ran (ignored)")
+    st.test_open = False
+    ended_ns = time.monotonic_ns()
+    if DEFERRED_OUTPUTS is not None:  # cases sharing the process: written once all have ended
+        DEFERRED_OUTPUTS.append(lambda: _write_output(environment, complete, problems, offsets, ended_ns))
+        return
+    _write_output(environment, complete, problems, offsets, ended_ns)
 
 
 def _clock_report(runner: Any, workers: set[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Each worker's offset and bound, with a second measurement after the load to catch drift."""
+    st = context(runner.environment).state
     end = _measure_clocks(runner, sorted(set(_live_workers(runner)) & workers))
     offsets: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for node in sorted(workers):
-        start = STATE.clock_start.get(node)
-        name = _worker_name(node).replace("/", "_")
+        start = st.clock_start.get(node)
+        name = _worker_name(st, node).replace("/", "_")
         if start is None:
             why = "no clock offset measured at the start: its times cannot be aligned"
             problems.append(f"worker {name}: {why}")
-            offsets[name] = {**clock_offsets.unmeasured(why), "host": STATE.peers.get(node, {}).get("host")}
+            offsets[name] = {**clock_offsets.unmeasured(why), "host": st.peers.get(node, {}).get("host")}
             continue
-        peer = STATE.peers[node]
+        peer = st.peers[node]
         offsets[peer["worker_id"]] = {
             **clock_offsets.combine(start, end.get(node)),
             "host": peer["host"],
@@ -865,14 +955,26 @@ def _clock_report(runner: Any, workers: set[str]) -> tuple[dict[str, dict[str, A
     return offsets, problems
 
 
+#: Where a process of several cases (``group_locust``) collects each case's output to write after
+#: the last case has ended: building and writing a history (50-55 ms of the loop, measured in a
+#: group of five) inside the others' load windows stalled their clients. None: written at once.
+DEFERRED_OUTPUTS: list[Callable[[], None]] | None = None
+
+
 def _write_output(
-    environment: Any, complete: bool, problems: list[str], offsets: dict[str, dict[str, Any]] | None = None
+    environment: Any,
+    complete: bool,
+    problems: list[str],
+    offsets: dict[str, dict[str, Any]] | None = None,
+    ended_ns: int | None = None,
 ) -> None:
     opts = environment.parsed_options
-    workload = STATE.workload
+    ctx = context(environment)
+    st, rec = ctx.state, ctx.recorder
+    workload = st.workload
     # every invoke gets exactly one completion: what is still open (a lost worker's last
     # operations, a user killed past the stop timeout) ends as info, outcome unknown
-    RECORDER.close_open(time.monotonic_ns(), "no completion arrived before the case ended")
+    rec.close_open(ended_ns or time.monotonic_ns(), "no completion arrived before the case ended")
     final_state = workload.final_state(opts) if workload is not None else {}
     if offsets:
         # the checkers need each client's clock bound to tell an overlap from clock error;
@@ -881,29 +983,29 @@ def _write_output(
             **final_state,
             "clock_uncertainty_ns": {w: o["uncertainty_ns"] for w, o in offsets.items()},
         }
-    history = RECORDER.history_frame()
-    totals = dict(RECORDER.totals)
+    history = rec.history_frame()
+    totals = dict(rec.totals)
     if isinstance(environment.runner, LocalRunner):
-        workers = {str(os.getpid()): {**totals, **_cpu_totals()}}
+        workers = {str(os.getpid()): {**totals, **_cpu_totals(ctx)}}
     else:
-        workers = STATE.finals
+        workers = st.finals
     recording = {
         "case": opts.lockbench_case,
         "impl": opts.lock_impl,
         "workload": getattr(workload, "name", ""),
         "complete": complete,
         "problems": problems,
-        "t_start_ns": STATE.t_start_ns,
-        "t_spawned_ns": STATE.t_spawned_ns,
-        "t_stop_ns": STATE.t_stop_ns,
+        "t_start_ns": st.t_start_ns,
+        "t_spawned_ns": st.t_spawned_ns,
+        "t_stop_ns": st.t_stop_ns,
         "workers": workers,
         "merged_totals": totals,
-        "lock_stats": dict(RECORDER.lock_stats),
+        "lock_stats": dict(rec.lock_stats),
         "final_state": final_state,
-        "histograms": RECORDER.encoded_histograms(),
+        "histograms": rec.encoded_histograms(),
         "clock_offsets": offsets or {},
     }
-    STATE.written = True
+    st.written = True
     out = opts.lockbench_out
     if (
         workload is not None
@@ -942,11 +1044,29 @@ def fire_request(
     )
 
 
-def close_locks(locks: Iterable[Any]) -> None:
-    """At a user's stop: fold each lock's own counters into the recording, then close it."""
+def close_locks(locks: Iterable[Any], environment: Any) -> None:
+    """At a user's stop: fold each lock's own counters into its case's recording, then close it."""
+    ctx = context(environment)
     for recorded in locks:
-        RECORDER.add_lock_stats(recorded.lock.stats())
+        ctx.recorder.add_lock_stats(recorded.lock.stats())
         recorded.lock.close()
-    # this process's reads of the lock clock since the last user stopped (lockstat_clock_reads)
-    reads, _CLOCK_READS[0] = _CLOCK_READS[0], 0
-    RECORDER.add_lock_stats({"clock_reads": reads})
+    # the case's reads of the lock clock since the last user stopped (lockstat_clock_reads)
+    reads, ctx.clock_reads[0] = ctx.clock_reads[0], 0
+    ctx.recorder.add_lock_stats({"clock_reads": reads})
+
+
+def counter(environment: Any, name: str, start: int = 0) -> Iterator[int]:
+    """A count of the case's own, by name (its n-th client, its n-th critical section).
+
+    Why not a module's counter: cases sharing a process would share it, and a workload that
+    pauses every n-th section or skews every n-th client would spread that over the cases.
+    """
+    counters = context(environment).counters
+    if name not in counters:
+        counters[name] = itertools.count(start)
+    return counters[name]
+
+
+def recorder(environment: Any) -> Recorder:
+    """The recording of the case ``environment`` runs: every user's events go there."""
+    return context(environment).recorder

@@ -194,8 +194,5 @@ class LoopLagProbe:
         }
 
 
-#: The one probe of this process.
-PROBE = LoopLagProbe()
-
 #: Keys :meth:`LoopLagProbe.figures` adds to a worker's totals (measurements, not counts).
 FIGURE_KEYS = ("loop_lag_p50_us", "loop_lag_p99_us", "loop_lag_late_share", "loop_lag_wakes", "loop_lag_hist")
