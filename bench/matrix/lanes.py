@@ -8,6 +8,8 @@ clears lock state between them; ``run_lanes`` runs ``--lanes`` of them side by s
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from bench.matrix.shards import start_order
 from bench.measure.evidence import server_died
 from bench.results.folder import ResultsWriteError, RunFolder
 from bench.run.case import CaseFailed
-from bench.run.group import run_group
+from bench.run.group import GroupLaunch, run_group, shares_a_process
 from bench.run.locust import run_locust as cold_locust
 from bench.run.runner import endpoints_for_meta, run_case
 from bench.run.warm import WarmLocust, WarmLocustError
@@ -332,6 +334,28 @@ class _Launchers:
             self._pool.append(proc)
         return [_launcher(p, self.nice) for p in self._pool[:n]]
 
+    def in_one(self) -> GroupLaunch:
+        """Run a group's cases in one Locust process: forked from the lane's first warm process, or cold."""
+        warm = None
+        if self.warm:
+            if not self._pool:
+                self._pool.append(WarmLocust(self.nice))
+            warm = self._pool[0]
+        nice = self.nice
+
+        def launch(argvs: list[list[str]], log_path: Path, timeout: float) -> int:
+            if warm is not None:
+                try:
+                    return warm.run_group(argvs, log_path, timeout)
+                except WarmLocustError:
+                    warm.close()
+            spec = log_path.with_suffix(".argv.json")
+            spec.write_text(json.dumps([argv[3:] for argv in argvs]))
+            cold = [sys.executable, "-m", "workloads.harness.group_locust", str(spec)]
+            return cold_locust(cold, log_path, timeout, nice=nice)
+
+        return launch
+
     def __enter__(self) -> _Launchers:
         return self
 
@@ -393,6 +417,8 @@ def _run_unit(
             return [run_case(unit[0], stack, scratch, launch=launchers.get(1)[0])]
         except CaseFailed as exc:
             return [exc]
+    if shares_a_process(unit):
+        return run_group(unit, stack, scratch, [], in_one=launchers.in_one())
     return run_group(unit, stack, scratch, launchers.get(len(unit)))
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 from hdrh.histogram import HdrHistogram
 
 from workloads.checks.core import COUNTER_COLUMNS, Verdict, holds
+from workloads.harness.recording import STALL_CLIENT_PREFIX
 
 NAN = float("nan")
 
@@ -235,13 +236,18 @@ def steady_window(history: pd.DataFrame) -> tuple[int, int]:
     Start is when the last client issued its first operation (ramp-up done), but never
     later than the middle of the history, so a client that joins late (a replacement
     after a kill fault) cannot shrink the window to nothing. End is the last event:
-    Locust stops all users at once, so there is no ramp-down to cut.
+    Locust stops all users at once, so there is no ramp-down to cut. A loop's stall marks
+    (client ``loop:<pid>``) are no client: the first of them came whenever the loop first
+    stalled, and started the window there (half a group's case lost that way, 2026-12-07).
     """
     if history is None or history.empty:
         return (0, 0)
     t = history["t_ns"]
     lo, hi = int(t.min()), int(t.max())
-    first_per_client = int(history.groupby("client")["t_ns"].min().max())
+    clients = history[~history["client"].astype(str).str.startswith(STALL_CLIENT_PREFIX).to_numpy(dtype=bool)]
+    if clients.empty:
+        clients = history
+    first_per_client = int(clients.groupby("client")["t_ns"].min().max())
     start = min(first_per_client, lo + (hi - lo) // 2)
     return (start, hi)
 

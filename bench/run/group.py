@@ -30,6 +30,8 @@ The server's command counts cannot be split between the cases, so a grouped case
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import threading
 import time
@@ -48,7 +50,7 @@ from bench.run.runner import fault_thread, finish_case, lock_servers_of
 from infra import server_stats
 from infra.stack import Stack
 from workloads.harness.netns import clear_claims
-from workloads.harness.start_gate import GATE_WAIT_S, POLL_S, READY_FILE
+from workloads.harness.start_gate import EXIT_FILE, GATE_WAIT_S, POLL_S, READY_FILE
 
 #: At most this many cases share one strike: every impl and fencing mode of a ZooKeeper or
 #: etcd lane with its control (11), so each of their strikes is paid once. Each case is a
@@ -60,6 +62,8 @@ GROUP_MAX = int(os.environ.get("LOCKBENCH_GROUP_MAX", "12") or 12)
 _DATABASES = 16
 
 Launch = Callable[[list[str], Path, float], int]
+#: Runs several cases' Locust argvs in one process (workloads/harness/group_locust.py); its exit code.
+GroupLaunch = Callable[[list[list[str]], Path, float], int]
 
 
 #: Why a grouped case has no server command counts.
@@ -130,16 +134,53 @@ def group_size(scenario: str, backend: str = "") -> int:
     return max(1, min(GROUP_MAX, size))
 
 
+#: ``LOCKBENCH_GROUP_PROCESS=0`` gives every case of a group its own Locust process again (a
+#: measurement knob: the layout before 2026-12-07). Read at each call: a forked bench inherits
+#: the modules of a process that had another environment.
+SHARE_PROCESS_ENV = "LOCKBENCH_GROUP_PROCESS"
+
+
+def shares_a_process(cases: list[Case]) -> bool:
+    """May these cases' users run in one Locust process (``workloads/harness/group_locust.py``)?
+
+    Not where a case is several processes (``--processes``, a master, workers on test hosts),
+    nor where its workload stops or kills its own process (crash, a world or session pause):
+    that would stop every case beside it. All must run one locustfile.
+    """
+    if (
+        os.environ.get(SHARE_PROCESS_ENV, "1") == "0"
+        or len(cases) < 2
+        or len({c.workload.path for c in cases}) != 1
+    ):
+        return False
+    for case in cases:
+        settings = case.settings
+        if settings.processes > 1 or settings.master_bind is not None:
+            return False
+        if case.fault is not None and case.fault.is_partition:
+            return False
+        if case.workload.name == "crash" or settings.workload_options.get("pause_kind") == "world":
+            return False
+    return True
+
+
 def run_group(
-    cases: list[Case], stack: Stack, scratch: Path, launches: list[Launch]
+    cases: list[Case],
+    stack: Stack,
+    scratch: Path,
+    launches: list[Launch],
+    in_one: GroupLaunch | None = None,
 ) -> list[dict[str, Any] | Exception]:
     """Run ``cases`` side by side under one fault; each gets its result, or the exception that ended it.
 
     ``launches[i]`` starts case ``i``'s Locust and returns its exit code (a warm process of its own).
+    ``in_one``, where given and the cases may share (:func:`shares_a_process`), runs them all in
+    one Locust process instead.
     """
     if not cases:
         return []
-    if len(launches) < len(cases):
+    shared = in_one is not None and shares_a_process(cases)
+    if not shared and len(launches) < len(cases):
         raise ValueError(f"{len(cases)} cases need as many launchers, got {len(launches)}")
     clock_watch.start()  # wall-clock steps during the case (judge.stall_reason)
     begun_ns = time.monotonic_ns()
@@ -154,7 +195,11 @@ def run_group(
     outs, argvs = _prepare(cases, stack, scratch, resources, ground)
     # a server fault or a cut: one nemesis for every case of the group
     fault = fault_thread(cases, stack, resources, ground)
-    launched_ns, codes, exited = _launch_side_by_side(cases, launches, argvs, outs, fault)
+    if shared:
+        assert in_one is not None
+        launched_ns, codes, exited = _launch_in_one_process(cases, in_one, argvs, outs, fault)
+    else:
+        launched_ns, codes, exited = _launch_side_by_side(cases, launches, argvs, outs, fault)
     interrupted = next((c for c in codes if isinstance(c, KeyboardInterrupt)), None)
     if interrupted is not None:
         raise interrupted
@@ -256,6 +301,86 @@ def _launch_side_by_side(
             fault.stop()
             fault.join(60)
     return launched_ns, codes, exited
+
+
+#: How often bench looks for the end of each case of a shared process (s): a case's end stops the
+#: strikes on it, and the fault thread waits on nothing else from it.
+CASE_END_POLL_S = 0.1
+
+
+def _launch_in_one_process(
+    cases: list[Case],
+    in_one: GroupLaunch,
+    argvs: list[list[str]],
+    outs: list[Path],
+    fault: FaultThread | None,
+) -> tuple[int, list[int | BaseException], list[int]]:
+    """Run every case in one Locust process under the one nemesis; as :func:`_launch_side_by_side` returns.
+
+    Each case's end is its exit file (``group_locust.EXIT_FILE``), written as it ends while the
+    others go on; a case that wrote none ends with the process. The process's output is every
+    case's log (``locust.log`` in each case's folder), so a failed case keeps it.
+    """
+    n = len(cases)
+    codes: list[int | BaseException | None] = [None] * n
+    exited: list[int] = [0] * n
+    for out in outs:  # a re-run case's folder may keep the end of its first run
+        (out / EXIT_FILE).unlink(missing_ok=True)
+    log_path = outs[0].parent / f".group-{os.getpid()}-{time.monotonic_ns()}.log"
+    ended: list[int | BaseException] = []
+
+    def run() -> None:
+        try:
+            ended.append(in_one(argvs, log_path, max(c.settings.duration for c in cases) + 120))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller with each unfinished case
+            ended.append(exc)
+
+    def end(i: int, code: int | BaseException) -> None:
+        codes[i], exited[i] = code, time.monotonic_ns()
+        if fault is not None:
+            fault.finished(str(i))
+
+    if fault is not None:
+        fault.start()
+    launched_ns = time.monotonic_ns()
+    thread = threading.Thread(target=run, name="group-process", daemon=True)
+    try:
+        thread.start()
+        while any(code is None for code in codes):
+            thread.join(CASE_END_POLL_S)
+            for i, out in enumerate(outs):
+                if codes[i] is None and (out / EXIT_FILE).exists():
+                    end(i, _exit_code(out / EXIT_FILE))
+            if not thread.is_alive():
+                for i in range(n):
+                    if codes[i] is None:
+                        end(i, ended[0] if ended else 1)
+    finally:
+        if fault is not None:
+            fault.stop()
+            fault.join(60)
+        thread.join(5)
+        _share_log(log_path, outs)
+    return launched_ns, [c if c is not None else 1 for c in codes], exited
+
+
+def _exit_code(path: Path) -> int:
+    try:
+        return int(json.loads(path.read_text())["exit"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def _share_log(log_path: Path, outs: list[Path]) -> None:
+    """The shared process's output as every case's ``locust.log``; the group's own copy goes."""
+    try:
+        text = log_path.read_bytes()
+    except OSError:
+        return
+    for out in outs:
+        with contextlib.suppress(OSError):
+            (out / "locust.log").write_bytes(text)
+    log_path.unlink(missing_ok=True)
 
 
 class StartGate:

@@ -26,7 +26,12 @@ from bench.run.case import (
 from bench.run.witnesses import write_witnesses
 from workloads.checks.common import process_of
 from workloads.checks.recovery import server_recovery_columns
-from workloads.harness.recording import decode_histogram, history_frame, without_stopped_waits
+from workloads.harness.recording import (
+    STALL_CLIENT_PREFIX,
+    decode_histogram,
+    history_frame,
+    without_stopped_waits,
+)
 
 
 def with_fault_windows(
@@ -386,7 +391,7 @@ def stall_reason(
             "int64"
         )
         paused = process_of(pauses["client"]).str.rsplit("/", n=1).str[-1].to_numpy()
-        pids = np.array([w.removeprefix("loop:") for w in who])
+        pids = np.array([w.removeprefix(STALL_CLIENT_PREFIX) for w in who])
         excused = np.zeros(len(t), dtype=bool)
         for start, stop, pid in zip(starts, ends, paused, strict=True):
             excused |= (t >= start - 50_000_000) & (t <= stop) & (pids == pid)

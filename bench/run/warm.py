@@ -113,11 +113,22 @@ class WarmLocust:
         ``poll`` is called about once a second while the case runs (``bench run``'s live
         progress), as the cold launcher does; a swallowed Ctrl-C is noticed at the same pace.
         """
+        return self._run({"argv": argv[3:], "log": str(log_path)}, timeout, poll)
+
+    def run_group(self, argvs: list[list[str]], log_path: Path, timeout: float) -> int:
+        """Run several cases' Locust argvs in one process (``workloads/harness/group_locust.py``).
+
+        Returns when the last case has ended, with the worst exit code; each case says its own
+        end in its folder as it comes (``group_locust.EXIT_FILE``).
+        """
+        return self._run({"group": [argv[3:] for argv in argvs], "log": str(log_path)}, timeout, None)
+
+    def _run(self, request: dict[str, Any], timeout: float, poll: Callable[[], None] | None) -> int:
         alive = self.proc is not None and self.proc.poll() is None
         proc = self.proc if alive and self._ready else self._start()
         assert proc is not None and proc.stdin is not None
         try:
-            request = {"argv": argv[3:], "log": str(log_path), "nice": self.nice}
+            request = {**request, "nice": self.nice}
             proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError) as exc:
             raise WarmLocustError(f"the warm Locust process is gone: {exc}") from None

@@ -28,6 +28,8 @@ HIST_HIGHEST_US = 3_600_000_000  # one hour
 HIST_DIGITS = 3
 
 HISTORY_COLUMNS = ["client", "seq", "op", "type", "lock", "t_ns", "token", "value", "error", "sent_ns"]
+#: The client of a Locust process's loop stalls in a history (``loop:<pid>``, op ``stall``): no buyer.
+STALL_CLIENT_PREFIX = "loop:"
 
 #: ``error`` of an ``info`` completion the harness wrote for an invoke that never got one (its
 #: user was stopped mid-operation, its worker was lost): the outcome is unknown, and the event

@@ -25,6 +25,10 @@ from pathlib import Path
 
 #: The file a case's master writes into its case folder when it waits at the gate.
 READY_FILE = ".start-ready"
+#: Written into a case's folder as it ends when it shares one Locust process with the rest of its
+#: group (workloads/harness/group_locust.py): ``{"exit": code}``. bench ends the case's part of the
+#: strikes by it, as it does by a lone case's process exit.
+EXIT_FILE = "case-exit.json"
 
 #: Longest wait at a gate (seconds) before a case starts anyway (logged).
 GATE_WAIT_S = 120.0

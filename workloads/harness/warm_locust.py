@@ -7,7 +7,8 @@ forks a child for each case; the child runs Locust's own ``main()`` with the ver
 ``python -m locust`` would get, in its own session, with its output in the case's log.
 
 Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path, "nice": n}``
-(``nice`` null: left as it is; else the child's session is raised to it, priority.py); this
+(``nice`` null: left as it is; else the child's session is raised to it, priority.py), or
+``{"group": [argv, ...], ...}`` for several cases in one child (``group_locust.py``); this
 process answers ``{"pid": n}`` once the child exists and ``{"pid": n, "exit": code}`` when
 it has ended. It exits when its stdin closes. Run by bench as ``python -m workloads.harness.warm_locust``.
 """
@@ -69,8 +70,13 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _child(argv: list[str], log: str, parent: int, nice: int | None = None) -> NoReturn:
-    """Become ``python -m locust <argv>`` with output to ``log``, its session at ``nice``; never returns."""
+def _child(
+    argv: list[str], log: str, parent: int, nice: int | None = None, group: list[list[str]] | None = None
+) -> NoReturn:
+    """Become ``python -m locust <argv>`` with output to ``log``, its session at ``nice``; never returns.
+
+    With ``group``, the process runs those cases side by side instead (``group_locust.run``).
+    """
     code = 1
     try:
         os.setsid()
@@ -83,8 +89,13 @@ def _child(argv: list[str], log: str, parent: int, nice: int | None = None) -> N
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         sys.argv = ["locust", *argv]
         try:
-            locust.main.main()
-            code = 0
+            if group is not None:
+                from workloads.harness import group_locust
+
+                code = group_locust.run(group)
+            else:
+                locust.main.main()
+                code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         _end_as_an_interpreter_would()
@@ -137,7 +148,7 @@ def serve() -> None:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(request["argv"], request["log"], parent, request.get("nice"))
+            _child(request.get("argv", []), request["log"], parent, request.get("nice"), request.get("group"))
         _answer({"pid": pid})
         _, status = os.waitpid(pid, 0)
         _answer({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
