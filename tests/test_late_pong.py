@@ -23,6 +23,8 @@ SCRIPT = textwrap.dedent(
     sent = {node: [] for node in WORKERS}
 
     class Runner:
+        environment = None  # the case's environment: the pongs below name the same (None)
+
         def send_message(self, kind, data, client_id):
             sent[client_id].append(data["i"])
             delay, later_on_time = WORKERS[client_id]
@@ -35,8 +37,9 @@ SCRIPT = textwrap.dedent(
     gevent.get_hub().loop.update_now()  # as _on_init does: the loop's "now" is from before the imports
     out = glue._measure_clocks(Runner(), list(WORKERS))
     gevent.sleep(0.5)  # the late worker's late answers arrive
-    glue._name_workers()
-    print(json.dumps({n: {"pings": len(sent[n]), "measured": n in out, "name": glue._worker_name(n)} for n in WORKERS}))
+    st = glue.context(None).state
+    glue._name_workers(st)
+    print(json.dumps({n: {"pings": len(sent[n]), "measured": n in out, "name": glue._worker_name(st, n)} for n in WORKERS}))
     """
 )
 

@@ -6,9 +6,11 @@ standard matrix an hour long. So every case of a lane that takes the same fault 
 scenario and trial, every impl and fencing mode, and the scenario's positive control) runs
 side by side, as Jepsen's ``independent`` runs many keys under one nemesis:
 
-* each case keeps its own Locust (its own users and processes), its own lock names
-  (``--lock-namespace m<i>:``), its own resource (Redis database ``i`` of the lane's
-  resource server), and so its own history, recording and checker;
+* each case keeps its own users, its own lock names (``--lock-namespace m<i>:``), its own
+  resource (Redis database ``i`` of the lane's resource server), and so its own history,
+  recording and checker; where nothing in the cases stops their process
+  (:func:`shares_a_process`) they run in one Locust process, each as an environment of its
+  own (``workloads/harness/group_locust.py``), else each in a Locust process of its own;
 * one :class:`~bench.nemesis.faults.FaultThread` arms every case's mailbox, waits until the
   holders have claimed the strike (or :data:`~bench.nemesis.faults.CLAIM_WINDOW_S`), strikes
   once, and marks per case whether that strike's precondition held
@@ -53,9 +55,9 @@ from workloads.harness.netns import clear_claims
 from workloads.harness.start_gate import EXIT_FILE, GATE_WAIT_S, POLL_S, READY_FILE
 
 #: At most this many cases share one strike: every impl and fencing mode of a ZooKeeper or
-#: etcd lane with its control (11), so each of their strikes is paid once. Each case is a
-#: Locust process of its own with six users: the loop-lag probe says when that made the
-#: generator late, and :data:`GROUP_SIZES` keeps the heavy scenarios smaller.
+#: etcd lane with its control (11), so each of their strikes is paid once. Each case has six
+#: users (in a process of its own, or in the group's one): the loop-lag probe says when that
+#: made the generator late, and :data:`GROUP_SIZES` keeps the heavy scenarios smaller.
 #: ``LOCKBENCH_GROUP_MAX`` overrides it (a measurement knob: 1 runs every case alone beside its control).
 GROUP_MAX = int(os.environ.get("LOCKBENCH_GROUP_MAX", "12") or 12)
 #: A Redis server has 16 databases; each case of a group takes one for its resource.
