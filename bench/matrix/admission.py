@@ -56,6 +56,7 @@ a heavy unit is not kept waiting to the end by light ones coming one after anoth
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -67,8 +68,9 @@ HEAVY = 2
 ALONE = 1_000
 #: What :meth:`Admission.occupancy` tells apart: a unit running alone, a heavy unit, light units only, nothing.
 OCCUPANCY = ("alone", "heavy", "light", "nothing")
-#: Heavy units (and units run alone) running at once, at most.
-MAX_HEAVY = 1
+#: Heavy units (and units run alone) running at once, at most. ``LOCKBENCH_MAX_HEAVY`` overrides it
+#: (a measurement knob, as ``LOCKBENCH_GROUP_MAX`` is).
+MAX_HEAVY = int(os.environ.get("LOCKBENCH_MAX_HEAVY", "1") or 1)
 #: Light units a heavy unit may run beside, however many lanes: at 3 lanes (a heavy unit two slots
 #: of 3) one light unit beside it left it unbound; at 5 lanes with a heavy unit taking two slots,
 #: three light units beside etcd's ensemble kills made 17 of 114 cases generator-bound (X5, 2026-12-05).
@@ -76,7 +78,7 @@ MAX_HEAVY = 1
 #: their starts): 444, 461, 571 and 547 s (2,023 s against 2,222 at 3 lanes) at 1.16, 1.59, 1.38
 #: and 1.46 cores busy (1.40 in all), but 41 of 346 cases generator-bound: the Sentinel failover 13
 #: of 13 beside two crash groups (12 Locust processes each, "light"), and two etcd cells thin.
-BESIDE_HEAVY = 1
+BESIDE_HEAVY = int(os.environ.get("LOCKBENCH_BESIDE_HEAVY", "1") or 1)  # a measurement knob too
 #: A restart under a group of this many cases or more is heavy (12 Locust processes reconnecting),
 #: and so is a partition group running more Locust processes than this, each on a test host of its
 #: own: PostgreSQL's partition-client group (7 cases, 14 processes) beside the Sentinel failover
