@@ -38,9 +38,10 @@ from workloads.harness import holder_first  # noqa: E402
 from workloads.harness.loop_lag import LoopLagProbe  # noqa: E402
 from workloads.harness.resource import FlashSaleResource  # noqa: E402
 
-ITEM = "item-0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plain_flash_sale_loop import ITEM, purchase  # noqa: E402
+
 STOCK = 10_000_000
-MAX_QTY = 3
 
 
 def _cpu() -> float:
@@ -85,20 +86,10 @@ def main() -> None:
                 gevent.sleep(wait)
             last = now + wait
             try:
-                lease = lock.acquire(timeout=5)
+                purchase(lock, resource, rng, a.cs)
             except Exception:  # noqa: BLE001 - counted, the loop goes on
                 errors[0] += 1
                 continue
-            with holder_first.holding():
-                resource.witness_enter(ITEM)
-                stock = resource.read_stock(ITEM)
-                holder_first.holder_sleep(a.cs)
-                qty = rng.randint(1, MAX_QTY)
-                if stock >= qty:
-                    resource.write_stock(ITEM, stock - qty)
-                    resource.append_order(ITEM, "plain", qty)
-                resource.witness_exit(ITEM)
-                lock.release(lease)
             acquired[0] += 1
 
     for i in cases:  # connections made before the window

@@ -41,6 +41,28 @@ STOCK = 100_000
 MAX_QTY = 3
 
 
+def purchase(lock, resource, rng: random.Random, cs_s: float, on_hold=None, item: str = ITEM) -> None:  # noqa: ANN001
+    """One buyer's visit: acquire, witness, read, critical section, write and order, witness, release.
+
+    ``on_hold(ns)`` gets the hold time (acquire returned -> release called) before the release.
+    Raises what the acquire raises.
+    """
+    lease = lock.acquire(timeout=5)
+    got = time.monotonic_ns()
+    with holder_first.holding():
+        resource.witness_enter(item)
+        stock = resource.read_stock(item)
+        holder_first.holder_sleep(cs_s)
+        qty = rng.randint(1, MAX_QTY)
+        if stock >= qty:
+            resource.write_stock(item, stock - qty)
+            resource.append_order(item, "plain", qty)
+        resource.witness_exit(item)
+        if on_hold is not None:
+            on_hold(time.monotonic_ns() - got)
+        lock.release(lease)
+
+
 def main() -> None:
     impl, lock_url, resource_url, users, duration, cs, retry = sys.argv[1:8]
     cls = resolve(impl)
@@ -57,25 +79,16 @@ def main() -> None:
     def buyer() -> None:
         lock = cls(f"flash-sale:{ITEM}", [lock_url], options)
         rng = random.Random()
+
+        def held(ns: int) -> None:
+            acquired_at.append(time.monotonic_ns() - ns)
+            hold.record_value(max(1, ns // 1000))
+
         while time.monotonic() < stop_at[0]:
             try:
-                lease = lock.acquire(timeout=5)
+                purchase(lock, resource, rng, cs_s, held)
             except Exception:  # noqa: BLE001 - counted, the loop goes on
                 errors[0] += 1
-                continue
-            got = time.monotonic_ns()
-            acquired_at.append(got)
-            with holder_first.holding():
-                resource.witness_enter(ITEM)
-                stock = resource.read_stock(ITEM)
-                holder_first.holder_sleep(cs_s)
-                qty = rng.randint(1, MAX_QTY)
-                if stock >= qty:
-                    resource.write_stock(ITEM, stock - qty)
-                    resource.append_order(ITEM, "plain", qty)
-                resource.witness_exit(ITEM)
-                hold.record_value(max(1, (time.monotonic_ns() - got) // 1000))
-                lock.release(lease)
 
     warm = cls(f"flash-sale:{ITEM}", [lock_url], options)
     warm.release(warm.acquire(timeout=5))
