@@ -62,7 +62,7 @@ class CrashUser(FlashSaleUser):
         worker = worker_index(self.environment)
         if (
             worker < self.opts.crashes
-            and next(harness.counter(self.environment, "sections", 1)) >= self.opts.crash_after
+            and next(self.sections) >= self.opts.crash_after
             and self._my_turn(worker, item)
         ):
             self.resource.witness_exit(

@@ -131,6 +131,8 @@ class FlashSaleUser(User):
         self.backoff = ErrorBackoff()
         self.rec = harness.recorder(self.environment)
         self.client_id = self.rec.new_client_id()
+        #: the case's critical sections, counted from 1 (fault workloads strike every n-th)
+        self.sections = harness.counter(self.environment, "sections", 1)
         self.items = item_names(opts.items)
         self.weights = zipf_weights(opts.items, opts.skew)
         self.rng = random.Random()

@@ -67,7 +67,7 @@ class LeaseExpiryUser(FlashSaleUser):
     def think(self, lock: RecordedLock, item: str) -> None:
         opts = self.opts
         world = opts.pause_kind == "world"
-        section = next(harness.counter(self.environment, "sections", 1))
+        section = next(self.sections)
         if section % max(1, opts.pause_every) or (world and worker_index(self.environment) != 0):
             time.sleep(self.cs())
             return

@@ -244,8 +244,6 @@ def columns(
     hold = _finite(row.get("hold_p50_us"))
     solo_hold = _finite(solo.hold_p50_us) if solo is not None else None
     cpu_seconds = [_finite(w.get("cpu_s")) for w in workers.values()]
-    if any((_finite(w.get("cases_in_process")) or 1) > 1 for w in workers.values()):
-        cpu_seconds = [None]  # the process's CPU was its group's: no share of it is this case's alone
     shares = [s for s in (_finite(w.get("cpu_share")) for w in workers.values()) if s is not None]
     attempts = lock_stats.get("attempts")
 

@@ -176,13 +176,12 @@ def run_group(
     """Run ``cases`` side by side under one fault; each gets its result, or the exception that ended it.
 
     ``launches[i]`` starts case ``i``'s Locust and returns its exit code (a warm process of its own).
-    ``in_one``, where given and the cases may share (:func:`shares_a_process`), runs them all in
-    one Locust process instead.
+    ``in_one``, where given, runs them all in one Locust process instead: the caller has checked
+    that they may share one (:func:`shares_a_process`).
     """
     if not cases:
         return []
-    shared = in_one is not None and shares_a_process(cases)
-    if not shared and len(launches) < len(cases):
+    if in_one is None and len(launches) < len(cases):
         raise ValueError(f"{len(cases)} cases need as many launchers, got {len(launches)}")
     clock_watch.start()  # wall-clock steps during the case (judge.stall_reason)
     begun_ns = time.monotonic_ns()
@@ -197,8 +196,7 @@ def run_group(
     outs, argvs = _prepare(cases, stack, scratch, resources, ground)
     # a server fault or a cut: one nemesis for every case of the group
     fault = fault_thread(cases, stack, resources, ground)
-    if shared:
-        assert in_one is not None
+    if in_one is not None:
         launched_ns, codes, exited = _launch_in_one_process(cases, in_one, argvs, outs, fault)
     else:
         launched_ns, codes, exited = _launch_side_by_side(cases, launches, argvs, outs, fault)

@@ -23,8 +23,9 @@ another's load.
 Who may share (bench decides, ``bench/run/group.py``): cases of one locustfile, each a
 single local process (no ``--processes``, master, worker or test hosts), whose workload
 never stops or kills the process (crash, a world or session pause: those stop every case
-in it). What sharing gives up: a case's CPU is its process's, shared with the others
-(``cases_in_process`` in its totals); its loop lag is the shared loop's over its own window.
+in it). What sharing gives up: a case has no CPU seconds of its own (its totals keep the
+process's ``cpu_share`` and ``cases_in_process``); its loop lag is the shared loop's over its
+own window.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def _locustfile(argv: list[str]) -> str:
 class _Case:
     """One case of the process: its options, environment and runner, and how it ended."""
 
-    def __init__(self, argv: list[str], user_classes: dict[str, Any]) -> None:
-        self.opts = get_parser().parse_args(args=argv)
+    def __init__(self, opts: Any, user_classes: dict[str, Any]) -> None:
+        self.opts = opts
         if self.opts.processes or self.opts.master or self.opts.worker:
             raise SystemExit(
                 "a grouped case runs in one local process (no --processes, --master or --worker)"
@@ -89,7 +90,6 @@ class _Case:
         )
         self.env.events.init.fire(environment=self.env, runner=self.runner, web_ui=None)
         self.out = Path(self.opts.lockbench_out) if self.opts.lockbench_out else None
-        self.code: int | None = None
 
     def start(self) -> None:
         """Begin the load (the harness's ``test_start``: reset, probe, stop rule), and its run-time limit."""
@@ -106,14 +106,13 @@ class _Case:
         self.runner.greenlet.join()
         self.env.events.quitting.fire(environment=self.env, reverse=True)
         self.runner.quit()
-        code = self.env.process_exit_code
-        self.code = code if code is not None else 0
-        log.info("%s: ended (exit code %d)", self.opts.lockbench_case, self.code)
+        code = self.env.process_exit_code or 0
+        log.info("%s: ended (exit code %d)", self.opts.lockbench_case, code)
         if self.out is not None:
             tmp = self.out / f".{EXIT_FILE}.tmp"
-            tmp.write_text(json.dumps({"exit": self.code, "pid": os.getpid()}))
+            tmp.write_text(json.dumps({"exit": code, "pid": os.getpid()}))
             os.replace(tmp, self.out / EXIT_FILE)
-        return self.code
+        return code
 
 
 def run(argvs: list[list[str]]) -> int:
@@ -122,11 +121,12 @@ def run(argvs: list[list[str]]) -> int:
     if len(files) != 1:
         raise SystemExit(f"the cases of one process share one locustfile, not {sorted(files)}")
     user_classes, _ = load_locustfile(files.pop())  # imports the workload: its options, its listeners
-    first = get_parser().parse_args(args=argvs[0])
-    setup_logging(first.loglevel, first.logfile)
+    parser = get_parser()  # with the workload's options, once for every case
+    options = [parser.parse_args(args=argv) for argv in argvs]
+    setup_logging(options[0].loglevel, options[0].logfile)
     gevent.get_hub().loop.update_now()  # the run-time timers are set from the loop's "now"
     locust_glue.DEFERRED_OUTPUTS = []
-    cases = [_Case(argv, user_classes) for argv in argvs]
+    cases = [_Case(opts, user_classes) for opts in options]
     gevent.get_hub().loop.update_now()
     for case in cases:
         case.start()

@@ -332,9 +332,6 @@ def lock_class(opts: Any) -> type:
 def use_workload(workload: Any) -> None:
     """Tell the harness which workload this locustfile runs (setup, final state, checks)."""
     _WORKLOAD[0] = workload
-    for ctx in _CONTEXTS.values():  # a case made before the locustfile said (a test's own environment)
-        if ctx.state.workload is None:
-            ctx.state.workload = copy.copy(workload)
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -453,10 +450,12 @@ MEASURED_TOTALS = ("cpu_share", "cpu_s", "cases_in_process", *LOOP_LAG_KEYS)
 
 
 def _cpu_totals(ctx: CaseContext) -> dict[str, Any]:
-    """This process's CPU since the case's test start: share of one core and seconds (bench divides
-    by acquisitions), and how many cases shared the process (``cases_in_process``: CPU is not split)."""
+    """This process's CPU since the case's test start: share of one core, and seconds (bench divides
+    them by acquisitions) only where the process ran this case alone (``cases_in_process``): a
+    shared process's CPU is its group's, and no share of it is this case's."""
     st = ctx.state
-    cpu_s = None if st.cpu_start is None else _cpu_seconds() - st.cpu_start[0]
+    alone = len(_CONTEXTS) == 1
+    cpu_s = None if st.cpu_start is None or not alone else _cpu_seconds() - st.cpu_start[0]
     # and how late its gevent loop ran (workloads/harness/loop_lag.py): bench judges fidelity by it
     return {
         "cpu_share": _cpu_share(st), "cpu_s": cpu_s, "cases_in_process": len(_CONTEXTS), **ctx.probe.figures()
