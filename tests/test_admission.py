@@ -218,3 +218,16 @@ def test_occupancy_tells_what_ran_and_adds_up_to_the_whole_time() -> None:
     assert set(seconds) == {"alone_s", "heavy_s", "light_s", "nothing_s"}
     assert all(v > 0 for v in admission.spent.values()), admission.spent
     assert 0 <= whole - sum(admission.spent.values()) < 0.5, (whole, admission.spent)
+
+
+def test_heavy_pairs_run_two_heavy_units_with_nothing_beside_them() -> None:
+    """``LOCKBENCH_HEAVY_PAIRS``: two heavy units meet, but no light unit runs beside the pair."""
+    ran = _lanes(Admission(3, heavy_pairs=True), LANES, hold_s=0.05)
+    heavy = [r for r in ran if r[2] == HEAVY]
+    pairs = [(a, b) for a in heavy for b in heavy if a is not b and a[0] < b[1] and b[0] < a[1]]
+    assert pairs
+    for a, b in pairs:
+        both = (max(a[0], b[0]), min(a[1], b[1]))
+        beside = [r for r in ran if r[2] < HEAVY and r[0] < both[1] and both[0] < r[1]]
+        assert not beside
+    assert max(sum(1 for b in heavy if b[0] <= a[0] < b[1]) for a in heavy) == 2

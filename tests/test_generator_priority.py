@@ -103,3 +103,29 @@ def test_servers_started_inside_a_matrix_hook_run_at_its_nice_value_restarts_too
         after.stop()
     finally:
         outside.stop()
+
+
+def test_a_shared_process_weighs_as_the_cases_it_carries() -> None:
+    """One process of n cases gets about n times one case's CPU weight: with autogroup each session
+    is one entity in the queue, and n sessions weighed n times one."""
+    from workloads.harness.priority import _WEIGHTS, shared_nice
+
+    def weight(nice: int) -> int:
+        return _WEIGHTS[nice + 20]
+
+    assert shared_nice(GENERATOR_NICE, 1) == GENERATOR_NICE
+    for n in (2, 3, 5, 8, 12):
+        got = shared_nice(GENERATOR_NICE, n)
+        assert got < GENERATOR_NICE
+        assert 0.8 < weight(got) / (n * weight(GENERATOR_NICE)) < 1.25  # within one step of n times
+    assert shared_nice(GENERATOR_NICE, 1000) == -20  # no nicer than the kernel allows
+    assert shared_nice(0, 5) == -7
+
+
+def test_the_group_weight_knob_leaves_a_shared_process_at_one_cases_nice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workloads.harness.priority import GROUP_WEIGHT_ENV, shared_nice
+
+    monkeypatch.setenv(GROUP_WEIGHT_ENV, "0")
+    assert shared_nice(GENERATOR_NICE, 5) == GENERATOR_NICE

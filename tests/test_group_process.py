@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.matrix.machine import GENERATOR_NICE
 from bench.matrix.plan import form_groups, plan_lanes, plan_matrix
 from bench.measure.analysis import steady_window
 from bench.run.group import shares_a_process
 from tests.helpers import bench
+from workloads.harness.priority import can_raise, shared_nice
 
 RESTART_GROUP = ("matrix", "--impl", "redis.set-nx-px-lua", "--impl", "redis.reentrant",
                  "--scenario", "restart", "--evidence", "quick", "--lanes", "1")  # fmt: skip
@@ -32,6 +34,8 @@ def test_a_restart_groups_cases_share_one_process_and_keep_their_own_recordings(
         hist = json.loads((run / "hist" / f"{case}.json").read_text())
         (pid,) = hist["workers"]  # one process ran the case...
         assert hist["workers"][pid]["cases_in_process"] == 5  # ...and the four others
+        if can_raise():  # the one process weighs in the CPU queue as the five it replaces
+            assert hist["workers"][pid]["nice"] == shared_nice(GENERATOR_NICE, 5) < GENERATOR_NICE
         pids.add(pid)
         history = pd.read_parquet(run / "history" / f"{case}.parquet")
         locks = {n for n in history["lock"].dropna().astype(str) if ":flash-sale:" in n}
@@ -61,6 +65,13 @@ def test_the_same_group_in_a_process_per_case_gives_the_same_cells(tmp_path: Pat
         for pid in json.loads((apart_run / "hist" / f"{case}.json").read_text())["workers"]
     }
     assert len(pids) == 5  # the measurement knob: every case its own Locust process again
+    if can_raise():
+        nices = {
+            w["nice"]
+            for case in apart.index
+            for w in json.loads((apart_run / "hist" / f"{case}.json").read_text())["workers"].values()
+        }
+        assert nices == {GENERATOR_NICE}
     assert apart["client_cpu_ms_per_acq"].notna().all()
     cols = ["verdict", "expected_outcome", "contradicts_catalog", "observed_outcome"]
     assert shared[cols].sort_index().equals(apart[cols].sort_index())

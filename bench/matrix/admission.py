@@ -79,6 +79,9 @@ MAX_HEAVY = int(os.environ.get("LOCKBENCH_MAX_HEAVY", "1") or 1)
 #: and 1.46 cores busy (1.40 in all), but 41 of 346 cases generator-bound: the Sentinel failover 13
 #: of 13 beside two crash groups (12 Locust processes each, "light"), and two etcd cells thin.
 BESIDE_HEAVY = int(os.environ.get("LOCKBENCH_BESIDE_HEAVY", "1") or 1)  # a measurement knob too
+#: ``LOCKBENCH_HEAVY_PAIRS=1``: two heavy units may run at once when nothing else runs beside them
+#: (a measurement knob).
+HEAVY_PAIRS = os.environ.get("LOCKBENCH_HEAVY_PAIRS", "0") == "1"
 #: A restart under a group of this many cases or more is heavy (12 Locust processes reconnecting),
 #: and so is a partition group running more Locust processes than this, each on a test host of its
 #: own: PostgreSQL's partition-client group (7 cases, 14 processes) beside the Sentinel failover
@@ -122,10 +125,16 @@ class Admission:
     """
 
     def __init__(
-        self, slots: int, max_heavy: int = MAX_HEAVY, beside_heavy: int | None = BESIDE_HEAVY
+        self,
+        slots: int,
+        max_heavy: int = MAX_HEAVY,
+        beside_heavy: int | None = BESIDE_HEAVY,
+        heavy_pairs: bool = HEAVY_PAIRS,
     ) -> None:
         self.slots = max(1, slots)
         self.max_heavy = max_heavy
+        #: a second heavy unit may join a first when no light unit runs, and none joins the pair
+        self.heavy_pairs = heavy_pairs
         #: light units a heavy one may run beside (None: a heavy unit simply takes HEAVY slots)
         self.beside_heavy = beside_heavy
         self.used = 0
@@ -164,6 +173,12 @@ class Admission:
         return min(weight, self.slots)
 
     def fits(self, weight: int) -> bool:
+        if self.heavy_pairs and weight < ALONE and not self.alone:
+            light_used = self.used - self.heavy_slots
+            if weight >= HEAVY and self.heavy == 1 and self.max_heavy <= 1:
+                return light_used == 0
+            if weight < HEAVY and self.heavy >= 2:
+                return False
         if weight >= HEAVY and self.heavy >= self.max_heavy:
             return False
         # a unit as heavy as every slot, or heavier, runs only when nothing else does
@@ -175,6 +190,8 @@ class Admission:
         if not self._needs:
             return True
         need = max(self._needs.values())
+        if self.heavy_pairs and self.heavy == 1 and not self.alone and need >= HEAVY:
+            return False  # the waiting heavy unit joins the running one as soon as the light ones end
         light_used = self.used - self.heavy_slots
         return weight < HEAVY and light_used + weight + need <= self.slots
 

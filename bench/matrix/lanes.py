@@ -35,6 +35,7 @@ from infra.errors import InfraError
 from infra.stack import Stack
 from infra.testhosts import TestHostNet
 from workloads.checks.stop_rules import EvidenceWatch, StopRule
+from workloads.harness.priority import shared_nice
 
 #: A lane whose servers died or did not start gets fresh ones this many times before it stops.
 MAX_LANE_RESTARTS = 1
@@ -352,7 +353,9 @@ class _Launchers:
             spec = log_path.with_suffix(".argv.json")
             spec.write_text(json.dumps([argv[3:] for argv in argvs]))
             cold = [sys.executable, "-m", "workloads.harness.group_locust", str(spec)]
-            return cold_locust(cold, log_path, timeout, nice=nice)
+            return cold_locust(
+                cold, log_path, timeout, nice=None if nice is None else shared_nice(nice, len(argvs))
+            )
 
         return launch
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from bench.errors import raise_if_interrupted
 from infra.process import die_with_parent
+from workloads.harness.priority import shared_nice
 
 #: How long the warm process may take to import everything before it is given up on.
 READY_TIMEOUT_S = 120.0
@@ -121,14 +122,16 @@ class WarmLocust:
         Returns when the last case has ended, with the worst exit code; each case says its own
         end in its folder as it comes (``group_locust.EXIT_FILE``).
         """
-        return self._run({"group": [argv[3:] for argv in argvs], "log": str(log_path)}, timeout, None)
+        nice = None if self.nice is None else shared_nice(self.nice, len(argvs))
+        request = {"group": [argv[3:] for argv in argvs], "log": str(log_path), "nice": nice}
+        return self._run(request, timeout, None)
 
     def _run(self, request: dict[str, Any], timeout: float, poll: Callable[[], None] | None) -> int:
         alive = self.proc is not None and self.proc.poll() is None
         proc = self.proc if alive and self._ready else self._start()
         assert proc is not None and proc.stdin is not None
         try:
-            request = {**request, "nice": self.nice}
+            request = {"nice": self.nice, **request}
             proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError) as exc:
             raise WarmLocustError(f"the warm Locust process is gone: {exc}") from None

@@ -446,7 +446,7 @@ def _cpu_share(st: _State) -> float | None:
 
 
 #: Keys of a worker's totals that are measurements, not counts the master must match.
-MEASURED_TOTALS = ("cpu_share", "cpu_s", "cases_in_process", *LOOP_LAG_KEYS)
+MEASURED_TOTALS = ("cpu_share", "cpu_s", "cases_in_process", "nice", *LOOP_LAG_KEYS)
 
 
 def _cpu_totals(ctx: CaseContext) -> dict[str, Any]:
@@ -456,9 +456,11 @@ def _cpu_totals(ctx: CaseContext) -> dict[str, Any]:
     st = ctx.state
     alone = len(_CONTEXTS) == 1
     cpu_s = None if st.cpu_start is None or not alone else _cpu_seconds() - st.cpu_start[0]
-    # and how late its gevent loop ran (workloads/harness/loop_lag.py): bench judges fidelity by it
+    # and how late its gevent loop ran (workloads/harness/loop_lag.py): bench judges fidelity by it;
+    # the nice it ran at says whether the matrix raised it, and by how much (priority.shared_nice)
     return {
-        "cpu_share": _cpu_share(st), "cpu_s": cpu_s, "cases_in_process": len(_CONTEXTS), **ctx.probe.figures()
+        "cpu_share": _cpu_share(st), "cpu_s": cpu_s, "cases_in_process": len(_CONTEXTS),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0), **ctx.probe.figures(),
     }  # fmt: skip
 
 

@@ -64,3 +64,31 @@ def can_raise() -> bool:
     except OSError:
         return False
     return bool(int(caps, 16) >> 23 & 1)  # CAP_SYS_NICE
+
+
+#: The kernel's CFS/EEVDF weight of each nice value from -20 to 19 (kernel/sched/core.c
+#: ``sched_prio_to_weight``): one step is about 1.25 times the CPU share.
+_WEIGHTS = (
+    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
+    9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277,
+    1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+    110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+)  # fmt: skip
+
+#: ``LOCKBENCH_GROUP_WEIGHT=0`` leaves a shared group process at the nice of one case (a measurement knob).
+GROUP_WEIGHT_ENV = "LOCKBENCH_GROUP_WEIGHT"
+
+
+def shared_nice(nice: int, cases: int) -> int:
+    """The nice value that gives one process of ``cases`` cases the CPU weight of ``cases`` sessions at ``nice``.
+
+    Why: with autogroup each session is one entity in the CPU queue, so ``cases`` cases in
+    processes of their own weighed ``cases`` times what one process running them all weighs;
+    beside the same neighbours the shared process then woke late where they had not (etcd's
+    lease-expiry-task group of five: loops late 39-40% shared, 6% apart, in two matrices). At
+    most -20; ``nice`` itself for one case or with ``LOCKBENCH_GROUP_WEIGHT=0``.
+    """
+    if cases <= 1 or os.environ.get(GROUP_WEIGHT_ENV, "1") == "0":
+        return nice
+    want = _WEIGHTS[max(-20, min(19, nice)) + 20] * cases
+    return min(range(-20, 20), key=lambda n: (abs(_WEIGHTS[n + 20] - want), -n))
