@@ -79,8 +79,11 @@ MAX_HEAVY = int(os.environ.get("LOCKBENCH_MAX_HEAVY", "1") or 1)
 #: and 1.46 cores busy (1.40 in all), but 41 of 346 cases generator-bound: the Sentinel failover 13
 #: of 13 beside two crash groups (12 Locust processes each, "light"), and two etcd cells thin.
 BESIDE_HEAVY = int(os.environ.get("LOCKBENCH_BESIDE_HEAVY", "1") or 1)  # a measurement knob too
-#: ``LOCKBENCH_HEAVY_PAIRS=1``: two heavy units may run at once when nothing else runs beside them
-#: (a measurement knob).
+#: ``LOCKBENCH_HEAVY_PAIRS=1``: two heavy units may run at once when nothing else runs beside them,
+#: and light units wait while a heavy one could join the one running (a measurement knob). With
+#: groups in shared processes (P, 2026-12-07, loads 0.18 and 0.85 at the starts): shard 4 took 668 s
+#: against 609 at 1.01 cores busy, 15 of 120 bound against 10 (the light units waited: 231 s of
+#: light-only time against 150), shard 2 501 s against 538 at 0.72, 1 bound against 0. Not the default.
 HEAVY_PAIRS = os.environ.get("LOCKBENCH_HEAVY_PAIRS", "0") == "1"
 #: A restart under a group of this many cases or more is heavy (12 Locust processes reconnecting),
 #: and so is a partition group running more Locust processes than this, each on a test host of its
