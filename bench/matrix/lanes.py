@@ -342,20 +342,20 @@ class _Launchers:
             if not self._pool:
                 self._pool.append(WarmLocust(self.nice))
             warm = self._pool[0]
-        nice = self.nice
+        base = self.nice
 
         def launch(argvs: list[list[str]], log_path: Path, timeout: float) -> int:
+            # the one process weighs in the CPU queue as the sessions of its cases would have
+            nice = None if base is None else shared_nice(base, len(argvs))
             if warm is not None:
                 try:
-                    return warm.run_group(argvs, log_path, timeout)
+                    return warm.run_group(argvs, log_path, timeout, nice)
                 except WarmLocustError:
                     warm.close()
             spec = log_path.with_suffix(".argv.json")
             spec.write_text(json.dumps([argv[3:] for argv in argvs]))
             cold = [sys.executable, "-m", "workloads.harness.group_locust", str(spec)]
-            return cold_locust(
-                cold, log_path, timeout, nice=None if nice is None else shared_nice(nice, len(argvs))
-            )
+            return cold_locust(cold, log_path, timeout, nice=nice)
 
         return launch
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from bench.errors import raise_if_interrupted
 from infra.process import die_with_parent
-from workloads.harness.priority import shared_nice
 
 #: How long the warm process may take to import everything before it is given up on.
 READY_TIMEOUT_S = 120.0
@@ -116,13 +115,12 @@ class WarmLocust:
         """
         return self._run({"argv": argv[3:], "log": str(log_path)}, timeout, poll)
 
-    def run_group(self, argvs: list[list[str]], log_path: Path, timeout: float) -> int:
-        """Run several cases' Locust argvs in one process (``workloads/harness/group_locust.py``).
+    def run_group(self, argvs: list[list[str]], log_path: Path, timeout: float, nice: int | None) -> int:
+        """Run several cases' Locust argvs in one process (``workloads/harness/group_locust.py``) at ``nice``.
 
         Returns when the last case has ended, with the worst exit code; each case says its own
         end in its folder as it comes (``group_locust.EXIT_FILE``).
         """
-        nice = None if self.nice is None else shared_nice(self.nice, len(argvs))
         request = {"group": [argv[3:] for argv in argvs], "log": str(log_path), "nice": nice}
         return self._run(request, timeout, None)
 
@@ -131,7 +129,7 @@ class WarmLocust:
         proc = self.proc if alive and self._ready else self._start()
         assert proc is not None and proc.stdin is not None
         try:
-            request = {"nice": self.nice, **request}
+            request = {"nice": self.nice, **request}  # a group's own nice (run_group) wins
             proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError) as exc:
             raise WarmLocustError(f"the warm Locust process is gone: {exc}") from None
