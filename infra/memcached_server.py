@@ -61,7 +61,7 @@ class MemcachedServer(ManagedServer):
         ]
         if os.geteuid() == 0:
             argv.append("--user=root")  # memcached refuses to run as root unless told so
-        self.process = ServerProcess(name, argv, self.dir / "server.log", cwd=self.dir)
+        self.process = ServerProcess(name, argv, self.dir / "server.log", cwd=self.dir, realtime=True)
 
     @property
     def url(self) -> str:

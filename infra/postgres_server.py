@@ -186,7 +186,9 @@ class PostgresServer(ManagedServer):
             if user is not None:
                 raise InfraError("PostgreSQL on a test host as root needs setpriv; install util-linux")
             argv = [*launcher, *argv]
-        self.process = _PostgresProcess(name, argv, self.logdir / "server.log", cwd=self.base, user=user)
+        self.process = _PostgresProcess(
+            name, argv, self.logdir / "server.log", cwd=self.base, user=user, realtime=True
+        )
         self.process.cleanup_dir = self._own_tmp
 
     # ---------------------------------------------------------------------------------

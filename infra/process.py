@@ -32,14 +32,14 @@ FAIL_START_ENV = "LOCKBENCH_TEST_FAIL_START"
 KILL_AFTER_ENV = "LOCKBENCH_TEST_KILL_AFTER"
 _hook_counts: dict[tuple[str, str], int] = {}
 _hook_lock = threading.Lock()
-#: Called with the pid of every server process this process starts from now on (restarts of a
-#: fault included): a matrix raises servers to its Locust sessions' priority with it.
-_spawn_hook: Callable[[int], object] | None = None
+#: Called with every server process this process starts from now on (restarts of a fault
+#: included), once it has a pid: a matrix raises servers to its Locust sessions' priority with it.
+_spawn_hook: Callable[[ServerProcess], object] | None = None
 
 
 @contextlib.contextmanager
-def on_every_start(hook: Callable[[int], object]) -> Any:
-    """Call ``hook(pid)`` for every server started (or started again) inside the ``with`` block."""
+def on_every_start(hook: Callable[[ServerProcess], object]) -> Any:
+    """Call ``hook(server)`` for every server started (or started again) inside the ``with`` block."""
     global _spawn_hook
     before, _spawn_hook = _spawn_hook, hook
     try:
@@ -193,8 +193,15 @@ class ServerProcess:
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
         user: str | None = None,
+        realtime: bool = False,
     ) -> None:
         self.name = name
+        #: whether every thread of this server blocks between requests, so that it may run in the
+        #: real-time class beside a matrix's generators (workloads/harness/priority.py): Redis,
+        #: memcached and PostgreSQL do; etcd's Go runtime spins its idle threads and ZooKeeper's JVM
+        #: compiles and collects for seconds, and in that class either held both cores from every
+        #: process of the normal class (the harness among them) until a shard stopped.
+        self.realtime = realtime
         self.argv = list(argv)
         self.log_path = log_path
         self.cwd = cwd
@@ -241,7 +248,7 @@ class ServerProcess:
         finally:
             log.close()
         if _spawn_hook is not None:
-            _spawn_hook(self.popen.pid)
+            _spawn_hook(self)
         if not detached:
             _live.add(self)
         deadline = time.monotonic() + timeout

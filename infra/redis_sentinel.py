@@ -142,7 +142,7 @@ class RedisSentinelGroup:
             )
             argv = at.argv([self.binary, str(config), "--sentinel"])
             self.sentinels.append(
-                ServerProcess(f"{name}-sentinel{i + 1}", argv, sdir / "sentinel.log", cwd=sdir)
+                ServerProcess(f"{name}-sentinel{i + 1}", argv, sdir / "sentinel.log", cwd=sdir, realtime=True)
             )
 
     @property

@@ -62,7 +62,7 @@ class RedisServer(ManagedServer):
             "--maxclients", "10000",
             *(extra_args or []),
         ]  # fmt: skip
-        self.process = ServerProcess(name, argv, self.dir / "server.log")
+        self.process = ServerProcess(name, argv, self.dir / "server.log", realtime=True)
 
     @property
     def address(self) -> tuple[str, int]:

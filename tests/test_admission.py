@@ -7,7 +7,9 @@ import threading
 import time
 from types import SimpleNamespace
 
-from bench.matrix.admission import ALONE, BIG_GROUP, HEAVY, LIGHT, Admission, unit_weight
+import pytest
+
+from bench.matrix.admission import ALONE, BIG_GROUP, HEAVY, LIGHT, Admission, limits, unit_weight
 
 
 class _Fault:
@@ -119,6 +121,27 @@ def test_without_the_slots_they_would_have_met() -> None:
     ran = _lanes(Admission(100, max_heavy=100, beside_heavy=None), LANES, hold_s=0.05)
     most, met = _most_beside_a_heavy(ran)
     assert met > 0 and most == 2
+
+
+def test_real_time_generators_let_two_heavy_units_meet_or_one_beside_two_light_ones() -> None:
+    """With the cases' Locust real-time (workloads/harness/priority.py) four lanes run two heavy
+    units at once, or one beside two light ones; never three heavy ones, never three beside one."""
+    assert limits(False) == (1, 1)
+    assert limits(True) == (2, 2)
+    lanes = [*LANES, [_unit("crash", 2), _unit("long-cs"), _unit("failover")]]
+    ran = _lanes(Admission(4, *limits(True)), lanes, hold_s=0.05)
+    assert len(ran) == 12
+    most, met = _most_beside_a_heavy(ran)
+    assert met > 0 and most == 2
+    heavy = [r for r in ran if r[2] == HEAVY]
+    assert max(sum(1 for b in heavy if b[0] <= a[0] < b[1]) for a in heavy) == 2
+
+
+def test_the_knobs_override_either_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKBENCH_MAX_HEAVY", "1")
+    assert limits(True) == (1, 2)
+    monkeypatch.setenv("LOCKBENCH_BESIDE_HEAVY", "3")
+    assert limits(False) == (1, 3)
 
 
 def test_a_lane_runs_its_next_unit_that_fits_instead_of_waiting() -> None:

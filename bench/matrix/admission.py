@@ -68,9 +68,10 @@ HEAVY = 2
 ALONE = 1_000
 #: What :meth:`Admission.occupancy` tells apart: a unit running alone, a heavy unit, light units only, nothing.
 OCCUPANCY = ("alone", "heavy", "light", "nothing")
-#: Heavy units (and units run alone) running at once, at most. ``LOCKBENCH_MAX_HEAVY`` overrides it
-#: (a measurement knob, as ``LOCKBENCH_GROUP_MAX`` is).
-MAX_HEAVY = int(os.environ.get("LOCKBENCH_MAX_HEAVY", "1") or 1)
+#: Heavy units (and units run alone) running at once, at most, with generators in the normal class
+#: (at a nice value). ``LOCKBENCH_MAX_HEAVY`` overrides it (a measurement knob, as
+#: ``LOCKBENCH_GROUP_MAX`` is): :func:`limits`.
+MAX_HEAVY = 1
 #: Light units a heavy unit may run beside, however many lanes: at 3 lanes (a heavy unit two slots
 #: of 3) one light unit beside it left it unbound; at 5 lanes with a heavy unit taking two slots,
 #: three light units beside etcd's ensemble kills made 17 of 114 cases generator-bound (X5, 2026-12-05).
@@ -78,7 +79,14 @@ MAX_HEAVY = int(os.environ.get("LOCKBENCH_MAX_HEAVY", "1") or 1)
 #: their starts): 444, 461, 571 and 547 s (2,023 s against 2,222 at 3 lanes) at 1.16, 1.59, 1.38
 #: and 1.46 cores busy (1.40 in all), but 41 of 346 cases generator-bound: the Sentinel failover 13
 #: of 13 beside two crash groups (12 Locust processes each, "light"), and two etcd cells thin.
-BESIDE_HEAVY = int(os.environ.get("LOCKBENCH_BESIDE_HEAVY", "1") or 1)  # a measurement knob too
+BESIDE_HEAVY = 1  # LOCKBENCH_BESIDE_HEAVY overrides it (a measurement knob too)
+#: With the generators in the real-time class (workloads/harness/priority.py) a woken loop runs at
+#: once, so two heavy units may run together, or one beside two light ones (four lanes: a heavy
+#: unit two slots). The same rule in the normal class (K, shard 4/4, 2026-12-07, load 0.89 at the
+#: start): 550 s at 1.64 cores busy, 37 of 120 cases generator-bound; real-time (RT1, load 1.02):
+#: 550 s at 1.52, none bound. Full-matrix figures: docs/architecture.md "What makes the loops late".
+REALTIME_MAX_HEAVY = 2
+REALTIME_BESIDE_HEAVY = 2
 #: ``LOCKBENCH_HEAVY_PAIRS=1``: two heavy units may run at once when nothing else runs beside them,
 #: and light units wait while a heavy one could join the one running (a measurement knob). With
 #: groups in shared processes (P, 2026-12-07, loads 0.18 and 0.85 at the starts): shard 4 took 668 s
@@ -90,6 +98,18 @@ HEAVY_PAIRS = os.environ.get("LOCKBENCH_HEAVY_PAIRS", "0") == "1"
 #: own: PostgreSQL's partition-client group (7 cases, 14 processes) beside the Sentinel failover
 #: came out 2 of 7 generator-bound in W (loops late 16%), 7 of 7 in Y (33%) and X5 (62%), 2026-12-05.
 BIG_GROUP = 8
+
+
+def limits(realtime: bool) -> tuple[int, int]:
+    """(heavy units at once, light units beside a heavy one) for generators real-time or not;
+    ``LOCKBENCH_MAX_HEAVY`` and ``LOCKBENCH_BESIDE_HEAVY`` override either."""
+    max_heavy = REALTIME_MAX_HEAVY if realtime else MAX_HEAVY
+    beside = REALTIME_BESIDE_HEAVY if realtime else BESIDE_HEAVY
+    return (
+        int(os.environ.get("LOCKBENCH_MAX_HEAVY", "") or max_heavy),
+        int(os.environ.get("LOCKBENCH_BESIDE_HEAVY", "") or beside),
+    )
+
 
 _HEAVY_SCENARIOS = frozenset(
     {"kill-member", "kill-leader", "session-pause", "failover", "lease-expiry-world"}

@@ -32,7 +32,15 @@ from rich.console import Console
 from bench.errors import Interrupted, UserError, raise_if_interrupted
 from bench.matrix import controls
 from bench.matrix.lanes import Shared, run_lanes, strike_cycles
-from bench.matrix.machine import auto_lanes, busy_cores, cpu_ticks, generator_nice, load_average, steal_cores
+from bench.matrix.machine import (
+    GeneratorPriority,
+    auto_lanes,
+    busy_cores,
+    cpu_ticks,
+    generator_priority,
+    load_average,
+    steal_cores,
+)
 from bench.matrix.plan import Lane, MatrixCase, form_groups, plan_lanes, plan_matrix
 from bench.matrix.request import MatrixRequest
 from bench.matrix.shards import Shard, deal
@@ -46,8 +54,8 @@ from bench.run import clock_watch
 from bench.run.command import check_user_servers, plan_impls, refuse_before_start
 from bench.run.request import from_text, with_source
 from infra import install_all
-from infra.process import on_every_start
-from workloads.harness.priority import raise_priority
+from infra.process import ServerProcess, on_every_start
+from workloads.harness.priority import raise_priority, raise_realtime
 
 
 def matrix_command(request: MatrixRequest, console: Console) -> int:
@@ -57,10 +65,10 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
     ``request.strikes`` runs that many strikes per cell instead of the target's k.
     """
     try:
-        plan, parallel, lanes_why, nice = _plan(request, console)
+        plan, parallel, lanes_why, priority = _plan(request, console)
     except UserError as exc:  # name where the refused value came from (flag, variable, pyproject)
         raise UserError(with_source(str(exc), request.sources)) from None
-    folder = _open_folder(request, plan, parallel, lanes_why, nice)
+    folder = _open_folder(request, plan, parallel, lanes_why, priority)
     shard = request.shard
     slice_ = f" (shard {shard.text}: {len(plan.cases)} of {len(plan.ids)} cases)" if shard is not None else ""
     try:  # a signal from here on finds run.json saying so, never 'running'
@@ -70,7 +78,13 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
             markup=False,
         )
         shared = Shared(
-            folder, console, len(plan.cases), sum(c.settings.duration for c in plan.cases), parallel, nice
+            folder,
+            console,
+            len(plan.cases),
+            sum(c.settings.duration for c in plan.cases),
+            parallel,
+            priority.nice,
+            priority.realtime,
         )
     except KeyboardInterrupt:
         folder.finish("incomplete")
@@ -82,8 +96,8 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
         folder.finish("incomplete")
         raise
     with contextlib.ExitStack() as raised:
-        if nice is not None:  # servers as high as the cases' Locust: neither starves the other
-            raised.enter_context(on_every_start(lambda pid: raise_priority(pid, nice)))
+        if priority.nice is not None:  # servers as high as the cases' Locust: neither starves the other
+            raised.enter_context(on_every_start(lambda server: _raise_server(server, priority)))
         status = _run(plan, folder, shared, parallel, request)
     if status == "incomplete":
         raise Interrupted(
@@ -100,14 +114,24 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
         ) from None
 
 
-def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str, int | None]:
-    """The plan, the lanes side by side and why, the cases' Locust nice value; everything that can
-    refuse the matrix, before it starts."""
-    nice, nice_why = generator_nice()
+def _raise_server(server: ServerProcess, priority: GeneratorPriority) -> None:
+    """A server as high as the cases' Locust, so that neither starves the other: at their nice, and
+    real-time beside them where its threads allow (``ServerProcess.realtime``)."""
+    if server.pid is None or priority.nice is None:
+        return
+    raise_priority(server.pid, priority.nice)
+    if priority.realtime and server.realtime:
+        raise_realtime(server.pid)
+
+
+def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str, GeneratorPriority]:
+    """The plan, the lanes side by side and why, where the cases' Locust stands in the CPU queue;
+    everything that can refuse the matrix, before it starts."""
+    priority = generator_priority()
     parallel, lanes_why = request.parallel, "given"
     if parallel is None:
-        parallel, lanes_why = auto_lanes()
-    lanes_why = f"{lanes_why}; {nice_why}"
+        parallel, lanes_why = auto_lanes(lane_cpu=priority.lane_cpu)
+    lanes_why = f"{lanes_why}; {priority.why}"
     if parallel < 1:
         raise UserError(f"--lanes must be at least 1, got {parallel}{from_text(request.sources, 'lanes')}")
     if request.evidence not in LEVELS:
@@ -127,11 +151,11 @@ def _plan(request: MatrixRequest, console: Console) -> tuple[_Plan, int, str, in
     )
     # what the lanes need, installed once before they start side by side (parallel apt-get races on dpkg)
     install_all.ensure(lane.backend for lane in plan.lanes if not user_urls.get(lane.backend))
-    return plan, parallel, lanes_why, nice
+    return plan, parallel, lanes_why, priority
 
 
 def _open_folder(
-    request: MatrixRequest, plan: _Plan, parallel: int, lanes_why: str, nice: int | None
+    request: MatrixRequest, plan: _Plan, parallel: int, lanes_why: str, priority: GeneratorPriority
 ) -> RunFolder:
     """The matrix's results folder, its run.json saying what was asked ('report': missing until written)."""
     return RunFolder(
@@ -145,7 +169,8 @@ def _open_folder(
             "versions": {"libraries": meta.library_versions()},
             "params": {
                 **plan.params(request.evidence, parallel, lanes_why, request.warm),
-                "generator_nice": nice,
+                "generator_nice": priority.nice,
+                "generator_realtime": priority.realtime,
             },
             "impls": plan.subjects,
             "endpoints": {},

@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.matrix.admission import Admission
+from bench.matrix.admission import Admission, limits
 from bench.matrix.expectations import annotate, observed_outcome
 from bench.matrix.plan import Lane, MatrixCase, form_groups
 from bench.matrix.rerun import rerun_reason, settle
@@ -154,9 +154,11 @@ class Shared:
         caps_s: float = 0.0,
         slots: int = 1,
         nice: int | None = None,
+        realtime: bool = False,
     ) -> None:
         self.folder = folder
-        #: the nice value of every case's Locust session (machine.py generator_nice); None: not raised
+        #: the nice value of every case's Locust session (machine.py generator_priority); None: not
+        #: raised. A raised case's Locust also goes real-time where the kernel lets it (priority.py).
         self.nice = nice
         self.console = console
         self.total = total
@@ -177,8 +179,8 @@ class Shared:
         self.cancel = threading.Event()
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
-        #: the lane slots the running units take: a heavy unit all but one, never two heavy ones (admission.py)
-        self.admission = Admission(slots)
+        #: the lane slots the running units take, by the rule for generators real-time or not (admission.py)
+        self.admission = Admission(slots, *limits(realtime))
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.harness.priority import can_raise
+from workloads.harness.priority import can_raise, can_run_realtime
 
 #: What one lane keeps busy, in cores, at its busiest. Measured on the 2-core machine over the full
 #: standard matrix at ``--lanes 2`` (c7a4b1f, four shards, loads 0.3-1.9 at their starts): the
@@ -26,6 +27,10 @@ from workloads.harness.priority import can_raise
 #: lane only waits (admission waits 666 and 1,037 s; shard 3's longest lane, redis#1, 333 s idle
 #: against 224 s at 3). The heavy units, not the lanes, set a shard's time.
 LANE_CPU = 0.6
+#: What one lane keeps busy with its generators in the real-time class: 0.5, so that a quiet 2-core
+#: machine runs four lanes, the two heavy units or one beside two light ones that admission.py lets
+#: meet there (RT1, shard 4/4 at 4 lanes, 2026-12-07: 1.52 cores busy, none of 120 cases bound).
+REALTIME_LANE_CPU = 0.5
 #: Never more lanes side by side than this, whatever the machine has spare.
 MAX_AUTO_LANES = 4
 #: Raised generators (:data:`GENERATOR_NICE`) did not buy more lanes. At 5 lanes, a heavy unit two
@@ -94,15 +99,46 @@ def busy_now(seconds: float = SAMPLE_S) -> float | None:
     return busy_cores(start, cpu_ticks())
 
 
-def generator_nice() -> tuple[int | None, str]:
-    """The nice value of the cases' Locust sessions (None: left as they are), and why in words."""
-    if can_raise():
-        return GENERATOR_NICE, f"cases' Locust and servers at nice {GENERATOR_NICE}"
-    return None, "cases' Locust at the servers' priority (raising it needs root)"
+@dataclass(frozen=True)
+class GeneratorPriority:
+    """Where a matrix's cases' Locust processes (and its servers) stand in the CPU queue.
+
+    Why one value: the nice value, the real-time class, the lanes that fit and the admission rule
+    go together; a matrix decides them once, before it starts, and run.json says which it ran at.
+    """
+
+    #: the nice value of every case's Locust session and every server (None: left as they are)
+    nice: int | None
+    #: whether the cases' Locust processes, and the servers that may (infra/process.py), run in the
+    #: real-time class (workloads/harness/priority.py)
+    realtime: bool
+    why: str
+
+    @property
+    def lane_cpu(self) -> float:
+        return REALTIME_LANE_CPU if self.realtime else LANE_CPU
 
 
-def auto_lanes(cores: int | None = None, busy: float | None = None) -> tuple[int, str]:
-    """How many lanes to run side by side here, and why: the cores spare now, at ``LANE_CPU`` a lane.
+def generator_priority() -> GeneratorPriority:
+    """How this machine lets the matrix raise its generators: real-time, a nice value, or neither."""
+    if not can_raise():
+        return GeneratorPriority(
+            None, False, "cases' Locust at the servers' priority (raising it needs root)"
+        )
+    if can_run_realtime():
+        return GeneratorPriority(
+            GENERATOR_NICE,
+            True,
+            f"cases' Locust real-time (SCHED_FIFO), Redis, memcached and PostgreSQL too, "
+            f"etcd and ZooKeeper at nice {GENERATOR_NICE}",
+        )
+    return GeneratorPriority(GENERATOR_NICE, False, f"cases' Locust and servers at nice {GENERATOR_NICE}")
+
+
+def auto_lanes(
+    cores: int | None = None, busy: float | None = None, lane_cpu: float = LANE_CPU
+) -> tuple[int, str]:
+    """How many lanes to run side by side here, and why: the cores spare now, at ``lane_cpu`` a lane.
 
     The spare cores are measured (a second of /proc/stat), not taken from the load average: a
     shard that starts as the one before it ends would see that one's load for minutes and run
@@ -120,5 +156,5 @@ def auto_lanes(cores: int | None = None, busy: float | None = None) -> tuple[int
         except OSError:
             busy = 0.0
     spare = max(0.0, cores - busy)
-    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / LANE_CPU)))
-    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {LANE_CPU:g} a lane"
+    lanes = max(1, min(MAX_AUTO_LANES, math.floor(spare / lane_cpu + 1e-9)))
+    return lanes, f"{cores} cores, {busy:.2f} {source}: {spare:.1f} spare, {lane_cpu:g} a lane"

@@ -28,7 +28,7 @@ from bench.run.case import (
 from infra.ports import free_port
 from infra.process import die_with_parent
 from infra.stack import Stack
-from workloads.harness.priority import raise_priority
+from workloads.harness.priority import raise_priority, raise_realtime
 
 #: File the Locust child rewrites every second with its progress (see workloads/harness/locust_glue.py).
 PROGRESS_FILE = "progress.json"
@@ -157,7 +157,8 @@ def run_locust(
 
     ``on_tick`` gets the progress file's sample about once a second. Ctrl-C, the timeout or
     any error stops Locust and its forked workers for good before it propagates. ``nice``
-    raises its session as the warm launch does (set while it imports, before any worker forks).
+    raises its session as the warm launch does (set while it imports, before any worker forks), and
+    puts it in the real-time class where the kernel lets it (workloads/harness/priority.py).
     ``env`` and ``cwd``: Locust's environment and directory (None: ours), as ``bench worker`` sets them.
     """
     env = {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
@@ -166,6 +167,7 @@ def run_locust(
                                 cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         if nice is not None:
             raise_priority(proc.pid, nice)
+            raise_realtime(proc.pid)
         try:
             deadline = time.monotonic() + timeout
             while True:

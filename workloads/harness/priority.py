@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 
 def raise_priority(pid: int, nice: int) -> bool:
@@ -64,6 +65,56 @@ def can_raise() -> bool:
     except OSError:
         return False
     return bool(int(caps, 16) >> 23 & 1)  # CAP_SYS_NICE
+
+
+#: ``LOCKBENCH_REALTIME=0`` keeps raised processes in the normal class, at their nice (a measurement knob).
+REALTIME_ENV = "LOCKBENCH_REALTIME"
+#: The real-time priority (SCHED_FIFO, 1-99) of a raised process: the lowest. Every raised process
+#: has the same one, so none preempts another; each runs until it blocks, and all of them wake ahead
+#: of every process in the normal class (the harness, the servers left there).
+REALTIME_PRIORITY = 1
+
+
+def realtime_wanted() -> bool:
+    """Whether raised processes go real-time (the knob; whether the kernel lets them is tried)."""
+    return os.environ.get(REALTIME_ENV, "1") != "0"
+
+
+def raise_realtime(pid: int) -> bool:
+    """Put every thread of process ``pid`` (0: the calling thread) in SCHED_FIFO at :data:`REALTIME_PRIORITY`.
+
+    Threads and processes it starts later inherit the class. True when every thread took it; False
+    when the knob is off, the process is gone, or the kernel refused (no CAP_SYS_NICE, or a cgroup
+    without real-time runtime).
+    """
+    if not realtime_wanted():
+        return False
+    try:
+        tids = [0] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    param = os.sched_param(REALTIME_PRIORITY)
+    try:
+        for tid in tids:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, param)
+    except OSError:
+        return False
+    return bool(tids)
+
+
+def can_run_realtime() -> bool:
+    """Whether this process may put processes in SCHED_FIFO: tried on a thread of its own that then ends."""
+    if not realtime_wanted():
+        return False
+    took: list[bool] = []
+
+    def probe() -> None:
+        took.append(raise_realtime(0))  # this thread only; it ends at once
+
+    thread = threading.Thread(target=probe, name="lockbench-realtime-probe")
+    thread.start()
+    thread.join()
+    return bool(took and took[0])
 
 
 #: The kernel's CFS/EEVDF weight of each nice value from -20 to 19 (kernel/sched/core.c

@@ -7,7 +7,8 @@ forks a child for each case; the child runs Locust's own ``main()`` with the ver
 ``python -m locust`` would get, in its own session, with its output in the case's log.
 
 Protocol (one JSON object per line): bench writes ``{"argv": [...], "log": path, "nice": n}``
-(``nice`` null: left as it is; else the child's session is raised to it, priority.py), or
+(``nice`` null: left as it is; else the child's session is raised to it, and the child goes
+real-time where the kernel lets it, priority.py), or
 ``{"group": [argv, ...], ...}`` for several cases in one child (``group_locust.py``); this
 process answers ``{"pid": n}`` once the child exists and ``{"pid": n, "exit": code}`` when
 it has ended. It exits when its stdin closes. Run by bench as ``python -m workloads.harness.warm_locust``.
@@ -26,7 +27,7 @@ from typing import Any, NoReturn
 import locust  # noqa: F401
 import locust.main  # noqa: F401
 
-from workloads.harness.priority import raise_priority
+from workloads.harness.priority import raise_priority, raise_realtime
 
 #: Modules every case imports anyway; importing them here is what makes a child start fast.
 PRELOAD = (
@@ -83,6 +84,7 @@ def _child(
         _die_with_parent(parent)
         if nice is not None:
             raise_priority(0, nice)  # before Locust forks its workers: they inherit it
+            raise_realtime(0)  # and its threads: priority.py says why
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
