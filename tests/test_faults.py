@@ -112,6 +112,22 @@ def test_crash_leaves_setnx_del_stuck_and_a_lease_recovers(tmp_path: Path) -> No
     assert not stopped_or_orphaned_servers()
 
 
+def test_no_holder_is_killed_too_late_for_its_lock_to_be_judged(tmp_path: Path) -> None:
+    """With 4 s to run and a 3 s stuck bound no kill leaves time to see the lock come back (or
+    not): the worker lives, and the case says no holder was killed, never "unknown" for a kill
+    the run's end cut short (the test above kills with 5 s to run and a 2 s bound)."""
+    cases, run = run_cases(
+        tmp_path, "--impl", "redis.setnx-del", "--workload", "crash",
+        "--crash-after", "5", "--stuck-bound", "3", "--ttl", "1", "--duration", "4",
+    )  # fmt: skip
+    row = cases.loc["redis.setnx-del__crash"]
+    assert row["crashes"] == 0 and row["stuck_locks"] == 0
+    history = pd.read_parquet(run / "history" / "redis.setnx-del__crash.parquet")
+    assert (history["op"] == "crash").sum() == 0
+    assert (history["op"] == "acquire").sum() > 10  # the buyers ran all along
+    assert not stopped_or_orphaned_servers()
+
+
 def test_world_pause_outlives_the_lease_task_pause_does_too(tmp_path: Path) -> None:
     """A stop-the-world pause of worker 0 longer than the lease lets worker 1 in: overlaps."""
     cases, run = run_cases(

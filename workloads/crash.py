@@ -12,6 +12,13 @@ process's death to the next successful acquisition by anyone). Needs ``--process
 dies once worker 0 has died and the service has since granted ``--crash-gap`` purchases
 (counted on the resource's order ledger), then worker 2, and so on. The turn is kept on
 the resource server, so each crash strikes a grant made after the previous recovery.
+
+A worker does not die once less than ``--stuck-bound`` (and a second and a half) is left of
+``--run-time``: the run would end before anyone could say whether its lock came back, and such
+a kill made the whole case unknown (``redis.reentrant`` x crash in a loaded shard, 2026-12-07:
+its fourth kill 0.1 s before the cap). A kill that cannot be judged is no strike. The master
+writes the run's end on the resource server in the server's own time (workers get no
+``--run-time``), and a worker reads it against that clock, so no two clocks are compared.
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ from workloads.harness.recording import RecordedLock
 from workloads.lease_expiry import worker_index
 
 DEFAULTS = {"lock_ttl": 1.0}
+#: Besides the stuck bound and the moment of death, what a kill leaves before the run ends: the
+#: workers' test starts are up to a few hundred milliseconds apart on a loaded machine.
+JUDGE_MARGIN_S = 1.0
+#: The run's end (the resource server's seconds), written by the master at the test's start.
+END_KEY = "lockbench:res:crash:end"
 
 
 @events.init_command_line_parser.add_listener
@@ -48,6 +60,14 @@ class Crash(FlashSale):
 
     name = "crash"
 
+    def setup(self, opts: Any) -> None:
+        super().setup(opts)
+        run_time = getattr(opts, "run_time", None)
+        if run_time:  # the master (workers get no --run-time): the run's end, by the server's clock
+            client = self._resource(opts).client
+            seconds, micros = client.time()
+            client.set(END_KEY, seconds + micros / 1e6 + float(run_time))
+
     def final_state(self, opts: Any) -> dict:
         return {**super().final_state(opts), "stuck_bound_s": opts.stuck_bound}
 
@@ -63,6 +83,7 @@ class CrashUser(FlashSaleUser):
         if (
             worker < self.opts.crashes
             and next(self.sections) >= self.opts.crash_after
+            and self._judgeable()
             and self._my_turn(worker, item)
         ):
             self.resource.witness_exit(
@@ -76,6 +97,16 @@ class CrashUser(FlashSaleUser):
 
             harness.crash_process(self.environment, died)
         time.sleep(self.cs())
+
+    def _judgeable(self) -> bool:
+        """Whether a kill now leaves the run time to see its lock come back (or stay stuck)."""
+        client = self.resource.client
+        pipe = client.pipeline(transaction=False)
+        end, (seconds, micros) = pipe.get(END_KEY).time().execute()
+        if end is None:
+            return True
+        left_s = float(end) - (seconds + micros / 1e6)
+        return left_s > self.opts.stuck_bound + harness.CRASH_SEND_S + JUDGE_MARGIN_S
 
     def _my_turn(self, worker: int, item: str) -> bool:
         """Whether this worker dies now: the workers before it died, and the gap since has been granted."""

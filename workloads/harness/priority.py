@@ -1,5 +1,23 @@
 """A case's Locust processes, and the servers they talk to, ahead of the harness in the machine's CPU queue.
 
+Since round 30 a raised Locust process also runs in the real-time class (SCHED_FIFO at the lowest
+priority, :func:`raise_realtime`), where the kernel lets it: a nice value only weighs a process
+against the others in the normal class, so a woken loop still waited for a running server or case
+to use up its slice. A real-time process runs as soon as it wakes, ahead of the whole normal class,
+and, all raised processes having the same priority, none preempts another: each runs until it
+blocks. Beside three half-busy burners at nice -5, a loop waking every 50 ms woke over 2 ms late
+15-19% of the time at nice 0, 9-15% at nice -5 and never in SCHED_FIFO (2026-12-07; figures from
+benchmarks/realtime_wakeups.py in docs/architecture.md). The servers whose every thread blocks
+between requests (Redis, Sentinel, memcached, PostgreSQL: ``ServerProcess.realtime``) join them,
+so that the cases' processes do not starve them: with Redis left in the normal class, a crash case
+of ``redis.reentrant`` (six processes woken together by each unlock message) ran 36 s instead of
+10 s, its acquires' median 2.5 ms against 0.3-0.5. etcd and ZooKeeper stay in the normal class at
+the nice value: in SCHED_FIFO etcd's Go runtime spins its idle threads and the ZooKeeper JVM
+compiles and collects for seconds, and either held both cores until the harness (normal class)
+could not answer its own lanes (load average 41-55; shard 4/4 lost 117 of 120 cases). A process
+that never blocks would hold a core; the kernel still gives the normal class 5% of each second
+(``kernel.sched_rt_runtime_us``). ``LOCKBENCH_REALTIME=0`` keeps everything in the normal class.
+
 Why: on a shared 2-core machine a Locust process's loop runs late when it wakes behind other
 processes (servers, the bench process, other cases' Locust), and a late loop makes the case
 generator-bound and its holders look stalled. A process that sleeps most of its time and is

@@ -146,7 +146,7 @@ class FlashSaleResource:
             pipe.delete(*(self._k(kind, item) for kind in kinds))
         pipe.delete(
             f"{self.ns}:signal", f"{self.ns}:armed", f"{self.ns}:healed",
-            f"{self.ns}:crash:next", f"{self.ns}:crash:ledger",
+            f"{self.ns}:crash:next", f"{self.ns}:crash:ledger", f"{self.ns}:crash:end",
         )  # fmt: skip
         pipe.set(f"{self.ns}:started", 1)  # a fault waiting for the load may arm now
         pipe.incr(f"{self.ns}:{RESETS}")
