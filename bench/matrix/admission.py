@@ -153,8 +153,11 @@ class Admission:
         max_heavy: int = MAX_HEAVY,
         beside_heavy: int | None = BESIDE_HEAVY,
         heavy_pairs: bool = HEAVY_PAIRS,
+        alone_as_heavy: bool = False,
     ) -> None:
         self.slots = max(1, slots)
+        #: units that run alone (:data:`ALONE`) count as heavy ones instead
+        self.alone_as_heavy = alone_as_heavy
         self.max_heavy = max_heavy
         #: a second heavy unit may join a first when no light unit runs, and none joins the pair
         self.heavy_pairs = heavy_pairs
@@ -218,6 +221,10 @@ class Admission:
         light_used = self.used - self.heavy_slots
         return weight < HEAVY and light_used + weight + need <= self.slots
 
+    def _weight(self, unit: Sequence[Any]) -> int:
+        weight = unit_weight(unit)
+        return HEAVY if weight == ALONE and self.alone_as_heavy else weight
+
     def take(self, units: Sequence[Sequence[Any]], cancel: threading.Event) -> int | None:
         """The index of the first of ``units`` that fits now, its slots taken; waits while none fits.
 
@@ -230,7 +237,7 @@ class Admission:
                 while True:
                     waiting = me in self._needs
                     for i, unit in enumerate(units):
-                        weight = unit_weight(unit)
+                        weight = self._weight(unit)
                         if self.fits(weight) and (waiting or self._leaves_room(weight)):
                             self._tick()
                             self.used += self._slots_of(weight)
@@ -242,7 +249,7 @@ class Admission:
                             return i
                     if cancel.is_set():
                         return None
-                    self._needs[me] = min((self._slots_of(unit_weight(u)) for u in units), default=0)
+                    self._needs[me] = min((self._slots_of(self._weight(u)) for u in units), default=0)
                     self._cond.wait(timeout=0.5)
             finally:
                 if self._needs.pop(me, None) is not None:
@@ -250,7 +257,7 @@ class Admission:
 
     def give_back(self, unit: Sequence[Any]) -> None:
         """The unit ended: its slots are free for the lanes that wait."""
-        weight = unit_weight(unit)
+        weight = self._weight(unit)
         with self._cond:
             self._tick()
             self.used = max(0, self.used - self._slots_of(weight))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -180,7 +181,9 @@ class Shared:
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
         #: the lane slots the running units take, by the rule for generators real-time or not (admission.py)
-        self.admission = Admission(slots, *limits(realtime))
+        self.admission = Admission(
+            slots, *limits(realtime), alone_as_heavy=os.environ.get("LOCKBENCH_ALONE_AS_HEAVY") == "1"
+        )
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
