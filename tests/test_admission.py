@@ -126,10 +126,11 @@ def test_without_the_slots_they_would_have_met() -> None:
 def test_real_time_generators_let_two_heavy_units_meet_or_one_beside_two_light_ones() -> None:
     """With the cases' Locust real-time (workloads/harness/priority.py) four lanes run two heavy
     units at once, or one beside two light ones; never three heavy ones, never three beside one."""
-    assert limits(False) == (1, 1)
-    assert limits(True) == (2, 2)
+    assert limits(False) == (1, 1, False)
+    assert limits(True) == (2, 2, True)  # ZooKeeper's ensemble kills count as heavy there
     lanes = [*LANES, [_unit("crash", 2), _unit("long-cs"), _unit("failover")]]
-    ran = _lanes(Admission(4, *limits(True)), lanes, hold_s=0.05)
+    max_heavy, beside, alone_as_heavy = limits(True)
+    ran = _lanes(Admission(4, max_heavy, beside, alone_as_heavy=alone_as_heavy), lanes, hold_s=0.05)
     assert len(ran) == 12
     most, met = _most_beside_a_heavy(ran)
     assert met > 0 and most == 2
@@ -137,11 +138,25 @@ def test_real_time_generators_let_two_heavy_units_meet_or_one_beside_two_light_o
     assert max(sum(1 for b in heavy if b[0] <= a[0] < b[1]) for a in heavy) == 2
 
 
+def test_units_that_run_alone_may_count_as_heavy_ones() -> None:
+    """``alone_as_heavy``: ZooKeeper's ensemble kills take a heavy unit's slots instead of every slot."""
+    kills = _unit("kill-member", 6, backend="zookeeper")
+    for alone_as_heavy, fits in ((False, False), (True, True)):
+        admission = Admission(4, 2, 2, alone_as_heavy=alone_as_heavy)
+        assert admission.take([_unit("failover", 13)], threading.Event()) == 0
+        cancel = threading.Event()
+        if not fits:
+            cancel.set()  # it would wait: give up at once
+        assert (admission.take([kills], cancel) == 0) is fits
+
+
 def test_the_knobs_override_either_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCKBENCH_MAX_HEAVY", "1")
-    assert limits(True) == (1, 2)
+    assert limits(True) == (1, 2, True)
     monkeypatch.setenv("LOCKBENCH_BESIDE_HEAVY", "3")
-    assert limits(False) == (1, 3)
+    monkeypatch.setenv("LOCKBENCH_ALONE_AS_HEAVY", "0")
+    assert limits(False) == (1, 3, False)
+    assert limits(True)[2] is False
 
 
 def test_a_lane_runs_its_next_unit_that_fits_instead_of_waiting() -> None:

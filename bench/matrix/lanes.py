@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -181,9 +180,8 @@ class Shared:
         #: scenario -> strike series (a group, or a lone case) -> where each strike's time went
         self.cycles: dict[str, dict[str, list[dict[str, float]]]] = {}
         #: the lane slots the running units take, by the rule for generators real-time or not (admission.py)
-        self.admission = Admission(
-            slots, *limits(realtime), alone_as_heavy=os.environ.get("LOCKBENCH_ALONE_AS_HEAVY") == "1"
-        )
+        max_heavy, beside_heavy, alone_as_heavy = limits(realtime)
+        self.admission = Admission(slots, max_heavy, beside_heavy, alone_as_heavy=alone_as_heavy)
         self._lock = threading.Lock()
 
     def add(self, lane: Lane, case: MatrixCase, result: dict[str, Any]) -> None:
