@@ -6,8 +6,9 @@ against the others in the normal class, so a woken loop still waited for a runni
 to use up its slice. A real-time process runs as soon as it wakes, ahead of the whole normal class,
 and, all raised processes having the same priority, none preempts another: each runs until it
 blocks. Beside three half-busy burners at nice -5, a loop waking every 50 ms woke over 2 ms late
-15-19% of the time at nice 0, 9-15% at nice -5 and never in SCHED_FIFO (2026-12-07; figures from
-benchmarks/realtime_wakeups.py in docs/architecture.md). The servers whose every thread blocks
+18.2% of the time at nice 0, 16.2% at nice -5 (0.89x) and never in SCHED_FIFO (0x); p99 5.2, 3.8
+and 0.11 ms (benchmarks/realtime_wakeups.py, 3 rounds of 20 s, load 0.92 at the start,
+2026-12-07). The servers whose every thread blocks
 between requests (Redis, Sentinel, memcached, PostgreSQL: ``ServerProcess.realtime``) join them,
 so that the cases' processes do not starve them: with Redis left in the normal class, a crash case
 of ``redis.reentrant`` (six processes woken together by each unlock message) ran 36 s instead of
