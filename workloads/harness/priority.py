@@ -102,9 +102,9 @@ def realtime_wanted() -> bool:
 def raise_realtime(pid: int) -> bool:
     """Put every thread of process ``pid`` (0: the calling thread) in SCHED_FIFO at :data:`REALTIME_PRIORITY`.
 
-    Threads and processes it starts later inherit the class. True when every thread took it; False
-    when the knob is off, the process is gone, or the kernel refused (no CAP_SYS_NICE, or a cgroup
-    without real-time runtime).
+    Threads and processes it starts later inherit the class. True when every thread still there took
+    it; False when the knob is off, the process is gone, or the kernel refused (no CAP_SYS_NICE, or a
+    cgroup without real-time runtime).
     """
     if not realtime_wanted():
         return False
@@ -113,12 +113,16 @@ def raise_realtime(pid: int) -> bool:
     except OSError:
         return False
     param = os.sched_param(REALTIME_PRIORITY)
-    try:
-        for tid in tids:
+    took = False
+    for tid in tids:
+        try:
             os.sched_setscheduler(tid, os.SCHED_FIFO, param)
-    except OSError:
-        return False
-    return bool(tids)
+        except ProcessLookupError:
+            continue  # that thread ended meanwhile
+        except OSError:
+            return False  # refused: refused for every thread
+        took = True
+    return took
 
 
 def can_run_realtime() -> bool:
