@@ -117,7 +117,7 @@ def matrix_command(request: MatrixRequest, console: Console) -> int:
 def _raise_server(server: ServerProcess, priority: GeneratorPriority) -> None:
     """A server as high as the cases' Locust, so that neither starves the other: at their nice, and
     real-time beside them where its threads allow (``ServerProcess.realtime``)."""
-    if server.pid is None or priority.nice is None:
+    if server.pid is None or priority.nice is None:  # the hook is only set with a nice value
         return
     raise_priority(server.pid, priority.nice)
     if priority.realtime and server.realtime:

@@ -28,7 +28,7 @@ from bench.run.case import (
 from infra.ports import free_port
 from infra.process import die_with_parent
 from infra.stack import Stack
-from workloads.harness.priority import raise_priority, raise_realtime
+from workloads.harness.priority import raise_generator
 
 #: File the Locust child rewrites every second with its progress (see workloads/harness/locust_glue.py).
 PROGRESS_FILE = "progress.json"
@@ -166,8 +166,7 @@ def run_locust(
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         if nice is not None:
-            raise_priority(proc.pid, nice)
-            raise_realtime(proc.pid)
+            raise_generator(proc.pid, nice)
         try:
             deadline = time.monotonic() + timeout
             while True:

@@ -125,6 +125,13 @@ def raise_realtime(pid: int) -> bool:
     return took
 
 
+def raise_generator(pid: int, nice: int) -> None:
+    """A case's Locust process (``pid``, 0: this one) raised: its session at ``nice``, and real-time
+    where the kernel lets it. Set before Locust forks its workers or starts threads: they inherit it."""
+    raise_priority(pid, nice)
+    raise_realtime(pid)
+
+
 def can_run_realtime() -> bool:
     """Whether this process may put processes in SCHED_FIFO: tried on a thread of its own that then ends."""
     if not realtime_wanted():

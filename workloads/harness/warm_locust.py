@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import locust  # noqa: F401
 import locust.main  # noqa: F401
 
-from workloads.harness.priority import raise_priority, raise_realtime
+from workloads.harness.priority import raise_generator
 
 #: Modules every case imports anyway; importing them here is what makes a child start fast.
 PRELOAD = (
@@ -83,8 +83,7 @@ def _child(
         os.setsid()
         _die_with_parent(parent)
         if nice is not None:
-            raise_priority(0, nice)  # before Locust forks its workers: they inherit it
-            raise_realtime(0)  # and its threads: priority.py says why
+            raise_generator(0, nice)  # before Locust forks its workers: they inherit it
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
